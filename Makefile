@@ -1,0 +1,57 @@
+# Two commands: `make lab` opens the course, `make test` proves it. Both set up .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_WORKERS ?= 2
+
+.PHONY: lab test test-browser notebook bench doctor solutions notebooks venv clean help
+
+help:
+	@echo "make lab            set up .venv and open JupyterLab on the course"
+	@echo "make test           set up .venv and run every test (unit, nbval, solved notebooks, browser)"
+	@echo "make notebook NB=02 run one notebook's nbval check and solved run"
+	@echo "make test-browser   only the real-browser test"
+	@echo "make doctor         preflight check for a workshop laptop"
+	@echo "make solutions      write solved, executed copies into solutions/"
+	@echo "make notebooks      rebuild notebooks/*.ipynb from notebooks/src and execute them"
+	@echo "make bench          measure the course and write BENCHMARKS.md"
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt requirements-lock.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed; found " + sys.version.split()[0] + ". Run: make PYTHON=python3.11 ...")'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -c requirements-lock.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. \
+		--ServerApp.default_url=/lab/tree/notebooks/00_fake_devices.ipynb
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+
+notebook: $(STAMP)
+	@test -n "$(NB)" || { echo "usage: make notebook NB=02"; exit 2; }
+	$(BIN)/python -m pytest -p no:xdist notebooks/$(NB)_*.ipynb tests/test_solved_notebooks.py -k "$(NB)_"
+
+test-browser: $(STAMP)
+	$(BIN)/python -m pytest -p no:xdist -m browser tests/test_browser.py
+
+doctor: $(STAMP)
+	$(BIN)/python -m helpers.doctor
+
+solutions: $(STAMP)
+	$(BIN)/python tools/make_solutions.py
+
+notebooks: $(STAMP)
+	$(BIN)/python tools/build_notebooks.py $(NB)
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) solutions .pytest_cache

@@ -1,0 +1,66 @@
+"""requirements.txt (what pip and CI install) and environment.yml (conda/Binder) must agree."""
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pip_pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep, f"requirements.txt: {line!r} is not pinned with =="
+            pins[_normalize(name)] = version
+    return pins
+
+
+def conda_pins() -> dict[str, str]:
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pins = {}
+    for dep in env["dependencies"]:
+        if isinstance(dep, str) and "==" in dep:
+            name, version = dep.split("==")
+            pins[_normalize(name)] = version
+    return pins
+
+
+def test_every_pip_pin_is_in_environment_yml_with_the_same_version():
+    assert pip_pins() == conda_pins()
+
+
+def test_jax_and_jaxlib_are_pinned_to_the_course_version():
+    pins = pip_pins()
+    assert pins["jax"] == pins["jaxlib"] == "0.10.2"
+
+
+def test_environment_yml_allows_python_3_11_and_installs_the_helpers():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    python = next(d for d in env["dependencies"] if isinstance(d, str) and d.startswith("python"))
+    assert ">=3.11" in python
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert "-e ." in pip_section
+
+
+def test_the_lock_agrees_with_the_direct_pins():
+    lock = {}
+    for line in (ROOT / "requirements-lock.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.strip().split("==")
+            lock[_normalize(name)] = version
+    for name, version in pip_pins().items():
+        assert lock.get(name) == version, f"{name}: requirements.txt {version}, lock {lock.get(name)}"
+
+
+def test_the_installed_jax_is_the_pinned_one():
+    import jax
+    import jaxlib
+
+    assert jax.__version__ == jaxlib.__version__ == pip_pins()["jax"]
