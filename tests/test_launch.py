@@ -1,0 +1,329 @@
+"""helpers.launch: real multi-process runs, their display, and every way a run can go wrong.
+
+Each fault test also checks that no process the launcher started survives (psutil).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from helpers import launch
+from helpers.launch_result import HostResult, LaunchError, RunResult, clean_stderr
+
+PSUM = """
+from helpers.launch import initialize
+how = initialize()
+import jax, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ("host", "device"))
+local = np.arange(4.0) + 10 * jax.process_index()
+x = jax.make_array_from_process_local_data(NamedSharding(mesh, P(("host", "device"))), local)
+total = jax.jit(jax.shard_map(lambda b: jax.lax.psum(b, ("host", "device")), mesh=mesh,
+                in_specs=P(("host", "device")), out_specs=P()))(x)
+print(how, jax.process_index(), jax.process_count(), jax.local_device_count(), x.shape,
+      float(total.addressable_data(0)[0]))
+"""
+
+# Host 0 waits in a collective that host 1 never joins (host 1 crashes / hangs first).
+FAULT = """
+import sys, time
+from helpers.launch import initialize
+initialize()
+import jax
+from jax.experimental import multihost_utils
+print("ready", flush=True)
+if jax.process_index() == 1:
+    {fault}
+multihost_utils.process_allgather(jax.numpy.ones(1))
+print("done")
+"""
+
+
+def _alive(pids) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.mark.multiprocess
+def test_two_hosts_build_a_global_array_and_psum_quickly():
+    start = time.monotonic()
+    result = launch.run(source=PSUM, hosts=2, devices_per_host=4, timeout=60)
+    elapsed = time.monotonic() - start
+    assert result.ok, str(result)
+    assert result.stdout == ("course launcher 0 2 4 (8,) 52.0\n",
+                             "course launcher 1 2 4 (8,) 52.0\n")
+    assert result.returncode == (0, 0)
+    assert str(result) == (
+        "2 hosts x 4 devices: all hosts finished\n"
+        "--- host 0 ---\ncourse launcher 0 2 4 (8,) 52.0\n"
+        "--- host 1 ---\ncourse launcher 1 2 4 (8,) 52.0")
+    html = result._repr_html_()
+    assert html.count("<td") == 2 and "host 1" in html and "52.0" in html
+    assert result.check() is result
+    assert not _alive(result.pids)
+    assert elapsed < 30  # about 1.5 s on a quiet 2-core machine
+
+
+@pytest.mark.multiprocess
+def test_a_crashing_host_stops_the_others_and_shows_its_error():
+    start = time.monotonic()
+    result = launch.run(source=FAULT.format(fault="raise RuntimeError('host 1 broke')"),
+                        hosts=2, devices_per_host=2, timeout=60)
+    elapsed = time.monotonic() - start
+    assert not result.ok
+    assert result.failed_hosts == (1,)
+    assert result.message == "host 1 failed (exit code 1); the launcher stopped host 0"
+    assert [h.status for h in result.hosts] == ["stopped", "failed"]
+    text = str(result)
+    assert "--- host 1 (failed, exit code 1) ---" in text
+    assert 'File "<source>", line 9, in <module>' in text  # no temp paths on display
+    assert text.rstrip().endswith("RuntimeError: host 1 broke")
+    assert "Traceback" not in text.split("--- host 1")[0]  # stderr shown for failed hosts only
+    with pytest.raises(LaunchError, match="host 1 failed"):
+        result.check()
+    assert not _alive(result.pids)
+    assert elapsed < 20  # host 0 would otherwise wait in the collective for minutes
+
+
+@pytest.mark.multiprocess
+def test_a_hang_is_stopped_at_the_timeout_naming_the_hosts():
+    start = time.monotonic()
+    result = launch.run(source=FAULT.format(fault="time.sleep(600)"), hosts=2,
+                        devices_per_host=2, timeout=4)
+    elapsed = time.monotonic() - start
+    assert not result.ok
+    assert result.message.startswith(
+        "stopped after the 4 s timeout: hosts 0 and 1 were still running")
+    assert result.stdout == ("ready\n", "ready\n")
+    assert result.returncode == (None, None)
+    assert not _alive(result.pids)
+    assert 4 <= elapsed < 12
+
+
+@pytest.mark.multiprocess
+def test_an_interrupt_kills_every_host(monkeypatch):
+    seen: list[int] = []
+
+    def interrupt():
+        seen.extend(p.pid for p in psutil.Process().children(recursive=True))
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(2.0, interrupt)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch.run(source=FAULT.format(fault="time.sleep(600)"), hosts=2,
+                       devices_per_host=2, timeout=60)
+    finally:
+        timer.cancel()
+    assert len(seen) >= 2
+    assert not _alive(seen)
+
+
+@pytest.mark.multiprocess
+def test_a_taken_port_is_retried_on_a_new_one(monkeypatch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        real = launch._free_port
+        monkeypatch.setattr(launch, "_free_port", lambda: next(ports, None) or real())
+        result = launch.run(source=PSUM, hosts=2, devices_per_host=2, timeout=60)
+    assert result.ok, str(result)
+    assert result.attempts == 2
+    assert "port" not in str(result)
+    assert not _alive(result.pids)
+
+
+def test_processes_a_script_leaves_behind_are_killed_too(tmp_path):
+    script = tmp_path / "spawner.py"
+    script.write_text(
+        "import subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "print(p.pid)\n")
+    result = launch.run(script, hosts=2, devices_per_host=1, timeout=30)
+    assert result.ok, str(result)
+    grandchildren = [int(out.strip()) for out in result.stdout]
+    time.sleep(0.2)
+    assert not _alive(grandchildren)
+
+
+@pytest.mark.multiprocess
+def test_cli_prefixes_lines_and_reports_failure(tmp_path):
+    script = tmp_path / "hello.py"
+    script.write_text(
+        "import sys\nfrom helpers.launch import initialize\nhow = initialize()\nimport jax\n"
+        "print(f'{how}: process {jax.process_index()} sees {jax.device_count()} devices', sys.argv[1:])\n"
+        "sys.stdout.flush()\n"
+        "if jax.process_index() == 1 and 'fail' in sys.argv: raise SystemExit(3)\n")
+    ok = subprocess.run([sys.executable, "-m", "helpers.launch", "--hosts", "2",
+                         "--devices-per-host", "2", str(script), "--flag"],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert sorted(ok.stdout.splitlines()) == [
+        "[host 0] course launcher: process 0 sees 4 devices ['--flag']",
+        "[host 1] course launcher: process 1 sees 4 devices ['--flag']"]
+    bad = subprocess.run([sys.executable, "-m", "helpers.launch", "--hosts", "2",
+                          "--devices-per-host", "2", "--timeout", "30", str(script), "fail"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1
+    assert "[launch] 2 hosts x 2 devices: host 1 failed (exit code 3)" in bad.stderr
+
+
+@pytest.mark.multiprocess
+def test_cli_ctrl_c_stops_every_host(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(FAULT.format(fault="time.sleep(600)"))
+    cli = subprocess.Popen([sys.executable, "-m", "helpers.launch", "--hosts", "2",
+                            "--devices-per-host", "2", str(script)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = [cli.stdout.readline() for _ in range(2)]
+        assert sorted(ready) == ["[host 0] ready\n", "[host 1] ready\n"]
+        kids = psutil.Process(cli.pid).children(recursive=True)
+        children = [p.pid for p in kids]
+        listening = {c.laddr.ip for p in kids for c in p.net_connections() if c.status == "LISTEN"}
+        assert listening and listening <= {"127.0.0.1", "::ffff:127.0.0.1"}  # loopback only
+        cli.send_signal(signal.SIGINT)
+        assert cli.wait(timeout=20) == 130
+        assert "interrupted; stopped every host" in cli.stderr.read()
+    finally:
+        cli.kill()
+        cli.wait()
+    assert len(children) >= 2
+    time.sleep(0.2)
+    assert not _alive(children)
+
+
+@pytest.mark.multiprocess
+def test_hosts_die_with_a_killed_launcher(tmp_path):
+    """A kernel killed outright (SIGKILL) cannot clean up; the hosts must not outlive it."""
+    script = tmp_path / "hang.py"
+    script.write_text(FAULT.format(fault="time.sleep(600)"))
+    cli = subprocess.Popen([sys.executable, "-m", "helpers.launch", "--hosts", "2",
+                            "--devices-per-host", "2", str(script)],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert sorted(cli.stdout.readline() for _ in range(2)) == ["[host 0] ready\n",
+                                                                   "[host 1] ready\n"]
+        children = [p.pid for p in psutil.Process(cli.pid).children(recursive=True)]
+    finally:
+        cli.kill()
+        cli.wait()
+    deadline = time.monotonic() + 5
+    while _alive(children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(children) >= 2 and not _alive(children)
+
+
+def test_cli_rejects_a_missing_script():
+    out = subprocess.run([sys.executable, "-m", "helpers.launch", "no_such_script.py"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "no script at 'no_such_script.py'" in out.stderr
+
+
+def test_run_argument_errors(tmp_path):
+    with pytest.raises(ValueError, match="either a script path or source"):
+        launch.run()
+    with pytest.raises(FileNotFoundError, match="no script at"):
+        launch.run(tmp_path / "missing.py")
+    with pytest.raises(ValueError, match="hosts must be a whole number"):
+        launch.run(source="print(1)", hosts=0)
+
+
+def test_child_environment_binds_loopback_and_sets_devices(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --other_flag")
+    env = launch._child_env(1, 2, 4, 12345)
+    assert env["JAX_COORDINATOR_ADDRESS"] == "127.0.0.1:12345"
+    assert (env["JAX_NUM_PROCESSES"], env["JAX_PROCESS_ID"]) == ("2", "1")
+    assert env["XLA_FLAGS"] == "--other_flag --xla_force_host_platform_device_count=4"
+    assert env["JAX_PLATFORMS"] == "cpu" and env["JAX_NUM_CPU_DEVICES"] == "4"
+
+
+# ------------------------------------------------------------------ initialize() paths
+
+@pytest.fixture
+def fake_initialize(monkeypatch):
+    """Record jax.distributed.initialize calls instead of making them."""
+    import jax
+
+    calls: list[dict] = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: calls.append(k))
+    monkeypatch.setattr(launch, "_joined_via", None)
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(launch, "_native_stdout_off_the_pipe", lambda: None)  # keep pytest's fd 1
+    for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
+                "OMPI_MCA_orte_hnp_uri", "OMPI_COMM_WORLD_SIZE", "SLURM_JOB_ID",
+                "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID",
+                "HELPERS_LAUNCH_PARENT"):
+        monkeypatch.delenv(var, raising=False)
+    return calls
+
+
+def test_initialize_alone_is_a_single_process(fake_initialize):
+    assert launch.initialize() == "single process"
+    assert fake_initialize == []
+
+
+def test_initialize_under_the_course_launcher(fake_initialize, monkeypatch):
+    monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "127.0.0.1:4321")
+    monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
+    monkeypatch.setenv("JAX_PROCESS_ID", "1")
+    assert launch.initialize(timeout=7) == "course launcher"
+    assert fake_initialize == [dict(
+        coordinator_address="127.0.0.1:4321", num_processes=2, process_id=1,
+        coordinator_bind_address="127.0.0.1:4321", initialization_timeout=7,
+        cluster_detection_method="deactivate")]
+    assert launch.initialize() == "course launcher"  # a second call is a no-op
+    assert len(fake_initialize) == 1
+
+
+@pytest.mark.parametrize("env, kind", [
+    ({"OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:1", "OMPI_COMM_WORLD_SIZE": "2"}, "Open MPI"),
+    ({"SLURM_JOB_ID": "1", "SLURM_STEP_NODELIST": "n1", "SLURM_NTASKS": "2",
+      "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}, "SLURM"),
+])
+def test_initialize_falls_back_to_jax_cluster_detection(fake_initialize, monkeypatch, env, kind):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert launch.initialize() == f"cluster auto-detect ({kind})"
+    assert fake_initialize == [dict(initialization_timeout=60)]
+
+
+def test_initialize_explains_an_mpi_it_cannot_detect(fake_initialize, monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    with pytest.raises(RuntimeError, match="OMPI_MCA_orte_hnp_uri"):
+        launch.initialize()
+
+
+# ----------------------------------------------------------------------- display only
+
+def _result(*hosts: HostResult, message: str) -> RunResult:
+    return RunResult(hosts=hosts, devices_per_host=4, message=message)
+
+
+def test_failed_host_stderr_is_trimmed_and_filtered():
+    noise = ("I1130 04:31:14.428842    4643 add_port.cc:83] absl chatter\n"
+             "[Gloo] Rank 4 is connected to 7 peer ranks. Expected number of connected peer ranks is : 7\n")
+    tail = "".join(f"line {i}\n" for i in range(30))
+    r = _result(HostResult(0, "stopped", None, "a\n", "Traceback: hidden\n"),
+                HostResult(1, "failed", 2, "b\n", noise + tail), message="host 1 failed")
+    text = str(r)
+    assert "hidden" not in text and "chatter" not in text and "Gloo" not in text
+    assert "line 14" not in text and "line 15\n" in text and text.endswith("line 29")
+    assert "stderr (last 15 lines, log noise removed):" in text
+    assert clean_stderr(noise) == ""
