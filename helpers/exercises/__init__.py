@@ -6,6 +6,7 @@ from helpers.exercises.core import (
     Exercise,
     Mistake,
     NotAttempted,
+    Verdict,
     WrongAnswer,
     all_ids,
     call_learner,
@@ -20,6 +21,6 @@ from helpers.exercises.core import (
 from helpers.exercises import catalog as _catalog  # noqa: F401  (registers every exercise)
 
 __all__ = [
-    "Exercise", "Mistake", "NotAttempted", "WrongAnswer", "all_ids", "call_learner",
+    "Exercise", "Mistake", "NotAttempted", "Verdict", "WrongAnswer", "all_ids", "call_learner",
     "check", "get", "hint", "reference", "register", "solution", "verdict",
 ]

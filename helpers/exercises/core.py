@@ -154,13 +154,38 @@ def verdict(exercise_id: str, answer: Any, time_limit: float = TIME_LIMIT_S) -> 
     return "pass", f"correct: {exercise.title}"
 
 
-def check(exercise_id: str, answer: Any) -> bool:
-    """Print a one-line verdict for `answer` and return True when it is right."""
+class Verdict:
+    """What `check` returns: truthy when the answer passed, equal to True or False.
+
+    It shows nothing in a notebook, because `check` has already printed the verdict line.
+    """
+
+    def __init__(self, passed: bool):
+        self.passed = passed
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __eq__(self, other: object) -> bool:
+        return self.passed == bool(other) if isinstance(other, (bool, Verdict)) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.passed)
+
+    def __repr__(self) -> str:
+        return f"Verdict(passed={self.passed})"
+
+    def _ipython_display_(self) -> None:
+        """Display nothing: the printed line is the verdict."""
+
+
+def check(exercise_id: str, answer: Any) -> Verdict:
+    """Print a one-line verdict for `answer`; the result is truthy when it is right."""
     try:
         get(exercise_id)
     except KeyError as error:
         print(f"❓ {error.args[0]}")
-        return False
+        return Verdict(False)
     status, message = verdict(exercise_id, answer)
     if status == "pass":
         print(f"✅ {exercise_id} {message}")
@@ -168,7 +193,7 @@ def check(exercise_id: str, answer: Any) -> bool:
         print(f"⏳ {exercise_id} {message}")
     else:
         print(f"❌ {exercise_id} not yet: {message}. (hint('{exercise_id}') helps)")
-    return status == "pass"
+    return Verdict(status == "pass")
 
 
 def hint(exercise_id: str) -> None:
