@@ -2,7 +2,9 @@
 
 Every device keeps one colour in every picture (by its position in `jax.devices()`, from the
 colour-blind-safe Okabe-Ito palette; devices 8-15 get a lighter tint and hatching). A thick
-black outline groups the devices one host owns. Placement comes only from JAX's
+black outline groups the devices one host owns. A tile held by one device is filled with its
+colour; a tile held by several (copies) is pale, with one small coloured badge per holder
+inside it, so a copy never looks like a slice. Placement comes only from JAX's
 `devices_indices_map`, via `helpers.viz_text.sharding_layout`, which also gives the text form.
 
 >>> draw_mesh(mesh)                                  # doctest: +SKIP
@@ -17,7 +19,7 @@ from __future__ import annotations
 from matplotlib.collections import LineCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+from matplotlib.patches import FancyBboxPatch, Rectangle
 from matplotlib.transforms import Affine2D
 
 from helpers.viz_text import (  # noqa: F401  (re-exported: one import for the notebooks)
@@ -94,10 +96,24 @@ class _Painter:
         self.ax.add_artist(LineCollection(segments, transform=self.tr, **kw))
 
     def device(self, x, y, w, h, device, host: int, position: int, fmt: str, size: float) -> None:
-        """One device's cell or strip: its colour and its 'device id / host' label."""
+        """One device's mesh cell or tile: its colour and its 'device id / host' label."""
         style = device_style(position)
         self.rect(x, y, w, h, facecolor=style["facecolor"], hatch=style["hatch"],
                   hatchcolor=style["hatchcolor"], edgecolor="white", linewidth=0.8)
+        self.text(x + w / 2, y + h / 2, fmt.format(d=device.id, h=host), size=size,
+                  color=style["text"], linespacing=1.1, gid=f"device-{device.id}")
+
+    def rounded(self, x: float, y: float, w: float, h: float, r: float, **kw) -> FancyBboxPatch:
+        patch = FancyBboxPatch((x, y), w, h, boxstyle=f"round,pad=0,rounding_size={r:.3f}",
+                               transform=self.tr, **kw)
+        self.ax.add_artist(patch)
+        return patch
+
+    def badge(self, x, y, w, h, device, host: int, position: int, fmt: str, size: float) -> None:
+        """A small rounded chip in a device's colour, labelled like its mesh cell: one holder."""
+        style = device_style(position)
+        self.rounded(x, y, w, h, min(0.05, 0.25 * min(w, h)), facecolor=style["facecolor"],
+                     hatch=style["hatch"], hatchcolor=style["hatchcolor"], edgecolor="none")
         self.text(x + w / 2, y + h / 2, fmt.format(d=device.id, h=host), size=size,
                   color=style["text"], linespacing=1.1, gid=f"device-{device.id}")
 
@@ -248,6 +264,7 @@ class _ShardingPlan:
         self.width = max(MIN_WIDTH, content)
         self.pad = 0.1 + (self.width - content) / 2  # centres narrow pictures
         self.head = 0.75
+        self.copies = layout.replication > 1
         self.height = self.head + nrows * self.ph + self.FOOT
 
     def draw(self, p: _Painter, y0: float) -> None:
@@ -255,8 +272,8 @@ class _ShardingPlan:
         p.text(0.2, y0 + 0.25, f"shape {_shape_str(lay.shape)}, {format_spec(lay.spec)}, "
                f"mesh {mesh_label(lay.mesh)}", size=11, ha="left")
         p.text(0.2, y0 + 0.53, lay.summary(), size=8.5, ha="left", color="#333333")
-        _key(p, y0 + self.height - 0.17, "colour = device · thick outline = one host's devices · "
-             "a tile in strips = copies on those devices")
+        _key(p, y0 + self.height - 0.17, "colour = device · thick outline = one host's devices"
+             + (" · pale tile with N badges = N full copies of it" if self.copies else ""))
         for k, block in enumerate(self.blocks):
             x = self.pad + (k % self.per_row) * self.pw + self.left
             y = y0 + self.head + (k // self.per_row) * self.ph + self.top
@@ -293,23 +310,39 @@ class _ShardingPlan:
         gx, gy = min(0.035, 0.15 * w), min(0.035, 0.15 * h)  # white space around each tile
         x, y, w, h = x + gx, y + gy, w - 2 * gx, h - 2 * gy
         devices = sorted(tile.devices, key=lambda d: (lay.hosts[d], lay.position[d]))
-        n = len(devices)
-        # strips side by side or stacked: whichever fits the longer label (tie: longer side)
-        options = [(_LABELS.index(_label_format(w / n, h)), h > w, True),
-                   (_LABELS.index(_label_format(w, h / n)), w >= h, False)]
-        across = min(options)[2]
-        sw, sh = (w / n, h) if across else (w, h / n)
-        _, _, fmt, size = _label_format(sw, sh)
-        boxes: list[list] = []  # [host, x, y, x_end, y_end] of each host's run of strips
-        for k, d in enumerate(devices):
-            dx, dy = (x + k * sw, y) if across else (x, y + k * sh)
-            p.device(dx, dy, sw, sh, d, lay.hosts[d], lay.position[d], fmt, size)
-            if boxes and boxes[-1][0] == lay.hosts[d]:
-                boxes[-1][3:] = [dx + sw, dy + sh]
+        if len(devices) == 1:  # one holder: the tile is that device's, in its colour
+            (d,) = devices
+            _, _, fmt, size = _label_format(w, h)
+            p.device(x, y, w, h, d, lay.hosts[d], lay.position[d], fmt, size)
+            p.rect(x, y, w, h, fill=False, **HOST_EDGE)
+            return
+        # several holders: a pale tile (its true extent) and one badge per copy inside it
+        p.rect(x, y, w, h, gid="copies-tile", **COPIES_TILE)
+        groups: list[list] = []  # each host's holders, in host order
+        for d in devices:
+            if groups and lay.hosts[groups[-1][0]] == lay.hosts[d]:
+                groups[-1].append(d)
             else:
-                boxes.append([lay.hosts[d], dx, dy, dx + sw, dy + sh])
-        for _, bx0, by0, bx1, by1 in boxes:
-            p.rect(bx0, by0, bx1 - bx0, by1 - by0, fill=False, **HOST_EDGE)
+                groups.append([d])
+        plan = _badge_plan(w, h, len(devices), [len(g) for g in groups])
+        if plan.label:
+            lx, ly, text, ha = plan.label
+            p.text(x + lx, y + ly, text, size=_FONT - 0.5, color="#333333", ha=ha, gid="copies-label")
+        _, _, fmt, size = _LABELS[plan.fmt]
+        m = plan.cols * plan.bw + (plan.cols - 1) * _BADGE_GAP + 2 * _GROUP_PAD  # group box
+        for k, group in enumerate(groups):
+            rows = -(-len(group) // plan.cols)
+            used = min(len(group), plan.cols)
+            gx0 = x + plan.x0 + (k % plan.gcols) * (m + _GROUP_GAP)
+            gy0 = y + plan.y0 + (k // plan.gcols) * (plan.gh + _GROUP_GAP)
+            gw = used * plan.bw + (used - 1) * _BADGE_GAP + 2 * _GROUP_PAD
+            gh = rows * plan.bh + (rows - 1) * _BADGE_GAP + 2 * _GROUP_PAD
+            gx0 += (m - gw) / 2  # a short group sits in the middle of its slot
+            for i, d in enumerate(group):
+                bx = gx0 + _GROUP_PAD + (i % plan.cols) * (plan.bw + _BADGE_GAP)
+                by = gy0 + _GROUP_PAD + (i // plan.cols) * (plan.bh + _BADGE_GAP)
+                p.badge(bx, by, plan.bw, plan.bh, d, lay.hosts[d], lay.position[d], fmt, size)
+            p.rounded(gx0, gy0, gw, gh, min(0.08, 0.3 * min(gw, gh)), fill=False, **HOST_EDGE)
 
 
 _LABELS = [  # (min width, min height in inches, format, font size), longest first
@@ -322,12 +355,95 @@ _LABELS = [  # (min width, min height in inches, format, font size), longest fir
 
 
 def _label_format(w: float, h: float) -> tuple:
-    """The longest device label that fits a strip of w x h inches: (min w, min h, format, size)."""
+    """The longest device label that fits a cell of w x h inches: (min w, min h, format, size)."""
     return next(option for option in _LABELS if w >= option[0] and h >= option[1])
 
 
+# ----------------------------------------------------------------------------- copies
+COPIES_TILE = dict(facecolor="#F3F3F3", edgecolor="#8C8C8C", linewidth=1.0)
+# per label format of _LABELS: the least room a badge needs for it (a badge has no border to
+# keep clear of, so a little less than a tile), and the most a badge takes when there is more
+_BADGE_MIN = [(0.62, 0.4), (1.1, 0.22), (0.3, 0.34), (0.46, 0.18), (0.0, 0.0)]
+_BADGE_MAX = [(0.8, 0.46), (1.2, 0.28), (0.56, 0.42), (0.66, 0.24), (0.42, 0.3)]
+_BADGE_GAP, _GROUP_PAD, _GROUP_GAP, _MARGIN = 0.06, 0.045, 0.09, 0.06
+
+
+class _BadgePlan:
+    """Where the badges and the 'N copies' label go inside a w x h tile (inches from its corner)."""
+
+    __slots__ = ("fmt", "bw", "bh", "cols", "gcols", "gh", "x0", "y0", "label")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+def _badge_plan(w: float, h: float, copies: int, groups: list[int]) -> _BadgePlan:
+    """The clearest arrangement of `copies` badges in host groups of the given sizes.
+
+    Tries each place for the tile's label (above the badges, left of them, short, none) and
+    each grid of groups and of badges within a group; keeps the one whose badges can carry the
+    longest device label, preferring groups laid out like the mesh (one row per host).
+    """
+    full, short = f"{copies} copies", f"×{copies}"
+    wide = lambda text: 0.062 * len(text) + 0.08  # noqa: E731  (room for the label's text)
+    labels = [  # (cost, text, band on top, band on the left)
+        (0.0, full, 0.2, 0.0),
+        (0.0, full, 0.0, wide(full) + 0.06),
+        (1.5, short, 0.17, 0.0),
+        (1.5, short, 0.0, wide(short) + 0.06),
+        (4.0, None, 0.0, 0.0),
+    ]
+    n, m = len(groups), max(groups)
+    best = None
+    for order, (cost, text, top, left) in enumerate(labels):
+        if text and top and wide(text) > w:
+            continue
+        aw, ah = w - left - 2 * _MARGIN, h - top - 2 * _MARGIN
+        if text and left:
+            aw += _MARGIN / 2  # the label's band already keeps the badges off the edge
+        if text and top:
+            ah += _MARGIN / 2
+        for gcols in range(1, n + 1):
+            grows = -(-n // gcols)
+            for cols in range(1, m + 1):
+                rows = -(-m // cols)
+                bw = ((aw - (gcols - 1) * _GROUP_GAP) / gcols - 2 * _GROUP_PAD - (cols - 1) * _BADGE_GAP) / cols
+                bh = ((ah - (grows - 1) * _GROUP_GAP) / grows - 2 * _GROUP_PAD - (rows - 1) * _BADGE_GAP) / rows
+                if bw < 0.06 or bh < 0.06:
+                    continue
+                fmt = next(i for i, (mw, mh) in enumerate(_BADGE_MIN) if bw >= mw and bh >= mh)
+                score = (fmt + cost, rows, gcols if grows > 1 or rows > 1 else 0, order, -min(bw, bh))
+                if best is None or score < best[0]:
+                    best = (score, fmt, bw, bh, cols, gcols, grows, rows, text, top, left)
+    if best is None:  # a sliver of a tile: tiny badges, no label
+        cols = m
+        bw = max(0.02, (w - n * (2 * _GROUP_PAD + _GROUP_GAP) - (m - 1) * n * _BADGE_GAP) / (n * m))
+        bh = max(0.02, h - 2 * _GROUP_PAD - 0.02)
+        best = (None, len(_LABELS) - 1, bw, bh, cols, n, 1, 1, None, 0.0, 0.0)
+    _, fmt, bw, bh, cols, gcols, grows, rows, text, top, left = best
+    bw, bh = min(bw, _BADGE_MAX[fmt][0]), min(bh, _BADGE_MAX[fmt][1])
+    gw = cols * bw + (cols - 1) * _BADGE_GAP + 2 * _GROUP_PAD
+    gh = rows * bh + (rows - 1) * _BADGE_GAP + 2 * _GROUP_PAD
+    bx = gcols * gw + (gcols - 1) * _GROUP_GAP  # the whole block of badges
+    by = grows * gh + (grows - 1) * _GROUP_GAP
+    label = None
+    if text and top:  # label and badges together, centred in the tile
+        y0 = (h - top - by) / 2 + top
+        label = (w / 2, y0 - top / 2 - 0.02, text, "center")
+        x0 = (w - bx) / 2
+    elif text and left:
+        x0 = (w - left - bx) / 2 + left
+        label = (x0 - 0.08, h / 2, text, "right")
+        y0 = (h - by) / 2
+    else:
+        x0, y0 = (w - bx) / 2, (h - by) / 2
+    return _BadgePlan(fmt=fmt, bw=bw, bh=bh, cols=cols, gcols=gcols, gh=gh, x0=x0, y0=y0, label=label)
+
+
 def draw_sharding(x_or_shape, mesh=None, spec=None, *, host_of: HostOf | None = None) -> Figure:
-    """The global array as tiles; each tile split into one strip per device that holds it.
+    """The global array as tiles: a tile held by one device is filled with its colour; a tile
+    held by several is pale, with one badge per holding device (a full copy each) inside it.
 
     Pass a jax.Array with a NamedSharding, or a shape with `mesh` and `spec`. 0-D to 2-D
     arrays are one picture; a 3-D array is one panel per block of dimension 0.

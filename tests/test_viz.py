@@ -1,6 +1,7 @@
 """helpers.viz: the text form reports exactly JAX's placement; pictures have one label per
-device, colour each device the same everywhere, and leave no figure open; bad requests
-raise a ValueError that says what to change."""
+device, colour each device the same everywhere, draw copies as badges inside one pale tile
+(never as strips that look like a split), and leave no figure open; bad requests raise a
+ValueError that says what to change."""
 import re
 
 from helpers.devices import use_fake_devices
@@ -14,7 +15,7 @@ import pytest  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+from matplotlib.patches import FancyBboxPatch, Rectangle  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
 from helpers import topology  # noqa: E402
@@ -204,15 +205,23 @@ def _device_labels(fig):
     return [t for t in fig.findobj(Text) if (t.get_gid() or "").startswith("device-")]
 
 
-def _fill_under(fig, label):
-    """The fill colour of the rectangle centred on a device label."""
+def _boxes(fig):
+    """Filled rectangles and rounded badges."""
+    return [a for a in fig.findobj(lambda a: isinstance(a, (Rectangle, FancyBboxPatch))) if a.get_fill()]
+
+
+def _box_under(fig, label):
+    """The filled rectangle (or badge) centred on a device label."""
     x, y = label.get_position()
-    for r in fig.findobj(Rectangle):
-        if r.get_fill():
-            cx, cy = r.get_x() + r.get_width() / 2, r.get_y() + r.get_height() / 2
-            if abs(cx - x) < 1e-9 and abs(cy - y) < 1e-9:
-                return tuple(r.get_facecolor()[:3])
+    for r in _boxes(fig):
+        cx, cy = r.get_x() + r.get_width() / 2, r.get_y() + r.get_height() / 2
+        if abs(cx - x) < 1e-9 and abs(cy - y) < 1e-9:
+            return r
     raise AssertionError(f"no rectangle under {label.get_text()!r}")
+
+
+def _fill_under(fig, label):
+    return tuple(_box_under(fig, label).get_facecolor()[:3])
 
 
 @pytest.mark.parametrize("mesh_name", ["2x4", "2x4 permuted", "8", "2x2x2"])
@@ -260,3 +269,47 @@ def test_draw_sharding_of_an_array_and_a_permuted_mesh(two_hosts):
     labels = _device_labels(draw_sharding(x))
     assert len(labels) == 8
     assert plt.get_fignums() == []
+
+
+def _extent(box):
+    return box.get_x(), box.get_y(), box.get_x() + box.get_width(), box.get_y() + box.get_height()
+
+
+@pytest.mark.parametrize("shape, spec, copies", [
+    ((8, 4), P("device"), 2),
+    ((8, 4), P(), 8),
+    ((8,), P("host"), 4),
+    ((8,), P("device"), 2),
+    ((), P(), 8),
+    ((4, 8, 4), P("device"), 2),
+    ((2, 8, 4), P(None, "device"), 2),
+])
+def test_copies_are_badges_inside_one_pale_tile_not_strips(two_hosts, shape, spec, copies):
+    """A replicated tile keeps its full extent; its holders are small badges well inside it."""
+    mesh = MESHES["2x4"]
+    layout = sharding_layout(shape, mesh, spec)
+    fig = draw_sharding(shape, mesh, spec)
+    tiles = [r for r in fig.findobj(Rectangle) if r.get_gid() == "copies-tile"]
+    assert len(tiles) == len(layout.tiles)
+    labels = [t for t in fig.findobj(Text) if t.get_gid() == "copies-label"]
+    assert len(labels) == len(tiles) and {t.get_text() for t in labels} == {f"{copies} copies"}
+    badges = {t.get_gid(): _box_under(fig, t) for t in _device_labels(fig)}
+    assert len(badges) == len(DEVS) and all(isinstance(b, FancyBboxPatch) for b in badges.values())
+    for tile in tiles:
+        tx0, ty0, tx1, ty1 = _extent(tile)
+        inside = [b for b in badges.values() if tx0 < _extent(b)[0] and _extent(b)[2] < tx1
+                  and ty0 < _extent(b)[1] and _extent(b)[3] < ty1]
+        assert len(inside) == copies  # every badge well inside its tile: none spans it
+        for b in inside:
+            assert b.get_width() < 0.9 * tile.get_width() and b.get_height() < 0.9 * tile.get_height()
+    keys = [t.get_text() for t in fig.findobj(Text) if "badges" in t.get_text()]
+    assert keys and "copies" in keys[0] and "strips" not in keys[0]
+    assert plt.get_fignums() == []
+
+
+def test_a_tile_with_one_holder_is_filled_with_its_colour(two_hosts):
+    fig = draw_sharding((8, 4), MESHES["2x4"], P(("host", "device")))
+    assert not [r for r in fig.findobj(Rectangle) if r.get_gid() == "copies-tile"]
+    assert not [t for t in fig.findobj(Text) if "badges" in t.get_text() or t.get_gid() == "copies-label"]
+    assert not fig.findobj(FancyBboxPatch)
+    assert len(_device_labels(fig)) == 8
