@@ -32,14 +32,15 @@ lab: $(STAMP)
 		--ServerApp.default_url=/lab/tree/notebooks/00_fake_devices.ipynb
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -rs
 
 notebook: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make notebook NB=02"; exit 2; }
 	$(BIN)/python -m pytest -p no:xdist notebooks/$(NB)_*.ipynb tests/test_solved_notebooks.py -k "$(NB)_"
 
 test-browser: $(STAMP)
-	$(BIN)/python -m pytest -p no:xdist -m browser tests/test_browser.py
+	@$(BIN)/python -c 'import sys; sys.path.insert(0, "tests"); import browser_support as b; sys.exit(0 if b.find_chromium() else "make test-browser: " + b.INSTALL_HINT)'
+	$(BIN)/python -m pytest -p no:xdist -rs -m browser tests/test_browser.py
 
 doctor: $(STAMP)
 	$(BIN)/python -m helpers.doctor
