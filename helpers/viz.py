@@ -272,8 +272,8 @@ class _ShardingPlan:
         p.text(0.2, y0 + 0.25, f"shape {_shape_str(lay.shape)}, {format_spec(lay.spec)}, "
                f"mesh {mesh_label(lay.mesh)}", size=11, ha="left")
         p.text(0.2, y0 + 0.53, lay.summary(), size=8.5, ha="left", color="#333333")
-        _key(p, y0 + self.height - 0.17, "colour = device · thick outline = one host's devices"
-             + (" · pale tile with N badges = N full copies of it" if self.copies else ""))
+        _key(p, y0 + self.height - 0.17, "colour = device · each tile names its device and host"
+             + (" · pale tile with N badges = N full copies of it, outlined per host" if self.copies else ""))
         for k, block in enumerate(self.blocks):
             x = self.pad + (k % self.per_row) * self.pw + self.left
             y = y0 + self.head + (k // self.per_row) * self.ph + self.top
