@@ -48,6 +48,7 @@ def use_fake_devices(n: int) -> None:
     flags = re.sub(rf"{_FLAG}=\S+", "", os.environ.get("XLA_FLAGS", "")).split()
     os.environ["XLA_FLAGS"] = " ".join([*flags, f"{_FLAG}={n}"])
     os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ["JAX_NUM_CPU_DEVICES"] = str(n)  # it would override XLA_FLAGS if set elsewhere
     if "jax" in sys.modules:  # imported but not started: its config already read the env
         import jax
 

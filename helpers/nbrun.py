@@ -43,11 +43,15 @@ def inject_solutions(nb) -> list[str]:
     return injected
 
 
-def execute(nb, *, cell_timeout: int = 180, cwd: Path = NOTEBOOKS):
-    """Execute a notebook in place on a fresh python3 kernel, as a learner's Run All would."""
+def execute(nb, *, cell_timeout: int = 180, cwd: Path = NOTEBOOKS, quiet_kernel: bool = False):
+    """Execute a notebook in place on a fresh python3 kernel, as a learner's Run All would.
+
+    quiet_kernel: hide the kernel's own log warnings (not the notebook's outputs).
+    """
     client = NotebookClient(
         nb, timeout=cell_timeout, kernel_name="python3", record_timing=False,
         resources={"metadata": {"path": str(cwd)}},
+        extra_arguments=["--IPKernelApp.log_level=ERROR"] if quiet_kernel else [],
     )
     client.execute()
     return nb

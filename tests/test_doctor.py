@@ -1,0 +1,127 @@
+"""make doctor: every check passes on this machine, and each broken one names its fix.
+
+The doctor's checks run here as tests, so `make test` fails loudly in a broken environment.
+"""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from helpers import doctor
+
+REINSTALL_COMMANDS = ("make clean && make lab", "pip install -r requirements.txt")
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, doctor.Result]:
+    """Every check, run once for the whole module (as `make doctor` runs them)."""
+    return {r.name: r for r in doctor.run_checks()}
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(c.name, id=c.name,
+                 marks=[pytest.mark.multiprocess] if c.name == "multi-process" else [])
+    for c in doctor.CHECKS
+])
+def test_check_passes_on_this_machine(results, name):
+    r = results[name]
+    assert r.ok, f"make doctor: {name} failed: {r.detail}\nfix: {r.fix}"
+    assert r.detail and not r.fix
+
+
+def test_all_checks_together_take_under_30_seconds(results):
+    assert sum(r.seconds for r in results.values()) < 30, {n: r.seconds for n, r in results.items()}
+
+
+# ------------------------------------------------------------------ broken on purpose
+
+def test_a_wrong_jax_version_fails_and_names_the_reinstall():
+    ok, detail, fix = doctor.check_jax(expected="0.0.0")
+    assert not ok
+    assert "0.0.0" in detail and "0.10.2" in detail
+    for command in REINSTALL_COMMANDS:
+        assert command in fix
+
+
+def test_the_expected_jax_version_is_read_from_requirements_txt():
+    assert doctor.pinned_jax() == "0.10.2"
+
+
+@pytest.fixture
+def occupied_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        yield s.getsockname()[1]
+
+
+def test_an_occupied_port_fails_and_names_the_fix(occupied_port):
+    ok, detail, fix = doctor.check_port(occupied_port)
+    assert not ok
+    assert f"127.0.0.1:{occupied_port} is already in use" in detail
+    assert f"stop what holds port {occupied_port}" in fix and "pkill -f helpers.launch" in fix
+
+
+def test_a_free_port_passes():
+    assert doctor.check_port(0)[0]
+
+
+def test_too_old_a_python_fails_and_names_the_fix():
+    ok, detail, fix = doctor.check_python(minimum=(99, 0))
+    assert not ok and "99.0" in detail
+    assert "make clean && make PYTHON=python99.0 lab" in fix
+
+
+def test_a_missing_widgets_extension_fails_and_names_the_fix(tmp_path):
+    ok, detail, fix = doctor.check_widgets_extension(dirs=[tmp_path])
+    assert not ok and "@jupyter-widgets/jupyterlab-manager" in detail
+    assert "jupyterlab_widgets" in fix and REINSTALL_COMMANDS[0] in fix
+
+
+def test_a_broken_jax_in_a_fresh_process_fails_and_names_the_fix(tmp_path, monkeypatch):
+    fake = tmp_path / "jax"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('jax broken on purpose')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    ok, detail, fix = doctor.check_fake_devices()
+    assert not ok and "jax broken on purpose" in detail
+    assert REINSTALL_COMMANDS[0] in fix
+
+
+def test_a_failing_multiprocess_run_fails_and_names_the_fix(monkeypatch):
+    monkeypatch.setattr(doctor, "_PSUM_SOURCE", "raise SystemExit('broken on purpose')\n")
+    ok, detail, fix = doctor.check_multiprocess()
+    assert not ok and "failed" in detail
+    assert "pkill -f helpers.launch" in fix and "127.0.0.1" in fix
+
+
+def test_too_little_disk_or_memory_fails_and_names_the_fix():
+    ok, detail, fix = doctor.check_disk(min_gb=1e12)
+    assert not ok and "free disk space" in fix
+    ok, detail, fix = doctor.check_memory(min_gb=1e12)
+    assert not ok and "close other programs" in fix
+
+
+def test_a_crashing_check_is_reported_as_a_failure():
+    def crash():
+        raise RuntimeError("boom")
+
+    r = doctor.run_check(doctor.Check("crash", crash))
+    assert not r.ok and "boom" in r.detail and r.fix
+
+
+def test_the_command_line_exits_1_and_prints_each_fix(occupied_port, capsys):
+    status = doctor.main(["--only", "jax-pins", "--only", "localhost-port",
+                          "--expect-jax", "0.0.0", "--port", str(occupied_port)])
+    out = capsys.readouterr().out
+    assert status == 1
+    assert out.count("FAIL") == 2
+    assert "fix: make clean && make lab" in out and f"fix: stop what holds port {occupied_port}" in out
+    assert "2 of 2 checks failed (jax-pins, localhost-port)" in out
+
+
+def test_the_command_line_exits_0_when_its_checks_pass(capsys):
+    assert doctor.main(["--only", "python", "--only", "disk"]) == 0
+    out = capsys.readouterr().out
+    assert "all 2 checks passed" in out and "FAIL" not in out
