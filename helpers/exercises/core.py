@@ -130,7 +130,8 @@ def describe(value: Any) -> str:
     shape = getattr(value, "shape", None)
     name = type(value).__name__
     if shape is not None:
-        return f"a {name} of shape {tuple(shape)}"
+        article = "an" if name[0].lower() in "aeiou" else "a"
+        return f"{article} {name} of shape {tuple(shape)}"
     text = repr(value)
     return f"{name} {text if len(text) < 40 else text[:37] + '...'}"
 
