@@ -114,48 +114,82 @@ register(Exercise(
 ))
 
 
+def _number(value: Any, what: str) -> float:
+    """One number: a Python or numpy number, or a 0-d array (jnp.float32(52.) counts); else a Mistake."""
+    import numpy as np
+
+    if isinstance(value, (bool, np.bool_, str, bytes)) or value is None:
+        raise Mistake(f"{what} is one number, but you gave {describe(value)}")
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if hasattr(value, "shape") and tuple(value.shape) == () and hasattr(value, "dtype"):
+        if np.dtype(value.dtype).kind in "iuf":
+            return float(value)
+    raise Mistake(f"{what} is one number, but you gave {describe(value)}")
+
+
 def _judge_host1(answer: Any) -> None:
     if not isinstance(answer, tuple) or len(answer) != 3:
         raise Mistake("expected a tuple of three things: (total[0], index.tolist(), total.shape), "
                       f"but got {describe(answer)}")
     total, index, shape = answer
-    if isinstance(total, bool) or not isinstance(total, numbers.Real):
-        raise Mistake(f"total[0] is one number, but you gave {describe(total)}")
-    indices = _numbers(index, 4, "index.tolist() on host 1")
+    total = _number(total, "total[0]")
+    if isinstance(index, (str, bytes, dict)) or index is None:
+        raise Mistake(f"index.tolist() is a list of one position per local device, but you gave {describe(index)}")
+    import numpy as np
+
+    try:
+        indices = np.asarray(index, dtype=float).reshape(-1).tolist()
+    except (TypeError, ValueError):
+        raise Mistake(f"index.tolist() is a list of numbers, but you gave {describe(index)}") from None
     shape = require_shape(shape, "total.shape")
-    if total == 46:
-        raise Mistake("46 is host 1's own sum; pmap's psum spans the devices of ALL hosts, so it also "
-                      "adds host 0's 0 + 1 + 2 + 3")
-    if total == 6:
-        raise Mistake("6 is host 0's sum only; psum adds the values of all 8 devices on both hosts")
-    if total != 52:
-        raise Mistake(f"psum gives {total}? Add up all 8 devices' values: 0..3 on host 0 and 10..13 on host 1")
-    if indices == [0, 1, 2, 3]:
-        raise Mistake("axis_index counts devices across all hosts: host 0's devices are 0-3, so host 1's "
-                      "are 4-7")
-    if indices != [4, 5, 6, 7]:
-        raise Mistake(f"host 1's axis_index is not {indices}: positions run 0-7 over both hosts, host 0 first")
+    if total == 21:
+        raise Mistake("21 is host 1's own sum (10 + 11); pmap's psum spans the devices of ALL hosts, so it "
+                      "also adds the other hosts' values")
+    if total == 1:
+        raise Mistake("1 is host 0's sum only; psum adds the values of all 8 devices on all 4 hosts")
+    if total == 52:
+        raise Mistake("52 is the total of the 2-host run in the next cells; here 4 hosts pass 2 values "
+                      "each: add 0, 1, 10, 11, 20, 21, 30, 31")
+    if total != 124:
+        raise Mistake(f"psum gives {total:g}? Add up all 8 devices' values: host h passes 10h and 10h + 1")
+    if indices == [0, 1]:
+        raise Mistake("axis_index counts devices across all hosts: host 0's devices are 0 and 1, so host "
+                      "1's are 2 and 3")
+    if len(indices) != 2 and shape == (2,):
+        raise Mistake(f"index has one position per local device of host 1, 2 of them, but your list "
+                      f"has {len(indices)}")
+    if indices != [2, 3]:
+        raise Mistake(f"host 1's axis_index is not {[int(i) if i == int(i) else i for i in indices]}: "
+                      "positions run 0-7 over the hosts in order, 2 devices per host")
     if shape == (8,):
         raise Mistake("pmap's outputs are host-local: host 1 gets one row per LOCAL device, not 8")
-    if shape != (4,):
-        raise Mistake(f"total.shape is not {shape}: host 1 passed 4 values and gets one psum per local "
+    if shape == (4,):
+        raise Mistake("host 1 has 2 local devices in this run (4 hosts x 2), so it passes and gets back "
+                      "2 rows, not 4")
+    if shape != (2,):
+        raise Mistake(f"total.shape is not {shape}: host 1 passed 2 values and gets one psum per local "
                       "device")
 
 
 register(Exercise(
     id="04.3",
-    title="pmap on two hosts: local shapes, global collectives",
+    title="pmap on several hosts: local shapes, global collectives",
     answer_name="host1",
-    solution="host1 = (52.0, [4, 5, 6, 7], (4,))  # psum over both hosts; global positions; local shape",
+    solution="host1 = (124.0, [2, 3], (2,))  # psum over all 4 hosts; global positions; local shape",
     judge=_judge_host1,
     hints=(
         "The collectives and axis_index see all 8 devices of the run; the shapes are each host's own.",
-        "psum adds 0+1+2+3 (host 0) and 10+11+12+13 (host 1); host 1's devices come after host 0's 4.",
+        "psum adds 0+1, 10+11, 20+21 and 30+31 (one pair per host); host 1's 2 devices come after host "
+        "0's 2.",
     ),
     wrong_answers=(
-        WrongAnswer("host1 = (46.0, [4, 5, 6, 7], (4,))", "host 1's own sum"),
-        WrongAnswer("host1 = (52.0, [0, 1, 2, 3], (4,))", "across all hosts"),
-        WrongAnswer("host1 = (52.0, [4, 5, 6, 7], (8,))", "host-local"),
-        WrongAnswer("host1 = (52.0, [4, 5, 6, 7])", "expected a tuple of three"),
+        WrongAnswer("host1 = (21.0, [2, 3], (2,))", "host 1's own sum"),
+        WrongAnswer("host1 = (124.0, [0, 1], (2,))", "across all hosts"),
+        WrongAnswer("host1 = (124.0, [2, 3], (8,))", "host-local"),
+        WrongAnswer("host1 = (52.0, [4, 5, 6, 7], (4,))", "total of the 2-host run"),
+        WrongAnswer("host1 = (124.0, [2, 3], (4,))", "2 local devices"),
+        WrongAnswer("host1 = (124.0, [2, 3])", "expected a tuple of three"),
+        WrongAnswer("host1 = ('124', [2, 3], (2,))", "is one number"),
     ),
 ))

@@ -61,11 +61,19 @@ register(Exercise(
 
 # --------------------------------------------------------------------------- 05.2
 
-def _host_column_sums(block):
+def _paired_column_sums(block):
     import jax
     import jax.numpy as jnp
 
-    return jax.lax.psum(jnp.sum(block, axis=0, keepdims=True), "device")
+    return jax.lax.psum(jnp.sum(block, axis=0, keepdims=True), "host")
+
+
+def _split_over_two_dimensions(entries: tuple) -> bool:
+    """True for P('host', 'device') and the like: the two mesh axes on two different dimensions."""
+    names = [e if isinstance(e, tuple) else (e,) for e in entries]
+    with_host = [i for i, n in enumerate(names) if "host" in n]
+    with_device = [i for i, n in enumerate(names) if "device" in n]
+    return bool(with_host and with_device and with_host != with_device)
 
 
 def _judge_out_specs(answer: Any) -> None:
@@ -78,51 +86,58 @@ def _judge_out_specs(answer: Any) -> None:
     while entries and entries[-1] is None:
         entries = entries[:-1]
     if entries == ():
-        raise Mistake("P() claims every device holds the same sums, but they differ between hosts: the "
-                      "psum ran over 'device' only")
+        raise Mistake("P() claims every device holds the same sums, but they differ between the devices "
+                      "of a host: the psum ran over 'host' only")
+    if _split_over_two_dimensions(entries):
+        raise Mistake(f"{spec} splits over two dimensions, a mesh axis on each: P('host', 'device') "
+                      "splits dimension 0 over 'host' and dimension 1 over 'device' (one dimension over "
+                      "both is P(('host', 'device'))). After the psum over 'host', name only the axis the "
+                      "sums still vary over, on dimension 0")
     mesh = jax.make_mesh((2, 4), DATA)
     rng = np.random.default_rng(52)
     data = rng.integers(0, 10, size=(24, 3)).astype(np.float32)
     x = jax.device_put(data, NamedSharding(mesh, jax.P(DATA)))
     try:
-        out = jax.shard_map(_host_column_sums, mesh=mesh, in_specs=jax.P(DATA), out_specs=spec)(x)
+        out = jax.shard_map(_paired_column_sums, mesh=mesh, in_specs=jax.P(DATA), out_specs=spec)(x)
     except ValueError as error:
         varying = _VARYING.search(str(error)) or _CLAIMED.search(str(error))
-        if varying and "host" in varying.group(1):
-            raise Mistake(f"{spec} leaves out 'host', which claims the hosts' sums are equal; they are "
-                          "not (the psum ran over 'device' only), so check_vma refuses it") from None
+        if varying and "device" in varying.group(1):
+            raise Mistake(f"{spec} leaves out 'device', which claims the 4 devices of a host hold the same "
+                          "sums; they do not (the psum ran over 'host' only), so check_vma refuses it") from None
         last = (str(error).strip().splitlines() or [""])[-1]
         raise Mistake(f"shard_map rejects out_specs={spec}: {last}") from None
     got = np.asarray(out)
-    right = data.reshape(2, -1, 3).sum(1)
+    right = data.reshape(2, 4, -1, 3).sum((0, 2))  # [host, device, row, column] -> one row per device position
     if got.shape == right.shape and np.allclose(got, right):
         return
     if got.shape == (8, 3):
-        raise Mistake("naming 'device' too stores every device's copy: 4 identical rows per host, shape "
-                      "(8, C). The 4 devices of a host hold the same sums, so leave 'device' out")
-    if got.shape == (1, 6):
-        raise Mistake("that spec puts the hosts' rows side by side along dimension 1, shape (1, 2C); "
-                      "stack them along dimension 0 instead")
-    raise Mistake(f"with out_specs={spec} the result has shape {got.shape}, not (2, C) with one row "
-                  "of column sums per host")
+        raise Mistake("naming 'host' too stores each host's copy: the rows come twice, shape (8, C). After "
+                      "the psum over 'host' both hosts hold the same sums, so leave 'host' out")
+    if got.shape == (1, 12):
+        raise Mistake("that spec puts the 4 rows side by side along dimension 1, shape (1, 4C); stack them "
+                      "along dimension 0 instead")
+    raise Mistake(f"with out_specs={spec} the result has shape {got.shape}, not (4, C) with one row of "
+                  "column sums per device position")
 
 
 register(Exercise(
     id="05.2",
-    title="out_specs names the axes a result varies over",
-    answer_name="fixed_out_specs",
-    solution="fixed_out_specs = P('host')  # the sums vary over 'host' only; the 4 devices of a host agree",
+    title="out_specs names the axes a result still varies over",
+    answer_name="sums_out_specs",
+    solution="sums_out_specs = P('device')  # after the psum over 'host' the sums vary over 'device' only",
     judge=_judge_out_specs,
     hints=(
-        "After psum over 'device', does the result still differ between devices of one host? Between hosts?",
-        "Name in out_specs exactly the mesh axes the result still varies over, on the dimension that stacks them.",
+        "After the psum over 'host', do the 2 hosts still hold different sums? Do the 4 devices of one host?",
+        "Name in out_specs exactly the mesh axes the result still varies over, on dimension 0, where the "
+        "rows stack.",
     ),
     wrong_answers=(
-        WrongAnswer("fixed_out_specs = P()", "differ between hosts"),
-        WrongAnswer("fixed_out_specs = P(('host', 'device'))", "4 identical rows per host"),
-        WrongAnswer("fixed_out_specs = P('device')", "leaves out 'host'"),
-        WrongAnswer("fixed_out_specs = P(None, 'host')", "side by side"),
-        WrongAnswer("fixed_out_specs = 'host'", "expected a PartitionSpec"),
+        WrongAnswer("sums_out_specs = P()", "differ between the devices of a host"),
+        WrongAnswer("sums_out_specs = P(('host', 'device'))", "leave 'host' out"),
+        WrongAnswer("sums_out_specs = P('host')", "leaves out 'device'"),
+        WrongAnswer("sums_out_specs = P(None, 'device')", "side by side"),
+        WrongAnswer("sums_out_specs = P('host', 'device')", "splits over two dimensions"),
+        WrongAnswer("sums_out_specs = 'device'", "expected a PartitionSpec"),
     ),
 ))
 

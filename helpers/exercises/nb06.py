@@ -7,6 +7,7 @@ from typing import Any
 
 from helpers.exercises.core import Exercise, Mistake, WrongAnswer, call_learner, describe, register
 from helpers.exercises.judges import placement, require_spec
+from helpers.exercises.nb05 import _split_over_two_dimensions
 
 DATA = ("host", "device")
 LR = 0.1
@@ -86,6 +87,11 @@ def _judge_specs(answer: Any) -> None:
              ("in_specs[2] (y, in_axes=0)", (16,), True),
              ("out_specs[0] (params, out_axes=None)", (16,), False),
              ("out_specs[1] (per-device numbers, out_axes=0)", (8,), True)]
+    for (what, _, _), spec in zip(slots, specs):
+        if _split_over_two_dimensions(tuple(spec)):
+            split = " and ".join(f"dimension {i} over {e!r}" for i, e in enumerate(spec) if e is not None)
+            raise Mistake(f"{what}: {spec} splits {split}; to split dimension 0 over both, group them in "
+                          "one tuple: P(('host', 'device'))")
     for (what, shape, split), spec in zip(slots, specs):
         got = placement(mesh, spec, shape)
         if not split:
@@ -137,12 +143,28 @@ register(Exercise(
         WrongAnswer("specs = ((P(), P(DATA), P(DATA)), (P(), P()))", "one number per device"),
         WrongAnswer("specs = ((P(), P(('device', 'host')), P(('device', 'host'))), (P(), P(DATA)))", "device-first"),
         WrongAnswer("specs = ((None, 0, 0), (None, 0))", "pmap's in_axes/out_axes"),
+        WrongAnswer("specs = ((P(), P('host', 'device'), P('host', 'device')), (P(), P('host', 'device')))",
+                    "group them in one tuple"),
+        WrongAnswer("specs = ((P(), P(*DATA), P(*DATA)), (P(), P(DATA)))", "group them in one tuple"),
         WrongAnswer("specs = ((P(), P(DATA), P(DATA)), P())", "a tuple of 2"),
     ),
 ))
 
 
 # --------------------------------------------------------------------------- 06.2
+
+def _shard_maps(jaxpr, inside_jit: bool = False):
+    """Yield (shard_map equation, whether a jit encloses it) for every shard_map in a jaxpr, nested ones too."""
+    for eqn in jaxpr.eqns:
+        name = eqn.primitive.name
+        if name == "shard_map":
+            yield eqn, inside_jit
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr holds its Jaxpr in .jaxpr
+                if hasattr(sub, "eqns"):
+                    yield from _shard_maps(sub, inside_jit or name in ("jit", "pjit"))
+
 
 def _value_and_grad_np(w, b, x, y):
     """Loss and gradients of the notebook's linear model, in float64 numpy (no JAX compiles)."""
@@ -216,6 +238,22 @@ def _judge_momentum(make_momentum_step: Any) -> None:
             raise Mistake("your loss is device 0's alone: pmean it over ('host', 'device') (check_vma=False "
                           "let out_specs=P() return one device's value)")
         raise Mistake(f"your loss {got_loss:.4f} is not the loss on the whole batch, {true_loss:.4f}")
+    # The numbers are right. Now how: a jitted shard_map with check_vma on (a faithful pmap copy,
+    # pmean of the gradients under check_vma=False, also gives the right numbers).
+    try:
+        jaxpr = jax.make_jaxpr(step)(params, velocity, xg, yg).jaxpr
+    except Exception:  # not traceable (e.g. converts to numpy inside): judged on the numbers alone
+        return
+    found = list(_shard_maps(jaxpr))
+    if not found:
+        raise Mistake("the numbers are right, but your step does not use jax.shard_map; this exercise is "
+                      "the port to shard_map")
+    if any(not eqn.params.get("check_vma", True) for eqn, _ in found):
+        raise Mistake("this passes only because check_vma is off (check_vma=False, as in pmap, where each "
+                      "device's gradient is its own slice's); keep it on and take grad of the pmean'd loss")
+    if not all(jitted for _, jitted in found):
+        raise Mistake("the numbers are right, but the step is not jitted: wrap the shard_map in jax.jit, "
+                      "as the prompt asks (a bare shard_map runs op by op)")
 
 
 _MOMENTUM_SOLUTION = '''
@@ -280,6 +318,17 @@ register(Exercise(
             "replicated"),
         WrongAnswer(_momentum_variant('''        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
         grads = jax.lax.pmean(grads, DATA)'''), "still differs between devices"),
+        WrongAnswer(_momentum_variant(_PMEAN_GRAD, extra=", check_vma=False"), "passes only because check_vma is off"),
+        WrongAnswer('''
+def make_momentum_step(mesh):
+    def body(params, velocity, x, y):
+        loss, grads = jax.value_and_grad(lambda p: jax.lax.pmean(loss_fn(p, x, y), DATA))(params)
+        velocity = jax.tree.map(lambda v, g: 0.9 * v + g, velocity, grads)
+        params = jax.tree.map(lambda p, v: p - LR * v, params, velocity)
+        return params, velocity, loss
+
+    return jax.shard_map(body, mesh=mesh, in_specs=(P(), P(), P(DATA), P(DATA)), out_specs=(P(), P(), P()))
+''', "not jitted"),
     ),
 ))
 
