@@ -30,6 +30,10 @@ def meshes():
         "device_host": Mesh(d.reshape(2, 4).T, ("device", "host")),
         # host 0's devices at mesh columns 0 and 2 of both rows: not a contiguous block
         "interleaved": Mesh(d[[0, 4, 1, 5, 2, 6, 3, 7]].reshape(2, 4), ("host", "device")),
+        # notebook 03's mesh B: each row mixes the hosts, yet host 0's devices form one 2 x 2 block
+        "twisted": Mesh(d.reshape(4, 2).T, ("host", "device")),
+        # notebook 03's exercise 03.2: jax.make_mesh((4, 2), ("device", "host")) on CPU
+        "devices_first": Mesh(d.reshape(4, 2), ("device", "host")),
     }
 
 SPECS = {
@@ -53,7 +57,8 @@ def cases():
     out.append(("mapld", "host_device", "P('device')", (4, 4)))
     out.append(("mapld", "host_device", "P(('host','device'))", (8, 4)))
     out.append(("mapld", "interleaved", "P('host')", (8, 4)))
-    for m in ("host_device", "device_host", "interleaved"):
+    out.append(("mapld", "host_device", "P(('host','device'))", (4, 4)))  # each host passes the whole array
+    for m in ("host_device", "device_host", "interleaved", "twisted", "devices_first"):
         for s in ("P()", "P('host')", "P('device')", "P(('host','device'))", "P(None,'device')"):
             out.append(("hla2ga", m, s, None))
     return out
@@ -204,6 +209,7 @@ def test_the_cases_cover_what_the_notebooks_teach(real_results):
     assert isinstance(real_results["hla2ga-interleaved-P('host')"], list)  # HLA2GA raises
     assert "contiguous subcube" in real_results["hla2ga-interleaved-P('host')"][0]["message"]
     assert "error" not in real_results["hla2ga-device_host-P('host')"]
+    assert "error" not in real_results["hla2ga-twisted-P(('host','device'))"]  # a block, not a row
 
 
 # ----------------------------------------------------------------- in-process unit tests

@@ -174,18 +174,20 @@ register(Exercise(
 
 # ------------------------------------------------------------------ 01.3 which meshes follow hosts
 
-_FOLLOW = {"A", "D", "E"}
+_FOLLOW = {"A", "B", "D"}
 _WHY = {
     "A": "A is the course's mesh: reshape(2, 4) keeps each host's devices in one row, so its 'host' "
          "axis follows the hosts",
-    "B": "B's row host=0 holds devices 0, 2, 4, 6: hosts 0 and 1 mixed, so its 'host' axis does not "
-         "follow the hosts",
-    "C": "C's axis NAMED 'host' has 4 entries that all lie inside one host (devices 0, 1, 2, 3); the "
-         "axis that really runs over hosts is the one it calls 'device'",
+    "B": "B's row host=0 holds devices 7, 6, 5, 4 and row host=1 devices 3, 2, 1, 0: each row is one "
+         "host's devices, so its 'host' axis follows the hosts, even though row host=0 is host 1. "
+         "The label's number need not match the process index",
+    "C": "C's row host=0 holds devices 0, 1, 4, 5: two of host 0's and two of host 1's, so its 'host' "
+         "axis does not follow the hosts",
     "D": "D's 'host' axis is its second axis, yet each of its two columns is one host's devices "
          "(0-3 and 4-7): where an axis sits in the mesh does not matter, only which devices lie along it",
-    "E": "E is jax.make_mesh((2, 4), ...), which on this machine lays out jax.devices() in order, "
-         "exactly like A",
+    "E": "E is jax.make_mesh((4, 2), ('device', 'host')), which on this machine lays out jax.devices() "
+         "in order as a 4 x 2 grid: the column host=0 holds devices 0, 2, 4, 6, from both hosts. Its "
+         "axis called 'device' is the one that changes host",
 }
 
 
@@ -213,19 +215,20 @@ register(Exercise(
     id="01.3",
     title="which meshes have a 'host' axis that follows the hosts",
     answer_name="follows_hosts",
-    solution='follows_hosts = {"A", "D", "E"}',
+    solution='follows_hosts = {"A", "B", "D"}',
     judge=_judge_follow,
     hints=(
-        "For each mesh, take the devices at host=0, then those at host=1. The axis follows the hosts "
-        "when each group is one host's devices, and the two groups are different hosts.",
-        "mesh_text(mesh) and helpers.topology.host_of show the owner of every cell. The position of "
-        "the 'host' axis (first or second) does not matter.",
+        "For each mesh, write down its device grid, then take the devices at host=0 and those at "
+        "host=1. The axis follows the hosts when each group is one host's devices, and the two groups "
+        "are different hosts.",
+        "Devices 0-3 are host 0's. The position of the 'host' axis (first or second) does not matter, "
+        "nor whether host=0 happens to be host 0. jax.make_mesh on CPU reshapes jax.devices() in order.",
     ),
     wrong_answers=(
-        WrongAnswer('follows_hosts = {"A", "E"}', "where an axis sits in the mesh does not matter"),
-        WrongAnswer('follows_hosts = {"A", "B", "D", "E"}', "hosts 0 and 1 mixed"),
-        WrongAnswer('follows_hosts = {"A", "C", "D", "E"}', "axis NAMED 'host' has 4 entries"),
-        WrongAnswer('follows_hosts = {"A", "D"}', "lays out jax.devices() in order"),
+        WrongAnswer('follows_hosts = {"A", "B"}', "where an axis sits in the mesh does not matter"),
+        WrongAnswer('follows_hosts = {"A", "D"}', "need not match the process index"),
+        WrongAnswer('follows_hosts = {"A", "B", "C", "D"}', "two of host 0's and two of host 1's"),
+        WrongAnswer('follows_hosts = {"A", "B", "D", "E"}', "the column host=0 holds devices 0, 2, 4, 6"),
         WrongAnswer('follows_hosts = ["A", "F"]', "there is no mesh 'F'"),
     ),
 ))
@@ -251,7 +254,7 @@ def _judge_small_mesh_hosts(answer) -> None:
         return
     if rows == [[0, 0], [1, 1]]:
         raise Mistake("jax.make_mesh does not pick 2 devices from each host: it takes the first 4 devices "
-                      "of jax.devices(), 0 to 3, and those are all host 0's. Its 'host' axis spans no host at all")
+                      "of jax.devices(), 0 to 3, and those are all host 0's. Its 'host' axis never leaves host 0")
     if rows == [[0, 1], [0, 1]] or rows == [[0, 1], [1, 0]]:
         raise Mistake("make_mesh does not spread the mesh over the hosts: it takes the first 4 devices of "
                       "jax.devices(), 0 to 3, all host 0's")
@@ -269,7 +272,7 @@ register(Exercise(
         "It takes them from the start of jax.devices(), in order, whatever the axes are called.",
     ),
     wrong_answers=(
-        WrongAnswer("small_mesh_hosts = [[0, 0], [1, 1]]", "does not pick 2 devices from each host"),
+        WrongAnswer("small_mesh_hosts = [[0, 0], [1, 1]]", "never leaves host 0"),
         WrongAnswer("small_mesh_hosts = [[0, 1], [0, 1]]", "does not spread the mesh over the hosts"),
         WrongAnswer("small_mesh_hosts = [0, 0, 0, 0]", "give a 2 x 2 grid"),
         WrongAnswer("small_mesh_hosts = 'host 0'", "expected a 2 x 2 grid"),

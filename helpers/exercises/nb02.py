@@ -15,60 +15,7 @@ def _mesh():
     return jax.make_mesh((2, 4), ("host", "device"), devices=jax.devices()[:8])
 
 
-# ------------------------------------------------------------------ 02.1 copies per tile
-
-_COPY_SPECS = ("P()", "P('host')", "P(None, 'device')", "P('host', 'device')")
-_COPIES = (8, 4, 2, 1)
-
-
-def _judge_copies(answer: Any) -> None:
-    if (not isinstance(answer, (tuple, list)) or len(answer) != 4
-            or not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in answer)):
-        raise Mistake(f"expected a tuple of 4 whole numbers like (1, 2, 3, 4), one per spec, but got "
-                      f"{describe(answer)}")
-    got = tuple(int(n) for n in answer)
-    if got == _COPIES:
-        return
-    if got == (1, 2, 4, 8):
-        raise Mistake("those are the numbers of tiles (distinct pieces), not of copies: P() makes 1 tile "
-                      "that all 8 devices hold")
-    if got[1] == 2 and got[2] == 4:
-        raise Mistake("you swapped the axis sizes: 'host' has 2 entries and 'device' 4. P('host') leaves "
-                      "'device' unused, so each tile is copied on the 4 devices of a host")
-    if got[0] == 1:
-        raise Mistake("P() splits nothing: the whole array is one tile, and every one of the 8 devices "
-                      "holds a copy")
-    if got[3] != 1:
-        raise Mistake("P('host', 'device') uses both mesh axes, so no axis is left to copy along: "
-                      "each tile is on exactly 1 device")
-    wrong = next(i for i in range(4) if got[i] != _COPIES[i])
-    raise Mistake(f"{_COPY_SPECS[wrong]} is not right: count the devices along the mesh axes the spec "
-                  "does NOT name; their sizes multiply")
-
-
-register(Exercise(
-    id="02.1",
-    title="how many devices hold each tile",
-    answer_name="copies",
-    solution="copies = (8, 4, 2, 1)  # the product of the sizes of the mesh axes each spec leaves unused",
-    judge=_judge_copies,
-    hints=(
-        "A mesh axis that the spec does not name does not split the array, so the array is copied "
-        "along it.",
-        "The mesh has 'host' (size 2) and 'device' (size 4). Multiply the sizes of the unused axes; "
-        "no unused axis means 1 copy.",
-    ),
-    wrong_answers=(
-        WrongAnswer("copies = (1, 2, 4, 8)", "numbers of tiles"),
-        WrongAnswer("copies = (8, 2, 4, 1)", "you swapped the axis sizes"),
-        WrongAnswer("copies = (8, 4, 2, 2)", "no axis is left to copy along"),
-        WrongAnswer("copies = (1, 4, 2, 1)", "P() splits nothing"),
-        WrongAnswer("copies = [8, 4, 2]", "expected a tuple of 4 whole numbers"),
-    ),
-))
-
-
-# ------------------------------------------------------------------ 02.2 device 5's rows
+# ------------------------------------------------------------------ 02.1 device 5's rows
 
 def _judge_device5(answer: Any) -> None:
     if isinstance(answer, (slice, range)):
@@ -102,7 +49,7 @@ def _judge_device5(answer: Any) -> None:
 
 
 register(Exercise(
-    id="02.2",
+    id="02.1",
     title="the rows device 5 holds under P(('device', 'host'), None)",
     answer_name="device5_rows",
     solution="device5_rows = (6, 8)  # device 5 is (host=1, device=1): tile 1 * 2 + 1 = 3 of 8, rows 6:8",
@@ -118,6 +65,68 @@ register(Exercise(
         WrongAnswer("device5_rows = (2, 4)", "second device of host 1"),
         WrongAnswer("device5_rows = (6, 7)", "stops one past the"),
         WrongAnswer("device5_rows = '6:8'", "expected the rows as (start, stop)"),
+    ),
+))
+
+
+# ------------------------------------------------------------------ 02.2 copies per tile
+
+_COPY_SPECS = ("P()", "P(None, 'host')", "P('device', None)", "P('device', 'host')")
+_COPIES = (8, 4, 2, 1)
+
+
+def _judge_copies(answer: Any) -> None:
+    if (not isinstance(answer, (tuple, list)) or len(answer) != 4
+            or not all(isinstance(n, numbers.Integral) and not isinstance(n, bool) for n in answer)):
+        raise Mistake(f"expected a tuple of 4 whole numbers like (1, 2, 3, 4), one per spec, but got "
+                      f"{describe(answer)}")
+    got = tuple(int(n) for n in answer)
+    if got == _COPIES:
+        return
+    if got == (1, 2, 4, 8):
+        raise Mistake("those are the numbers of tiles (distinct blocks), not of copies: P() makes 1 tile "
+                      "that all 8 devices hold")
+    if got[1] == 2 and got[2] == 4:
+        raise Mistake("you swapped the axis sizes: 'host' has 2 entries and 'device' 4. P(None, 'host') "
+                      "leaves 'device' unused, so each tile is copied on 4 devices, one host's")
+    if got[0] == 1:
+        raise Mistake("P() splits nothing: the whole array is one tile, and every one of the 8 devices "
+                      "holds a copy")
+    if got[1] == 8:
+        raise Mistake("P(None, 'host') does use a mesh axis: 'host' splits dimension 1 (the columns). "
+                      "Only 'device' is unused, so each tile has 4 copies; which dimension an axis splits "
+                      "does not change the count")
+    if got[2] == 8 or got[2] == 1:
+        raise Mistake("P('device', None) is P('device') with the None spelled out: 'device' splits the "
+                      "rows, 'host' is unused, so each tile is on 2 devices, one per host")
+    if got[3] != 1:
+        raise Mistake("P('device', 'host') uses both mesh axes, so no axis is left to copy along: "
+                      "each tile is on exactly 1 device")
+    wrong = next(i for i in range(4) if got[i] != _COPIES[i])
+    raise Mistake(f"{_COPY_SPECS[wrong]} is not right: count the devices along the mesh axes the spec "
+                  "does NOT name; their sizes multiply")
+
+
+register(Exercise(
+    id="02.2",
+    title="how many devices hold each tile of an (8, 8) array",
+    answer_name="copies",
+    solution="copies = (8, 4, 2, 1)  # the product of the sizes of the mesh axes each spec leaves unused",
+    judge=_judge_copies,
+    hints=(
+        "A mesh axis that the spec does not name does not split the array, so the array is copied "
+        "along it. Which dimension a named axis splits does not matter for the count.",
+        "The mesh has 'host' (size 2) and 'device' (size 4). Multiply the sizes of the unused axes; "
+        "no unused axis means 1 copy.",
+    ),
+    wrong_answers=(
+        WrongAnswer("copies = (1, 2, 4, 8)", "numbers of tiles"),
+        WrongAnswer("copies = (8, 2, 4, 1)", "you swapped the axis sizes"),
+        WrongAnswer("copies = (8, 8, 2, 1)", "does use a mesh axis"),
+        WrongAnswer("copies = (8, 4, 8, 1)", "with the None spelled out"),
+        WrongAnswer("copies = (8, 4, 2, 2)", "no axis is left to copy along"),
+        WrongAnswer("copies = (1, 4, 2, 1)", "P() splits nothing"),
+        WrongAnswer("copies = [8, 4, 2]", "expected a tuple of 4 whole numbers"),
     ),
 ))
 

@@ -67,9 +67,17 @@ register(Exercise(
 ))
 
 
-# ------------------------------------------------------------------ 03.2 repair the seed's spec
+# ------------------------------------------------------------------ 03.2 the spec on a devices-first mesh
 
 _LOCAL = (8, 3)  # each host's batch
+_GLOBAL = (16, 3)
+
+
+def _devices_first():
+    """jax.make_mesh((4, 2), ("device", "host")) on 2 hosts x 4 devices: host 0 owns rows device=0, 1."""
+    import jax
+
+    return jax.make_mesh((4, 2), ("device", "host"), devices=jax.devices()[:8])
 
 
 def _host_of_position(device) -> int:
@@ -79,59 +87,62 @@ def _host_of_position(device) -> int:
 
 
 def _judge_data_spec(answer: Any) -> None:
-    import jax
     from jax import P
 
     from helpers.viz_text import format_spec
 
     spec = require_spec(answer)
-    mesh = jax.make_mesh((2, 4), ("host", "device"), devices=jax.devices()[:8])
-    entries = list(spec) + [None] * (2 - len(spec))
+    mesh = _devices_first()
     if len(spec) > 2:
         raise Mistake(f"{format_spec(spec)} has {len(spec)} entries, but the batch has 2 dimensions")
+    entries = list(spec) + [None] * (2 - len(spec))
     axes = [(e if isinstance(e, tuple) else (e,)) if e is not None else () for e in entries]
     unknown = [a for a in axes[0] + axes[1] if a not in ("host", "device")]
     if unknown:
-        raise Mistake(f"the mesh's axes are 'host' and 'device'; {unknown[0]!r} is not one of them")
+        raise Mistake(f"the mesh's axes are 'device' and 'host'; {unknown[0]!r} is not one of them")
     if axes[1]:
-        raise Mistake(f"{format_spec(spec)} splits dimension 1, the 3 features of each example; keep whole examples "
-                      "and split dimension 0, the batch")
-    if "host" not in axes[0]:
-        raise Mistake(f"with {format_spec(spec)} the global batch has 8 rows, not 16: 'host' is not named, so JAX "
-                      "takes the two hosts' batches as copies of the same 8 rows, and the copies disagree "
-                      "(replicas that differ, with no error)")
-    if "device" not in axes[0]:
-        raise Mistake("the global batch is right (16 rows, host 0's first), but 'device' is unused, so each "
-                      "host's 8 examples are copied onto all 4 of its devices: every device of a host "
-                      "would compute on the same examples")
-    got = placement(mesh, spec, (16, 3))
-    if got == placement(mesh, P(("host", "device")), (16, 3)):
+        raise Mistake(f"{format_spec(spec)} splits dimension 1, the 3 features of each example; keep whole "
+                      "examples and split dimension 0, the batch")
+    if not axes[0]:
+        raise Mistake("with P() every device holds the whole batch, and JAX takes the two hosts' batches as "
+                      "copies of the same 8 rows: the global batch has 8 rows, not 16, and the copies disagree")
+    got = placement(mesh, spec, _GLOBAL)
+    if got == placement(mesh, P(("device", "host")), _GLOBAL):
         return
+    if axes[0] == ("host",):
+        raise Mistake("on this mesh 'host' does not separate the hosts: devices 0 and 1, both host 0's, sit "
+                      "at host=0 and host=1. So JAX takes the two hosts' batches as copies of the same 8 rows "
+                      "(the global batch has 8 rows, not 16), and the copies disagree")
+    if axes[0] == ("device",):
+        raise Mistake("the global batch is right (16 rows, host 0's first): on this mesh 'device' is the axis "
+                      "that changes host. But 'host' is unused, so each tile is copied on 2 devices of one "
+                      "host (devices 0 and 1 hold the same examples): name 'host' too, in the same tuple")
     host0_rows = sorted(got[d.id][0][:2] for d in mesh.devices.flat if _host_of_position(d) == 0)
     raise Mistake(f"every device gets examples of its own, but host 0's examples land on global rows "
-                  f"{', '.join(f'{a}:{b}' for a, b in host0_rows)}, interleaved with host 1's. Put 'host' "
-                  "first in the tuple so the global batch is host 0's examples, then host 1's")
+                  f"{', '.join(f'{a}:{b}' for a, b in host0_rows)}, mixed with host 1's. On this mesh the "
+                  "axis called 'host' changes inside each host; the one that runs over the hosts is "
+                  "'device'. Put that axis first in the tuple: the first name is the slow one")
 
 
 register(Exercise(
     id="03.2",
-    title="the spec for host-local batches",
+    title="the batch spec on a devices-first mesh",
     answer_name="data_spec",
-    solution='data_spec = P(("host", "device"))  # the batch over both axes, host first',
+    solution='data_spec = P(("device", "host"))  # on this mesh "device" runs over the hosts, so it comes first',
     judge=_judge_data_spec,
     hints=(
-        "Each host's examples are different examples. Which mesh axis must the spec name so that JAX "
-        "counts them as different rows?",
-        "Every device should also get examples of its own: name both axes for dimension 0, in one tuple. "
-        "The first name varies slowest.",
+        "Find host 0's devices (0-3) in the mesh. Do you leave host 0 by moving along 'device' or "
+        "along 'host'?",
+        "Every device needs examples of its own, so dimension 0 is split over both axes, in one tuple. "
+        "The first name is the slow one: it must be the axis that runs over the hosts.",
     ),
     wrong_answers=(
-        WrongAnswer('data_spec = P("device")', "the global batch has 8 rows, not 16"),
-        WrongAnswer("data_spec = P()", "with P() the global batch has 8 rows"),
-        WrongAnswer('data_spec = P("host")', "copied onto all 4 of its devices"),
-        WrongAnswer('data_spec = P(("device", "host"))', "interleaved with host 1's"),
-        WrongAnswer('data_spec = P(None, ("host", "device"))', "splits dimension 1"),
-        WrongAnswer('data_spec = "host, device"', "expected a PartitionSpec"),
+        WrongAnswer('data_spec = P(("host", "device"))', "mixed with host 1's"),
+        WrongAnswer('data_spec = P("device")', "copied on 2 devices of one host"),
+        WrongAnswer('data_spec = P("host")', "does not separate the hosts"),
+        WrongAnswer("data_spec = P()", "with P() every device holds the whole batch"),
+        WrongAnswer('data_spec = P(None, ("device", "host"))', "splits dimension 1"),
+        WrongAnswer('data_spec = "device, host"', "expected a PartitionSpec"),
     ),
 ))
 
