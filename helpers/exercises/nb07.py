@@ -1,4 +1,4 @@
-"""Exercises of notebook 07: data-parallel training across hosts."""
+"""Exercises of notebook 07: data-parallel training across hosts (07.1, the fix, is defined last)."""
 from helpers.exercises.core import Exercise, Mistake, WrongAnswer, describe, register
 from helpers.exercises.judges import require_spec
 
@@ -29,7 +29,7 @@ def _judge_device5_rows(answer) -> None:
 
 
 register(Exercise(
-    id="07.1",
+    id="07.2",
     title="device 5 holds rows 160..191 of the global batch",
     answer_name="device5_rows",
     solution="device5_rows = (160, 192)  # host 1's rows are 128..255; its second device gets 160..191",
@@ -85,7 +85,7 @@ def _judge_equal_copies(answer) -> None:
 
 
 register(Exercise(
-    id="07.2",
+    id="07.3",
     title="with P('device') each host's devices agree, the hosts do not",
     answer_name="equal_copies",
     solution="equal_copies = [[0, 1, 2, 3], [4, 5, 6, 7]]  # one group per host",
@@ -131,10 +131,10 @@ def _judge_fix(answer) -> None:
     both = frozenset({"host", "device"})
     if same_placement(mesh, spec, P("device"), shape):
         if axes == frozenset({"device"}):
-            raise Mistake("that is the seed's step: it runs, but P('device') claims every host "
+            raise Mistake("that is the step from the shard_map question the course started from: it runs, but P('device') claims every host "
                           "has the same rows, so each host's copy trains on its own data")
         raise Mistake("P('device') types the batch as the same on every host, so JAX refuses "
-                      "one average over both axes (it raised in section 5): the spec must change too")
+                      "one average over both axes (section 5 shows JAX raising): the spec must change too")
     if same_placement(mesh, spec, P("host"), shape):
         raise Mistake("P('host') gives each host's whole 128 rows to every one of its 4 devices: "
                       "the 4 devices repeat the same work instead of splitting it")
@@ -172,7 +172,7 @@ def _judge_fix(answer) -> None:
 
 
 register(Exercise(
-    id="07.3",
+    id="07.1",
     title="P(('host', 'device')), averaged over ('host', 'device'): one model, all the data",
     answer_name="fix",
     solution="fix = (P(('host', 'device')), ('host', 'device'))  # split over both, average over both",
@@ -184,7 +184,7 @@ register(Exercise(
         "axis the batch is split over.",
     ),
     wrong_answers=(
-        WrongAnswer("fix = (P('device'), 'device')", "the seed's step"),
+        WrongAnswer("fix = (P('device'), 'device')", "the shard_map question the course started from"),
         WrongAnswer("fix = (P('device'), ('host', 'device'))", "the spec must change too"),
         WrongAnswer("fix = (P(('host', 'device')), 'device')", "different losses"),
         WrongAnswer("fix = (P('host'), ('host', 'device'))", "repeat the same work"),
