@@ -14,6 +14,7 @@ import time
 
 import psutil
 import pytest
+from processes import alive
 
 from helpers import launch
 from helpers.launch_result import HostResult, LaunchError, RunResult, clean_stderr
@@ -47,15 +48,6 @@ print("done")
 """
 
 
-def _alive(pids) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 @pytest.mark.multiprocess
@@ -74,7 +66,7 @@ def test_two_hosts_build_a_global_array_and_psum_quickly():
     html = result._repr_html_()
     assert html.count("<td") == 2 and "host 1" in html and "52.0" in html
     assert result.check() is result
-    assert not _alive(result.pids)
+    assert not alive(result.pids)
     assert elapsed < 30  # about 1.5 s on a quiet 2-core machine
 
 
@@ -95,7 +87,7 @@ def test_a_crashing_host_stops_the_others_and_shows_its_error():
     assert "Traceback" not in text.split("--- host 1")[0]  # stderr shown for failed hosts only
     with pytest.raises(LaunchError, match="host 1 failed"):
         result.check()
-    assert not _alive(result.pids)
+    assert not alive(result.pids)
     assert elapsed < 20  # host 0 would otherwise wait in the collective for minutes
 
 
@@ -110,7 +102,7 @@ def test_a_hang_is_stopped_at_the_timeout_naming_the_hosts():
         "stopped after the 10 s timeout: hosts 0 and 1 were still running")
     assert result.stdout == ("ready\n", "ready\n")
     assert result.returncode == (None, None)
-    assert not _alive(result.pids)
+    assert not alive(result.pids)
     assert 10 <= elapsed < 20
 
 
@@ -131,7 +123,7 @@ def test_an_interrupt_kills_every_host(monkeypatch):
     finally:
         timer.cancel()
     assert len(seen) >= 2
-    assert not _alive(seen)
+    assert not alive(seen)
 
 
 @pytest.mark.multiprocess
@@ -146,7 +138,7 @@ def test_a_taken_port_is_retried_on_a_new_one(monkeypatch):
     assert result.ok, str(result)
     assert result.attempts == 2
     assert "port" not in str(result)
-    assert not _alive(result.pids)
+    assert not alive(result.pids)
 
 
 def test_processes_a_script_leaves_behind_are_killed_too(tmp_path):
@@ -159,7 +151,7 @@ def test_processes_a_script_leaves_behind_are_killed_too(tmp_path):
     assert result.ok, str(result)
     grandchildren = [int(out.strip()) for out in result.stdout]
     time.sleep(0.2)
-    assert not _alive(grandchildren)
+    assert not alive(grandchildren)
 
 
 @pytest.mark.multiprocess
@@ -206,7 +198,7 @@ def test_cli_ctrl_c_stops_every_host(tmp_path):
         cli.wait()
     assert len(children) >= 2
     time.sleep(0.2)
-    assert not _alive(children)
+    assert not alive(children)
 
 
 @pytest.mark.multiprocess
@@ -225,9 +217,9 @@ def test_hosts_die_with_a_killed_launcher(tmp_path):
         cli.kill()
         cli.wait()
     deadline = time.monotonic() + 5
-    while _alive(children) and time.monotonic() < deadline:
+    while alive(children) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert len(children) >= 2 and not _alive(children)
+    assert len(children) >= 2 and not alive(children)
 
 
 def test_cli_rejects_a_missing_script():

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from processes import alive
 
 from helpers import launch
 
@@ -66,15 +67,6 @@ def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float = TIMEOUT):
     return proc.returncode, out, err
 
 
-def _alive(pids) -> list[int]:
-    out = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                out.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def _env(devices: int) -> dict[str, str]:
@@ -134,7 +126,7 @@ def launcher_loss() -> float:
         assert result.ok, str(result)
         losses = [_check_host_output(h.stdout, "course launcher", h.host, 2, 4) for h in result.hosts]
     finally:
-        assert not _alive(result.pids), "a launched host outlived its run"
+        assert not alive(result.pids), "a launched host outlived its run"
     assert losses[0] == losses[1], f"the hosts disagree: {losses}"
     return losses[0]
 
