@@ -18,7 +18,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from processes import alive
 
 from helpers import launch
 
