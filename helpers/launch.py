@@ -83,20 +83,20 @@ def _die_with_launcher() -> None:
         os._exit(1)
 
 
-def _native_stdout_off_the_pipe() -> None:
+def _native_stdout_off_the_pipe(*, to_stderr: bool = False) -> None:
     """Give Python's stdout its own copy of the pipe, and point the C-level stdout elsewhere.
 
     gloo prints "[Gloo] Rank N is connected to ..." from several C++ threads straight to
     file descriptor 1, interleaved mid-line with each other and with the script's prints, so
     it cannot be filtered out afterwards. Native stdout goes to /dev/null (to stderr when
-    the launcher runs with --verbose).
+    the launcher runs with --verbose, or under a cluster launcher, so nothing is lost there).
     """
     sys.stdout.flush()
     own = os.dup(1)
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(own, "w")), encoding="utf-8",
                                   errors="backslashreplace", line_buffering=True,
                                   write_through=True)
-    if os.environ.get("HELPERS_LAUNCH_VERBOSE") == "1":
+    if to_stderr or os.environ.get("HELPERS_LAUNCH_VERBOSE") == "1":
         os.dup2(2, 1)
     else:
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -138,6 +138,7 @@ def initialize(*, timeout: int = 60, verbose: bool = False) -> str:
                     cluster_detection_method="deactivate",
                 )
             else:
+                _native_stdout_off_the_pipe(to_stderr=True)
                 jax.distributed.initialize(initialization_timeout=timeout)
         except RuntimeError as err:
             if "before any JAX" in str(err) or "must be called before" in str(err):

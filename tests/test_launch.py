@@ -257,7 +257,7 @@ def fake_initialize(monkeypatch):
     monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: calls.append(k))
     monkeypatch.setattr(launch, "_joined_via", None)
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
-    monkeypatch.setattr(launch, "_native_stdout_off_the_pipe", lambda: None)  # keep pytest's fd 1
+    monkeypatch.setattr(launch, "_native_stdout_off_the_pipe", lambda **kwargs: None)  # keep pytest's fd 1
     for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
                 "OMPI_MCA_orte_hnp_uri", "OMPI_COMM_WORLD_SIZE", "SLURM_JOB_ID",
                 "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from processes import alive
 
 from helpers import launch
 
