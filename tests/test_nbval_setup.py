@@ -1,0 +1,44 @@
+"""The nbval set-up: log noise on stderr is ignored, anything else on stderr still counts."""
+import re
+from pathlib import Path
+
+import nbval.plugin
+
+from conftest import _without_log_noise
+
+SANITIZE = Path(__file__).with_name("nbval_sanitize.cfg")
+
+
+def _stderr(text):
+    return {"output_type": "stream", "name": "stderr", "text": text}
+
+
+def test_absl_noise_alone_is_dropped():
+    noise = ("WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+             "I1130 05:01:02.123456   4242 coordination_service.cc:99] connected\n")
+    assert _without_log_noise([_stderr(noise)]) == []
+
+
+def test_a_real_message_on_stderr_is_kept_without_the_noise():
+    text = "E1130 05:01:02.123456   4242 x.cc:1] gloo\nUserWarning: something real\n"
+    assert _without_log_noise([_stderr(text)]) == [_stderr("UserWarning: something real\n")]
+
+
+def test_stdout_and_results_are_untouched():
+    outputs = [{"output_type": "stream", "name": "stdout", "text": "I1130 05:01:02.1 1 looks like a log\n"},
+               {"output_type": "execute_result", "data": {"text/plain": "8"}}]
+    assert _without_log_noise(outputs) == outputs
+
+
+def test_nbval_compares_through_the_filter():
+    kept = nbval.plugin.transform_streams_for_comparison(
+        [_stderr("I1130 05:01:02.123456   4242 a.cc:1] noise\n")])
+    assert kept == []
+
+
+def test_sanitizers_hide_addresses_and_temp_paths_only():
+    patterns = re.findall(r"^regex: (.*)$\n^replace: (.*)$", SANITIZE.read_text(), flags=re.M)
+    text = "<object at 0x7f3a2b1c4d50> wrote /tmp/tmpab12/x.py; device 0x1 stays"
+    for regex, replace in patterns:
+        text = re.sub(regex, replace, text)
+    assert text == "<object at 0xADDRESS> wrote TMPPATH; device 0x1 stays"
