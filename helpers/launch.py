@@ -104,6 +104,22 @@ def _native_stdout_off_the_pipe(*, to_stderr: bool = False) -> None:
         os.close(devnull)
 
 
+def _wait_for_coordinator(address: str, timeout: float) -> None:
+    """Wait until process 0's coordinator accepts connections (at most `timeout` seconds).
+
+    A host that connects before the coordinator listens backs off for about a second;
+    waiting here first makes it join as soon as the coordinator is up.
+    """
+    host, port = address.rsplit(":", 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.02)
+
+
 def initialize(*, timeout: int = 60, verbose: bool = False) -> str:
     """Join the multi-process run this script was started in; return how ("course launcher", ...)."""
     global _joined_via
@@ -129,6 +145,8 @@ def initialize(*, timeout: int = 60, verbose: bool = False) -> str:
                 _die_with_launcher()
                 _native_stdout_off_the_pipe()
                 address = env["JAX_COORDINATOR_ADDRESS"]
+                if int(env["JAX_PROCESS_ID"]) != 0:
+                    _wait_for_coordinator(address, timeout)
                 jax.distributed.initialize(
                     coordinator_address=address,
                     num_processes=int(env["JAX_NUM_PROCESSES"]),
