@@ -176,16 +176,25 @@ def test_cli_prefixes_lines_and_reports_failure(tmp_path):
     assert "[launch] 2 hosts x 2 devices: host 1 failed (exit code 3)" in bad.stderr
 
 
-@pytest.mark.multiprocess
-def test_cli_ctrl_c_stops_every_host(tmp_path):
+def _start_hanging_cli(tmp_path, stderr) -> subprocess.Popen:
+    """`python -m helpers.launch` on 2 x 2 hosts that print "ready" and then hang."""
     script = tmp_path / "hang.py"
     script.write_text(FAULT.format(fault="time.sleep(600)"))
-    cli = subprocess.Popen([sys.executable, "-m", "helpers.launch", "--hosts", "2",
-                            "--devices-per-host", "2", str(script)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-m", "helpers.launch", "--hosts", "2",
+                             "--devices-per-host", "2", str(script)],
+                            stdout=subprocess.PIPE, stderr=stderr, text=True)
+
+
+def _read_ready(cli: subprocess.Popen) -> None:
+    ready = [cli.stdout.readline() for _ in range(2)]
+    assert sorted(ready) == ["[host 0] ready\n", "[host 1] ready\n"]
+
+
+@pytest.mark.multiprocess
+def test_cli_ctrl_c_stops_every_host(tmp_path):
+    cli = _start_hanging_cli(tmp_path, subprocess.PIPE)
     try:
-        ready = [cli.stdout.readline() for _ in range(2)]
-        assert sorted(ready) == ["[host 0] ready\n", "[host 1] ready\n"]
+        _read_ready(cli)
         kids = psutil.Process(cli.pid).children(recursive=True)
         children = [p.pid for p in kids]
         listening = {c.laddr.ip for p in kids for c in p.net_connections() if c.status == "LISTEN"}
@@ -204,14 +213,9 @@ def test_cli_ctrl_c_stops_every_host(tmp_path):
 @pytest.mark.multiprocess
 def test_hosts_die_with_a_killed_launcher(tmp_path):
     """A kernel killed outright (SIGKILL) cannot clean up; the hosts must not outlive it."""
-    script = tmp_path / "hang.py"
-    script.write_text(FAULT.format(fault="time.sleep(600)"))
-    cli = subprocess.Popen([sys.executable, "-m", "helpers.launch", "--hosts", "2",
-                            "--devices-per-host", "2", str(script)],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    cli = _start_hanging_cli(tmp_path, subprocess.DEVNULL)
     try:
-        assert sorted(cli.stdout.readline() for _ in range(2)) == ["[host 0] ready\n",
-                                                                   "[host 1] ready\n"]
+        _read_ready(cli)
         children = [p.pid for p in psutil.Process(cli.pid).children(recursive=True)]
     finally:
         cli.kill()

@@ -46,3 +46,28 @@ def require_shape(answer: Any, what: str = "the shape") -> tuple[int, ...]:
     if not isinstance(answer, tuple) or not all(isinstance(n, int) and not isinstance(n, bool) for n in answer):
         raise Mistake(f"expected {what} as a tuple of whole numbers like (8, 4), but got {describe(answer)}")
     return answer
+
+
+def require_numbers(answer: Any, count: int, what: str) -> list[float]:
+    """The answer as `count` plain numbers (a list, tuple or 1-D array), or a Mistake."""
+    import numpy as np
+
+    if isinstance(answer, (str, bytes, dict)) or answer is None:
+        raise Mistake(f"expected {what} as a list of {count} numbers, but got {describe(answer)}")
+    try:
+        values = np.asarray(answer, dtype=float)
+    except (TypeError, ValueError):
+        raise Mistake(f"expected {what} as a list of {count} numbers, but got {describe(answer)}") from None
+    if values.ndim != 1 or values.shape[0] != count:
+        raise Mistake(f"expected {count} numbers ({what}), one per device, but got {describe(answer)}")
+    if not np.all(np.isfinite(values)):
+        raise Mistake(f"expected {count} ordinary numbers ({what}); your list has nan or inf in it")
+    return values.tolist()
+
+
+def splits_host_and_device_apart(entries: tuple) -> bool:
+    """True for P('host', 'device') and the like: the two mesh axes on two different dimensions."""
+    names = [e if isinstance(e, tuple) else (e,) for e in entries]
+    with_host = [i for i, n in enumerate(names) if "host" in n]
+    with_device = [i for i, n in enumerate(names) if "device" in n]
+    return bool(with_host and with_device and with_host != with_device)

@@ -5,32 +5,15 @@ import numbers
 from typing import Any
 
 from helpers.exercises.core import Exercise, Mistake, WrongAnswer, describe, register
-from helpers.exercises.judges import require_shape
+from helpers.exercises.judges import require_numbers, require_shape
 
 _V8 = (3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 7.0)
-
-
-def _numbers(answer: Any, count: int, what: str) -> list[float]:
-    """The answer as `count` plain numbers (a list, tuple or 1-D array), or a Mistake."""
-    import numpy as np
-
-    if isinstance(answer, (str, bytes, dict)) or answer is None:
-        raise Mistake(f"expected {what} as a list of {count} numbers, but got {describe(answer)}")
-    try:
-        values = np.asarray(answer, dtype=float)
-    except (TypeError, ValueError):
-        raise Mistake(f"expected {what} as a list of {count} numbers, but got {describe(answer)}") from None
-    if values.ndim != 1 or values.shape[0] != count:
-        raise Mistake(f"expected {count} numbers ({what}), one per device, but got {describe(answer)}")
-    if not np.all(np.isfinite(values)):
-        raise Mistake(f"expected {count} ordinary numbers ({what}); your list has nan or inf in it")
-    return values.tolist()
 
 
 def _judge_centred(answer: Any) -> None:
     import numpy as np
 
-    got = np.asarray(_numbers(answer, 8, "the 8 outputs of centre(v8)"))
+    got = np.asarray(require_numbers(answer, 8, "the 8 outputs of centre(v8)"))
     v = np.asarray(_V8)
     mean, total = v.mean(), v.sum()
     if np.allclose(got, v - mean):

@@ -5,8 +5,7 @@ import re
 from typing import Any
 
 from helpers.exercises.core import Exercise, Mistake, WrongAnswer, call_learner, describe, register
-from helpers.exercises.judges import require_spec
-from helpers.exercises.nb04 import _numbers
+from helpers.exercises.judges import require_numbers, require_spec, splits_host_and_device_apart
 
 DATA = ("host", "device")
 _W8 = (3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0)
@@ -17,7 +16,7 @@ _CLAIMED = re.compile(r"replicated across mesh ax[ie]s (.*?), but could not infe
 def _judge_host_sums(answer: Any) -> None:
     import numpy as np
 
-    got = np.asarray(_numbers(answer, 8, "the 8 values of over_hosts(w8)"))
+    got = np.asarray(require_numbers(answer, 8, "the 8 values of over_hosts(w8)"))
     w = np.asarray(_W8).reshape(2, 4)  # [host, device]
     right = np.tile(w.sum(0), 2)
     if np.allclose(got, right):
@@ -68,14 +67,6 @@ def _paired_column_sums(block):
     return jax.lax.psum(jnp.sum(block, axis=0, keepdims=True), "host")
 
 
-def _split_over_two_dimensions(entries: tuple) -> bool:
-    """True for P('host', 'device') and the like: the two mesh axes on two different dimensions."""
-    names = [e if isinstance(e, tuple) else (e,) for e in entries]
-    with_host = [i for i, n in enumerate(names) if "host" in n]
-    with_device = [i for i, n in enumerate(names) if "device" in n]
-    return bool(with_host and with_device and with_host != with_device)
-
-
 def _judge_out_specs(answer: Any) -> None:
     import jax
     import numpy as np
@@ -88,7 +79,7 @@ def _judge_out_specs(answer: Any) -> None:
     if entries == ():
         raise Mistake("P() claims every device holds the same sums, but they differ between the devices "
                       "of a host: the psum ran over 'host' only")
-    if _split_over_two_dimensions(entries):
+    if splits_host_and_device_apart(entries):
         raise Mistake(f"{spec} splits over two dimensions, a mesh axis on each: P('host', 'device') "
                       "splits dimension 0 over 'host' and dimension 1 over 'device' (one dimension over "
                       "both is P(('host', 'device'))). After the psum over 'host', name only the axis the "

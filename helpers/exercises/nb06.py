@@ -6,8 +6,7 @@ import re
 from typing import Any
 
 from helpers.exercises.core import Exercise, Mistake, WrongAnswer, call_learner, describe, register
-from helpers.exercises.judges import placement, require_spec
-from helpers.exercises.nb05 import _split_over_two_dimensions
+from helpers.exercises.judges import placement, require_spec, splits_host_and_device_apart
 
 DATA = ("host", "device")
 LR = 0.1
@@ -88,7 +87,7 @@ def _judge_specs(answer: Any) -> None:
              ("out_specs[0] (params, out_axes=None)", (16,), False),
              ("out_specs[1] (per-device numbers, out_axes=0)", (8,), True)]
     for (what, _, _), spec in zip(slots, specs):
-        if _split_over_two_dimensions(tuple(spec)):
+        if splits_host_and_device_apart(tuple(spec)):
             split = " and ".join(f"dimension {i} over {e!r}" for i, e in enumerate(spec) if e is not None)
             raise Mistake(f"{what}: {spec} splits {split}; to split dimension 0 over both, group them in "
                           "one tuple: P(('host', 'device'))")
