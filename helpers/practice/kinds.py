@@ -204,8 +204,8 @@ def global_shape(rng: random.Random, seed: int) -> Question:
     split_dims = [d for d in range(rank) if blocks[d] > 1]
     if split_dims:
         candidates.append(Mistake(local, m.SPLIT_COPIED,
-                                  "that is one host's own shape: the hosts hold different parts of "
-                                  f"dimension {split_dims[0]}, so the global array is larger"))
+                                  "that is one host's own shape, as if the hosts held copies: they hold "
+                                  f"different parts of dimension {split_dims[0]}, so the global array is larger"))
     size_of = dict(zip(sc.axis_names, sc.axis_sizes))
     by_devices = tuple(n * ways(size_of, e) for n, e in zip(local, _entries(sc)))
     candidates.append(Mistake(by_devices, m.TILE_SIZE,

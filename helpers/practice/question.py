@@ -113,7 +113,7 @@ class Question:
         elif passed:
             print(f"✅ drill {self.seed}: right, {message}.")
         else:
-            print(f"❌ drill {self.seed} not yet: {message}. (q.explain() shows the answer and why)")
+            print(f"❌ drill {self.seed} not yet: {message}. (explain() on this drill shows the answer)")
         if answer is not Ellipsis:
             from helpers.progress import record_drill
 
