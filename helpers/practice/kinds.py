@@ -124,13 +124,12 @@ def holders(rng: random.Random, seed: int) -> Question:
         element.append(rng.choice(starts) if starts and rng.random() < 0.5 else rng.randrange(n))
     element = tuple(element)
 
-    def holding(where, placement):
+    def holding(where, placement) -> list[int] | None:
         if placement is None:
             return None
-        return tuple(sorted(d for d, idx in placement.items()
-                            if all(a <= i < b for i, (a, b) in zip(where, idx))))
+        return sorted(d for d, idx in placement.items() if all(a <= i < b for i, (a, b) in zip(where, idx)))
 
-    right = holding(element, placed)
+    right = tuple(holding(element, placed))
     el = _element(element)
     candidates = _variant_mistakes(sc, lambda spec: holding(element, sc.placement(spec)),
                                    "who holds it")
@@ -154,7 +153,7 @@ def holders(rng: random.Random, seed: int) -> Question:
     copies_rule = ("some copies are missing: the mesh axes the spec leaves out make copies, and every "
                    "device holding a copy counts")
     if len(right) > 1:
-        candidates.append(Mistake(right[:1], m.SPLIT_COPIED, copies_rule))
+        candidates.append(Mistake(list(right[:1]), m.SPLIT_COPIED, copies_rule))
 
     def normalize(answer):
         if isinstance(answer, numbers.Integral) or hasattr(answer, "platform"):
