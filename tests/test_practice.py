@@ -236,3 +236,48 @@ def test_form_widget_judges_the_answer_box():
     assert form.session.seed == 22 and form.verdict.value == "" and "Drill 22" in form.prompt.value
     form.kind_box.value = "spec"
     assert form.session.question.kind == "spec"
+
+
+GLOBAL_SHAPE_SCRIPT = r'''
+import json, sys
+import numpy as np
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from helpers.launch import initialize
+
+initialize()
+devices = jax.devices()
+per_host = len(devices) // jax.process_count()
+assert [d.process_index for d in devices] == [i // per_host for i in range(len(devices))]
+shapes = []
+for ids, sizes, names, entries, local in json.loads(sys.argv[1]):
+    mesh = Mesh(np.array(devices)[ids].reshape(sizes), tuple(names))
+    spec = P(*(tuple(e) if isinstance(e, list) else e for e in entries))
+    x = jax.make_array_from_process_local_data(NamedSharding(mesh, spec), np.zeros(local, np.float32))
+    shapes.append(list(x.shape))
+print("SHAPES " + json.dumps(shapes))
+'''
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("hosts", [2, 4])
+def test_global_shape_answers_are_what_real_processes_get(hosts):
+    """make_array_from_process_local_data across real processes builds the drill's answer."""
+    from helpers import launch
+
+    picked = [q for q in (drill(s, kind="global_shape") for s in range(400))
+              if q.scenario.hosts == hosts][:30]
+    cases = []
+    for q in picked:
+        sc = q.scenario
+        local = [g // b for g, b in zip(q.answer, host_blocks(sc, sc.spec))]
+        assert f"of shape {tuple(local)}" in q.ask
+        cases.append([list(sc.device_ids), list(sc.axis_sizes), list(sc.axis_names),
+                      [list(e) if isinstance(e, tuple) else e for e in sc.spec], local])
+    assert len(picked) == 30 and sum(q.answer != tuple(c[-1]) for q, c in zip(picked, cases)) >= 10
+    result = launch.run(source=GLOBAL_SHAPE_SCRIPT, hosts=hosts, devices_per_host=8 // hosts,
+                        timeout=180, args=[json.dumps(cases)])
+    result.check()
+    for out in result.stdout:
+        line = next(l for l in out.splitlines() if l.startswith("SHAPES "))
+        assert [tuple(s) for s in json.loads(line[len("SHAPES "):])] == [q.answer for q in picked]
