@@ -258,10 +258,9 @@ def copies(rng: random.Random, seed: int) -> Question:
     rule = "each tile is copied along the mesh axes the spec leaves out: multiply their sizes"
 
     def normalize(answer):
-        value = _whole(answer) if not isinstance(answer, str) else None
-        if value is None:
+        if isinstance(answer, bool) or not isinstance(answer, numbers.Integral):
             raise Wrong(f"expected a whole number like 2, but got {_describe(answer)}")
-        return value
+        return int(answer)
 
     def fallback(value, _raw):
         if not 1 <= value <= DEVICES:
