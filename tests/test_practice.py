@@ -281,3 +281,14 @@ def test_global_shape_answers_are_what_real_processes_get(hosts):
     for out in result.stdout:
         line = next(l for l in out.splitlines() if l.startswith("SHAPES "))
         assert [tuple(s) for s in json.loads(line[len("SHAPES "):])] == [q.answer for q in picked]
+
+
+def test_too_few_devices_says_how_to_get_eight():
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu", "COURSE_PROGRESS_FILE": "off"}
+    code = "from helpers.practice import drill\ndrill(1)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode != 0
+    assert "drills need 8 devices, but JAX has 1" in proc.stderr and "use_fake_devices(8)" in proc.stderr
