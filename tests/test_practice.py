@@ -168,7 +168,7 @@ def test_check_prints_one_line_and_returns_a_truthy_result(capsys, tmp_path, mon
     store = tmp_path / "progress.json"
     monkeypatch.setenv("COURSE_PROGRESS_FILE", str(store))
     q = drill(5)
-    assert not q.check(...)
+    assert q.check(...) == False  # noqa: E712 (a Result, like exercises.check's Verdict)
     assert capsys.readouterr().out.startswith("⏳ drill 5: not attempted")
     assert q.check(q.answer)
     out = capsys.readouterr().out

@@ -60,6 +60,7 @@ def _element(index: tuple[int, ...]) -> str:
 # ------------------------------------------------------------------ which rows device k holds
 
 def tile(rng: random.Random, seed: int) -> Question:
+    """Which rows (or columns) does device k hold? Answer (start, stop)."""
     sc = random_scenario(rng)
     rank, entries = len(sc.shape), _entries(sc)
     split = [d for d in range(rank) if entries[d] is not None]
@@ -114,6 +115,7 @@ def tile(rng: random.Random, seed: int) -> Question:
 # ------------------------------------------------------------------ which devices hold [i, j]
 
 def holders(rng: random.Random, seed: int) -> Question:
+    """Which devices hold element [i, j]? Answer a list of device ids."""
     sc = random_scenario(rng)
     rank = len(sc.shape)
     placed = sc.placement()
@@ -187,6 +189,7 @@ def holders(rng: random.Random, seed: int) -> Question:
 # ------------------------------------------------------------------ global shape from host-local shapes
 
 def global_shape(rng: random.Random, seed: int) -> Question:
+    """Each host passes local data of one shape: what is the global shape? Answer a tuple."""
     while True:
         sc = random_scenario(rng)
         blocks = host_blocks(sc, sc.spec)
@@ -244,6 +247,7 @@ def global_shape(rng: random.Random, seed: int) -> Question:
 # ------------------------------------------------------------------ how many copies of each tile
 
 def copies(rng: random.Random, seed: int) -> Question:
+    """How many devices hold each tile? Answer a whole number."""
     sc = random_scenario(rng)
 
     def count(spec):
@@ -296,6 +300,7 @@ def picture_text(sc: Scenario) -> str:
 
 
 def spec(rng: random.Random, seed: int) -> Question:
+    """Which P(...) draws this picture? Any spec with the same placement is right."""
     from jax.sharding import PartitionSpec
 
     sc = random_scenario(rng)

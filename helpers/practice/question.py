@@ -23,7 +23,7 @@ class Mistake:
 
 
 class Result:
-    """What `Question.check` returns: truthy when the answer passed.
+    """What `Question.check` returns: truthy when the answer passed, equal to True or False.
 
     It displays nothing in a notebook, because `check` has already printed its line.
     """
@@ -33,6 +33,12 @@ class Result:
 
     def __bool__(self) -> bool:
         return self.passed
+
+    def __eq__(self, other: object) -> bool:
+        return self.passed == bool(other) if isinstance(other, (bool, Result)) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.passed)
 
     def __repr__(self) -> str:
         return f"Result(passed={self.passed})"
