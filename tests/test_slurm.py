@@ -4,7 +4,8 @@
 directory (SLURM_CONF points at it) and stops them at the end; no process may outlive the
 module. Each script runs as `srun -N1 -n2` with 4 fake devices per task and must print the
 same losses as under the course launcher. A task that crashes is reported by srun, and the
-step ends.
+step ends. The last tests check, without a cluster, which way `helpers.launch.initialize()`
+joins under each cluster launcher.
 
 `.ci/run` installs slurm-wlm and munge; as root the module installs them itself when they are
 missing. Without root it is skipped: slurmd must run as root.
@@ -27,7 +28,7 @@ import pytest
 
 from helpers import launch
 
-pytestmark = [pytest.mark.slurm, pytest.mark.multiprocess]
+SLURM_RUN = [pytest.mark.slurm, pytest.mark.multiprocess]  # the tests that start the cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCAL_SLURM = ROOT / "tools" / "local_slurm.sh"
@@ -164,7 +165,7 @@ def _transcript(stdout: dict[int, str]) -> str:
         f"--- task-{task}.out ---\n{text}" for task, text in sorted(stdout.items()))
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=SLURM_RUN) for name in SCRIPTS])
 def test_script_under_srun_matches_the_course_launcher(slurm_conf, name):
     script = ROOT / "notebooks" / "scripts" / name
     code, err, stdout, stderr = srun(slurm_conf, script, SCRIPTS[name])
@@ -187,6 +188,8 @@ def test_script_under_srun_matches_the_course_launcher(slurm_conf, name):
             "shows: rerun this test with UPDATE_TRANSCRIPTS=1, then make notebooks NB=08")
 
 
+@pytest.mark.slurm
+@pytest.mark.multiprocess
 def test_a_crash_on_one_task_is_reported_and_ends_the_step(slurm_conf, tmp_path):
     crash = tmp_path / "crash.py"
     crash.write_text(CRASH)
@@ -195,3 +198,53 @@ def test_a_crash_on_one_task_is_reported_and_ends_the_step(slurm_conf, tmp_path)
     assert re.search(r"task 1: Exited with exit code 1", err), err
     assert "RuntimeError: task 1 crashes on purpose" in stderr[1], stderr[1]
     assert "task 0 was not stopped" not in stdout[0]
+
+
+# ------------------------------------------- initialize() under cluster launchers, no cluster
+
+SLURM_ENV = {"SLURM_JOB_ID": "7", "SLURM_STEP_NODELIST": "node1", "SLURM_NTASKS": "2",
+             "SLURM_PROCID": "1", "SLURM_LOCALID": "1"}
+OPEN_MPI_5_ENV = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
+                  "PMIX_RANK": "1"}  # what Open MPI 5's mpirun sets: no OMPI_MCA_orte_hnp_uri
+
+
+@pytest.fixture
+def initialize_calls(monkeypatch):
+    """helpers.launch.initialize() with jax.distributed.initialize recorded, not called."""
+    import jax
+
+    calls: list[dict] = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: calls.append(k))
+    monkeypatch.setattr(launch, "_joined_via", None)
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(launch, "_native_stdout_off_the_pipe", lambda **kwargs: None)
+    for var in list(os.environ):
+        if var.startswith(("SLURM_", "OMPI_", "PMIX_")) or var in (
+                "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+            monkeypatch.delenv(var)
+    return calls
+
+
+def test_under_srun_initialize_lets_jax_detect_slurm(initialize_calls, monkeypatch):
+    for k, v in SLURM_ENV.items():
+        monkeypatch.setenv(k, v)
+    assert launch.initialize(timeout=9) == "cluster auto-detect (SLURM)"
+    assert initialize_calls == [dict(initialization_timeout=9)]
+
+
+def test_under_open_mpi_5_initialize_asks_jax_for_mpi4py(initialize_calls, monkeypatch):
+    for k, v in OPEN_MPI_5_ENV.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: name == "mpi4py" or None)
+    assert launch.initialize(timeout=9) == "cluster auto-detect (Open MPI 5)"
+    assert initialize_calls == [dict(initialization_timeout=9, cluster_detection_method="mpi4py")]
+
+
+def test_under_open_mpi_5_without_mpi4py_initialize_says_what_to_install(initialize_calls,
+                                                                         monkeypatch):
+    for k, v in OPEN_MPI_5_ENV.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    with pytest.raises(RuntimeError, match=r"Open MPI 5 run.*pip install mpi4py"):
+        launch.initialize()
+    assert initialize_calls == []
