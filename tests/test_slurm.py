@@ -87,6 +87,9 @@ def slurm_conf():
     """SLURM_CONF of a one-node cluster that runs for this module; stopped afterwards."""
     if os.geteuid() != 0:
         pytest.skip("needs root: slurmd runs the tasks (as root: tools/local_slurm.sh start DIR)")
+    if not _installed() and shutil.which("apt-get") is None:
+        pytest.skip("SLURM is not installed, and there is no apt-get to install it with "
+                    "(install slurm-wlm and munge)")
     if not _installed():
         install = subprocess.run([str(LOCAL_SLURM), "install"], capture_output=True, text=True,
                                  timeout=600, stdin=subprocess.DEVNULL)

@@ -23,6 +23,7 @@ installed() { command -v srun >/dev/null && command -v slurmctld >/dev/null \
 install() {
   installed && return 0
   [ "$(id -u)" = 0 ] || die "installing ${PACKAGES[*]} needs root: sudo $0 install"
+  command -v apt-get >/dev/null || die "no apt-get here: install ${PACKAGES[*]} with your package manager"
   export DEBIAN_FRONTEND=noninteractive
   if ! apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null 2>&1; then
     apt-get update -qq
@@ -85,11 +86,14 @@ start() {  # DIR
   chmod 400 "$dir/munge.key"
   write_config "$dir"
   export SLURM_CONF=$dir/slurm.conf
-  munged --force --key-file="$dir/munge.key" --socket="$dir/munge.socket" \
-    --pid-file="$dir/munged.pid" --seed-file="$dir/munged.seed" --log-file="$dir/munged.log" \
-    2>>"$dir/munged.log"
-  slurmctld -c
-  slurmd -c
+  if ! { munged --force --key-file="$dir/munge.key" --socket="$dir/munge.socket" \
+            --pid-file="$dir/munged.pid" --seed-file="$dir/munged.seed" \
+            --log-file="$dir/munged.log" 2>>"$dir/munged.log" \
+          && slurmctld -c && slurmd -c; }; then
+    echo "local_slurm: a daemon did not start; logs in $dir" >&2
+    stop "$dir"
+    exit 1
+  fi
   local deadline=$((SECONDS + READY_TIMEOUT)) state=""
   while [ $SECONDS -lt $deadline ]; do
     state=$(sinfo -h -o %T 2>/dev/null || true)
