@@ -41,7 +41,8 @@ TIMEOUT = 240  # seconds, for any one srun; generous, the machine may be busy
 DEVICES = 4
 STEP_LOSS = re.compile(r"^step\s+(\d+)\s+loss\s+(\S+)$", re.MULTILINE)
 # What notebook 08 shows: the command a learner types, then each task's output
-SHOWN_COMMAND = ("srun -N1 -n2 --kill-on-bad-exit=1 --output=task-%t.out "
+SHOWN_COMMAND = (f"XLA_FLAGS=--xla_force_host_platform_device_count={DEVICES} JAX_PLATFORMS=cpu "
+                 "srun -N1 -n2 --kill-on-bad-exit=1 --output=task-%t.out "
                  "python notebooks/scripts/train_dp.py")
 
 CRASH = """
