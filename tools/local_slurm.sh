@@ -109,38 +109,52 @@ running() {  # PID: it exists and is not a zombie
   [ -r "/proc/$1/status" ] && ! grep -qs '^State:[[:space:]]*Z' "/proc/$1/status"
 }
 
-cluster_pids() {  # DIR: the running processes of this cluster (daemons, job steps, tasks)
-  local want="SLURM_CONF=$1/slurm.conf" pid name
-  for name in slurmd slurmctld munged; do
-    pid=$(cat "$1/$name.pid" 2>/dev/null || true)
-    if [ -n "$pid" ] && running "$pid"; then echo "$pid"; fi
+cluster_pids() {  # DIR [PID...]: which of the PIDs, and of this cluster's steps and tasks, still run
+  local dir=$1 pid file
+  shift
+  for pid in "$@"; do
+    if running "$pid"; then echo "$pid"; fi
   done
-  for pid in /proc/[0-9]*; do  # everything started with this cluster's SLURM_CONF
-    pid=${pid#/proc/}
+  # Started with this cluster's SLURM_CONF and part of a job (a task) or a step daemon; a
+  # shell where you exported SLURM_CONF yourself is neither, and is left alone.
+  for file in $(grep -lszxF "SLURM_CONF=$dir/slurm.conf" /proc/[0-9]*/environ); do
+    pid=${file#/proc/}
+    pid=${pid%/environ}
     [ "$pid" != $$ ] || continue
-    if { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qxF "$want" \
+    if { grep -qsz '^SLURM_JOB_ID=' "$file" || [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = slurmstepd ]; } \
        && running "$pid"; then
       echo "$pid"
     fi
   done
 }
 
+wait_until_gone() {  # SECONDS DIR [PID...]: wait for them to end; print those still running
+  local tries=$(($1 * 5)) dir=$2 pids
+  shift 2
+  for _ in $(seq "$tries"); do
+    pids=$(cluster_pids "$dir" "$@")
+    [ -n "$pids" ] || return 0
+    sleep 0.2
+  done
+  echo $pids
+}
+
 stop() {  # DIR
-  local dir=$1 name pid pids
+  local dir=$1 name pid daemons=() left
   [ -d "$dir" ] || return 0
   dir=$(cd "$dir" && pwd)
   export SLURM_CONF=$dir/slurm.conf
-  if [ -e "$dir/slurmctld.pid" ]; then scancel --full --user=root >/dev/null 2>&1 || true; fi
   for name in slurmd slurmctld munged; do
     pid=$(cat "$dir/$name.pid" 2>/dev/null || true)
-    if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; fi
+    if [ -n "$pid" ] && running "$pid"; then daemons+=("$pid"); fi
   done
-  for _ in $(seq 50); do  # up to 10 s for a clean shutdown, then SIGKILL
-    pids=$(cluster_pids "$dir")
-    [ -n "$pids" ] || break
-    sleep 0.2
-  done
-  if [ -n "$pids" ]; then kill -KILL $pids 2>/dev/null || true; fi
+  if [ ${#daemons[@]} -gt 0 ]; then  # first the jobs, while slurmd can still end them
+    scancel --full --user=root >/dev/null 2>&1 || true
+    wait_until_gone 10 "$dir" >/dev/null || true
+    kill -TERM "${daemons[@]}" 2>/dev/null || true
+  fi
+  left=$(wait_until_gone 10 "$dir" "${daemons[@]}")
+  if [ -n "$left" ]; then kill -KILL $left 2>/dev/null || true; fi
   rm -f "$dir"/*.pid
 }
 
