@@ -2,7 +2,7 @@
 
 Each check is a small function returning (ok, detail, fix); `run_checks()` runs them and
 returns the results, which `tests/test_doctor.py` also uses. Exit status 0 only when every
-check passes.
+check passes. The mpirun and srun rows are optional launchers: they say what each adds, and pass.
 
 To see failures on purpose: `python -m helpers.doctor --expect-jax 0.0.0` (a wrong pin), or
 `--port N` with a port something already listens on (a port that cannot be bound).
@@ -13,6 +13,7 @@ import argparse
 import errno
 import io
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -251,6 +252,50 @@ def check_port(port: int = 0) -> Outcome:
     return True, f"bound 127.0.0.1:{bound}" if port else "bound a free port on 127.0.0.1", ""
 
 
+def _version_line(command: list[str]) -> tuple[int, str]:
+    """The exit code and first output line of a `--version` command."""
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=30,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return 1, str(error)
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    return proc.returncode, lines[0] if lines else ""
+
+
+def check_mpirun() -> Outcome:
+    """Optional: whether Open MPI's mpirun is here, and what it adds (always passes)."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        return (True, "not installed (optional: with it, notebook 08 also runs the training "
+                      "script under mpirun; Debian/Ubuntu: apt-get install openmpi-bin)", "")
+    _, version = _version_line([mpirun, "--version"])
+    found = re.search(r"\(Open MPI\) ((\d+)\.\S+)", version)
+    if found is None:
+        return True, f"{version or mpirun}: not Open MPI, so notebook 08 skips its mpirun run", ""
+    name, major = f"Open MPI {found.group(1)}", found.group(2)
+    if major == "4":
+        return True, f"{name}: notebook 08 and tests/test_mpirun.py run the training script under it", ""
+    return (True, f"{name}: JAX 0.10.2 detects Open MPI {major} only through mpi4py (pip install "
+                  "mpi4py); notebook 08's mpirun run needs Open MPI 4", "")
+
+
+def check_srun() -> Outcome:
+    """Optional: whether SLURM's srun is here, and what it adds (always passes)."""
+    srun = shutil.which("srun")
+    if srun is None:
+        return (True, "not installed (optional: with it, tests/test_slurm.py runs the training "
+                      "script under srun on a one-node cluster; as root: tools/local_slurm.sh "
+                      "install)", "")
+    code, version = _version_line([srun, "--version"])
+    if code == 0 and version:
+        return (True, f"{version}, with a cluster configured: srun -N1 -n2 runs the training "
+                      "script (notebook 08, section 5)", "")
+    return (True, "installed, no cluster configured: tests/test_slurm.py starts its own "
+                  "(tools/local_slurm.sh start DIR, as root) and runs the training script "
+                  "under srun", "")
+
+
 # ----------------------------------------------------------------------------- running
 
 @dataclass(frozen=True)
@@ -271,6 +316,8 @@ CHECKS: tuple[Check, ...] = (
     Check("disk", check_disk),
     Check("memory", check_memory),
     Check("localhost-port", check_port),
+    Check("mpirun", check_mpirun),
+    Check("srun", check_srun),
 )
 
 

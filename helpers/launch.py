@@ -41,13 +41,19 @@ _joined_via: str | None = None
 
 
 def _cluster_kind() -> str | None:
-    """Which cluster launcher JAX 0.10.2 would auto-detect (mirrors jax/_src/clusters)."""
+    """Which cluster launcher started this process, in the order JAX 0.10.2 looks (jax/_src/clusters).
+
+    "Open MPI 5" is the one JAX's default detectors miss: its mpirun no longer sets
+    OMPI_MCA_orte_hnp_uri; JAX's opt-in mpi4py detector handles it.
+    """
     if "OMPI_MCA_orte_hnp_uri" in os.environ:
         return "Open MPI"
     slurm = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID",
              "SLURM_LOCALID")
     if all(v in os.environ for v in slurm):
         return "SLURM"
+    if "OMPI_COMM_WORLD_SIZE" in os.environ:
+        return "Open MPI 5"
     return None
 
 
@@ -129,13 +135,15 @@ def initialize(*, timeout: int = 60, verbose: bool = False) -> str:
     launcher = all(k in env for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
                                       "JAX_PROCESS_ID"))
     cluster = None if launcher else _cluster_kind()
-    if not launcher and cluster is None:
-        if int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1:
+    if cluster == "Open MPI 5":
+        import importlib.util
+
+        if importlib.util.find_spec("mpi4py") is None:
             raise RuntimeError(
-                "this looks like an Open MPI run (OMPI_COMM_WORLD_SIZE="
-                f"{env['OMPI_COMM_WORLD_SIZE']}), but JAX 0.10.2 only detects Open MPI "
-                "through OMPI_MCA_orte_hnp_uri, which Open MPI 4's mpirun sets. Launch with "
-                "Open MPI 4's mpirun, or with python -m helpers.launch.")
+                "this is an Open MPI 5 run (OMPI_COMM_WORLD_SIZE is set, OMPI_MCA_orte_hnp_uri "
+                "is not): JAX 0.10.2 joins it only through mpi4py. Install it (pip install "
+                "mpi4py), or launch with Open MPI 4's mpirun or python -m helpers.launch.")
+    if not launcher and cluster is None:
         _joined_via = "single process"
     else:
         import jax
@@ -157,7 +165,8 @@ def initialize(*, timeout: int = 60, verbose: bool = False) -> str:
                 )
             else:
                 _native_stdout_off_the_pipe(to_stderr=True)
-                jax.distributed.initialize(initialization_timeout=timeout)
+                mpi4py = {"cluster_detection_method": "mpi4py"} if cluster == "Open MPI 5" else {}
+                jax.distributed.initialize(initialization_timeout=timeout, **mpi4py)
         except RuntimeError as err:
             if "before any JAX" in str(err) or "must be called before" in str(err):
                 raise RuntimeError(

@@ -125,3 +125,47 @@ def test_the_command_line_exits_0_when_its_checks_pass(capsys):
     assert doctor.main(["--only", "python", "--only", "disk"]) == 0
     out = capsys.readouterr().out
     assert "all 2 checks passed" in out and "FAIL" not in out
+
+
+# ------------------------------------------------------ optional launchers: mpirun and srun
+
+def _fake_program(tmp_path, name: str, output: str, status: int = 0) -> str:
+    """An executable `name` in tmp_path that prints `output` and exits with `status`."""
+    program = tmp_path / name
+    program.write_text(f"#!/bin/sh\necho '{output}'\nexit {status}\n")
+    program.chmod(0o755)
+    return str(program)
+
+
+@pytest.mark.parametrize("name, check", [("mpirun", doctor.check_mpirun),
+                                         ("srun", doctor.check_srun)])
+def test_a_missing_launcher_passes_and_says_what_it_would_add(monkeypatch, name, check):
+    monkeypatch.setattr(doctor.shutil, "which", lambda program: None)
+    ok, detail, fix = check()
+    assert ok and not fix
+    assert detail.startswith("not installed (optional: ")
+    assert ("apt-get install openmpi-bin" if name == "mpirun" else "tools/local_slurm.sh install") in detail
+
+
+@pytest.mark.parametrize("version, says", [
+    ("mpirun (Open MPI) 4.1.4", "Open MPI 4.1.4: notebook 08 and tests/test_mpirun.py run"),
+    ("mpirun (Open MPI) 5.0.6", "Open MPI 5.0.6: JAX 0.10.2 detects Open MPI 5 only through mpi4py"),
+    ("HYDRA build details:", "not Open MPI, so notebook 08 skips its mpirun run"),
+])
+def test_mpirun_says_which_open_mpi_and_what_it_adds(tmp_path, monkeypatch, version, says):
+    mpirun = _fake_program(tmp_path, "mpirun", version)
+    monkeypatch.setattr(doctor.shutil, "which", lambda program: mpirun)
+    ok, detail, fix = doctor.check_mpirun()
+    assert ok and not fix and says in detail
+
+
+@pytest.mark.parametrize("output, status, says", [
+    ("slurm 22.05.8", 0, "slurm 22.05.8, with a cluster configured: srun -N1 -n2"),
+    ("srun: fatal: Could not establish a configuration source", 1,
+     "installed, no cluster configured: tests/test_slurm.py starts its own"),
+])
+def test_srun_says_whether_a_cluster_is_configured(tmp_path, monkeypatch, output, status, says):
+    srun = _fake_program(tmp_path, "srun", output, status)
+    monkeypatch.setattr(doctor.shutil, "which", lambda program: srun)
+    ok, detail, fix = doctor.check_srun()
+    assert ok and not fix and says in detail
