@@ -14,7 +14,7 @@ help:
 	@echo "make test-browser   only the real-browser test"
 	@echo "make doctor         preflight check for a workshop laptop"
 	@echo "make solutions      write solved, executed copies into solutions/"
-	@echo "make notebooks      rebuild notebooks/*.ipynb from notebooks/src and execute them"
+	@echo "make notebooks      rebuild notebooks/*.ipynb from notebooks/src, execute them, and the README course table"
 	@echo "make bench          measure the course and write BENCHMARKS.md"
 
 venv: $(STAMP)
@@ -52,6 +52,7 @@ solutions: $(STAMP)
 
 notebooks: $(STAMP)
 	$(BIN)/python tools/build_notebooks.py $(NB)
+	$(BIN)/python tools/course_table.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
