@@ -62,7 +62,8 @@ bench: $(STAMP)
 ifeq (bench-compare,$(firstword $(MAKECMDGOALS)))
   COMPARE_RUNS := $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS))
   ifneq (,$(COMPARE_RUNS))
-    $(eval $(COMPARE_RUNS):;@:)
+    $(eval .PHONY: $(sort $(COMPARE_RUNS)))
+    $(eval $(sort $(COMPARE_RUNS)):;@:)
   endif
 endif
 

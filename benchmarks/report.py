@@ -131,7 +131,7 @@ def render_report(results, sections) -> str:
            "to measure yours. Repetition, warm-up and statistics are pyperf's; medians with "
            "their spread (min–max, or p95 where it says so). The raw results of this run are "
            f"`benchmarks/results/{facts.get('stamp', '?')}.json` (a pyperf suite) and its "
-           "`.report.json`; `make bench-compare A=... B=...` compares two runs.", ""]
+           "`.report.json`; `make bench-compare A B` compares two runs.", ""]
     out.append(md_table(["machine", ""], [[k, v] for k, v in facts["machine"].items()], "ll"))
     run_line = f"Flags: `{facts.get('flags') or '(none)'}`."
     duration = facts.get("duration")

@@ -36,8 +36,8 @@ class Variant:
     name: str
     step: Callable  # (params, x, y) -> (params, loss)
     start: tuple  # (params, x, y) on the variant's devices
-    context: Callable = None  # a context manager factory the step must run under, if any
-    unplace: Callable = None  # params as the variant holds them -> one copy, as numpy
+    unplace: Callable  # params as the variant holds them -> one copy, as numpy
+    context: Callable | None = None  # a context manager factory the step must run under
 
     def run(self, steps: int, state: tuple | None = None) -> tuple:
         """`steps` steps from `state` (default: the start); returns (params, x, y) after them."""
@@ -50,12 +50,6 @@ class Variant:
             for _ in range(steps):  # wait for every step, as a loop that logs its loss does
                 params, loss = jax.block_until_ready(self.step(params, x, y))
         return params, x, y
-
-
-def _model():
-    from helpers import train
-
-    return train
 
 
 def _sgd(params, grads, lr):
@@ -71,7 +65,8 @@ def build_variants(global_batch: int, names: tuple[str, ...] = VARIANTS) -> dict
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    train = _model()
+    from helpers import train
+
     lr = train.LEARNING_RATE
     n = jax.device_count()
     x, y = train.global_batch_at(0, global_batch)
