@@ -10,7 +10,8 @@ One module per section (learner, testsuite, explorer, launcher, course), each wi
 (pyperf) and STAMP.report.json; report.py renders them. The parent process never imports JAX:
 anything that needs a device count of its own runs in a worker process or under helpers.launch.
 A program that computes the wrong thing (a train-step variant whose parameters leave the
-single-device reference) stops the whole run with exit status 2 and no report.
+single-device reference) stops the whole run with exit status 2; the report then says why
+instead of showing that section's tables.
 """
 from __future__ import annotations
 
@@ -101,8 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         try:
             section.measure(results, opts)
-        except WrongProgram as err:
+        except WrongProgram as err:  # never time, nor report, a wrong program
             log(f"STOPPED: {err}")
+            skipped[key] = f"STOPPED, a measured program computed the wrong thing: {err}"
+            save()
             return 2
         except Exception as err:  # noqa: BLE001 - report it, measure the rest
             log(f"section {key} failed: {err}")

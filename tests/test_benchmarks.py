@@ -9,7 +9,7 @@ from helpers.devices import use_fake_devices
 use_fake_devices(8)
 
 from benchmarks import (compare, course, explorer, learner, measure, report,  # noqa: E402
-                        testsuite, train_step)
+                        run, testsuite, train_step)
 from tools import course_table  # noqa: E402
 
 
@@ -180,3 +180,20 @@ def test_pyperf_runs_of_several_processes_merge_by_name():
     results.add(measure.record("a", [1.0, 2.0]))
     results.add(measure.record("a", [3.0]))
     assert results.values("a") == [1.0, 2.0, 3.0] and results.median("a") == 2.0
+
+
+def test_a_wrong_program_stops_make_bench_and_the_report_says_why(tmp_path, monkeypatch):
+    def wrong(results, opts):
+        raise measure.WrongProgram("shard_map by 101")
+
+    monkeypatch.setattr(course, "measure", wrong)
+    out = tmp_path / "B.md"
+    status = run.main(["--only", "5", "--output", str(out), "--results-dir", str(tmp_path),
+                       "--no-readme"])
+    assert status == 2
+    text = out.read_text(encoding="utf-8")
+    assert "_Not measured in this run (STOPPED, a measured program computed the wrong thing: " \
+           "shard_map by 101)._" in text and "shard_map step / pmap step" not in text
+    assert run.chosen_sections("5,learner") == ["learner", "course"]
+    with pytest.raises(SystemExit, match="unknown section 'nine'"):
+        run.chosen_sections("nine")
