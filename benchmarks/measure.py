@@ -55,12 +55,11 @@ def in_process_runner(loops: int, values: int, warmups: int) -> pyperf.Runner:
     return _RUNNER
 
 
-def record(name: str, values: list[float], metadata: dict | None = None) -> pyperf.Benchmark:
+def record(name: str, values: list[float]) -> pyperf.Benchmark:
     """A benchmark of repetitions measured one value each (whole processes, notebooks)."""
-    meta = {"name": name, "unit": "second", **(metadata or {})}
     # pyperf wants positive values; a phase measured from two clocks can round to zero
-    return pyperf.Benchmark([pyperf.Run([max(v, 1e-9) for v in values], metadata=meta,
-                                        collect_metadata=False)])
+    return pyperf.Benchmark([pyperf.Run([max(v, 1e-9) for v in values], collect_metadata=False,
+                                        metadata={"name": name, "unit": "second"})])
 
 
 @dataclass
