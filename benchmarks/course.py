@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 from benchmarks import train_step
 from benchmarks.measure import ROOT, log, record, run_worker
@@ -110,6 +109,7 @@ def render_train(results) -> str:
         parts.append(f"**Global batch {batch}**\n\n{ratio_line(results, batch)}\n\n"
                      f"{agreement_line(train, batch)}")
     n = len(results.values(train_step.step_name(int(next(iter(train["batches"]))), "pmap")))
+    cpus = results.facts["machine"]["CPUs"].split()[0]
     parts.append(
         f"One SGD step of helpers.train's MLP and data set on {train['devices']} fake CPU "
         f"devices, written as the course writes it: `jax.jit` on one device; `jax.pmap` with "
@@ -125,7 +125,7 @@ def render_train(results) -> str:
         f"variants in a different order), each one warm-up and then values that are the mean of "
         f"{train['loops']} steps, {n} values in all, waiting for every step as a loop that logs "
         f"its loss does; the ratios are of medians from the same run. **The "
-        f"{train['devices']} fake devices share this machine's {os.cpu_count()} cores, so these "
+        f"{train['devices']} fake devices share this machine's {cpus} cores, so these "
         f"ratios show overhead, not speedup:** splitting a batch here adds dispatch and "
         f"all-reduce work and no compute. The Flax NNX + Optax step of notebook 10 joins these "
         f"variants once that notebook exists.")

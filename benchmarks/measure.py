@@ -49,7 +49,8 @@ def in_process_runner(loops: int, values: int, warmups: int) -> pyperf.Runner:
     """
     global _RUNNER
     if _RUNNER is None:  # keep the machine's name and this checkout's path out of the results
-        _RUNNER = pyperf.Runner(metadata={"hostname": "-", "python_executable": "python"})
+        _RUNNER = pyperf.Runner(metadata={"hostname": "-", "python_executable": "python",
+                                          "python_config_args": "-"})
     _RUNNER.parse_args(["--worker", "--quiet", f"--loops={loops}", f"--values={values}",
                         f"--warmups={warmups}"])
     return _RUNNER

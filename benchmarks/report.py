@@ -121,6 +121,22 @@ def machine_facts() -> dict[str, str]:
     }
 
 
+def load_at_start(facts: dict) -> float | None:
+    """The 1-minute load average when the run started, or None where it was not measured."""
+    text = facts["machine"].get("load average at start (1/5/15 min)", "n/a")
+    return float(text.split("/")[0]) if text[:1].isdigit() else None
+
+
+def shared_machine_note(facts: dict) -> str:
+    """A sentence saying the times are inflated when the machine was busier than its CPUs."""
+    load, cpus = load_at_start(facts), int(facts["machine"]["CPUs"].split()[0])
+    if load is None or load <= cpus:
+        return ""
+    return (f"The machine was shared and busy while this ran (load average {load:.1f} on "
+            f"{cpus} CPUs at the start), so every time here is inflated against a quiet "
+            f"machine; ratios measured side by side are the figures to read.")
+
+
 # ------------------------------------------------------------------------------ documents
 
 def render_report(results, sections) -> str:
@@ -138,7 +154,8 @@ def render_report(results, sections) -> str:
     if duration is not None:
         run_line += (f" This run took {fmt_s(duration)} ({duration / 60:.1f} min; the budget for "
                      f"`make bench` is {BENCH_BUDGET_S // 60} min).")
-    out += ["", run_line]
+    note = shared_machine_note(facts)
+    out += ["", run_line + (" " + note if note else "")]
     if facts.get("spent"):
         out += ["", "Where the time went: " + ", ".join(
             f"section {n} {fmt_s(t)}" for n, t in sorted(facts["spent"].items())) + "."]
@@ -170,8 +187,11 @@ def readme_block(results) -> str:
         "[BENCHMARKS.md](BENCHMARKS.md): how long each notebook's Run All takes, the test "
         "suite, the explorer's redraw, the launcher, and what the course teaches (one train "
         "step written four ways and checked against each other, assembling global batches). "
-        f"Last measured on {os.cpu_count()} CPUs, {when}"
-        + (", quick run" if facts.get("quick") else "") + ". Budgets come from each "
+        f"Last measured on {facts['machine']['CPUs'].split()[0]} CPUs, {when}"
+        + (", quick run" if facts.get("quick") else "")
+        + (f", while the machine was shared and busy (load average {load_at_start(facts):.1f}"
+           "): the times are inflated" if shared_machine_note(facts) else "")
+        + ". Budgets come from each "
         "notebook's front matter.", "",
         md_table(["what", "budget", "measured (median)"], rows, "lrr"), BLOCK_END])
 

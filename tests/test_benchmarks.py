@@ -154,6 +154,9 @@ def test_one_explorer_redraw_is_timed():
     benchmarks, facts = explorer.worker(hosts=2, devices_per_host=4, renders=2)
     assert [b.get_name() for b in benchmarks] == [explorer.bench_name(8, k) for k in explorer.KINDS]
     assert all(len(b.get_values()) == 2 for b in benchmarks) and facts["mesh_cached"] is True
+    meta = benchmarks[0].get_metadata()  # results get committed: no machine name, no paths
+    assert meta["hostname"] == meta["python_config_args"] == "-"
+    assert meta["python_executable"] == "python"
     results = _results(explorer={"renders": 2, "meshes": {"8": facts}})
     results.add(*benchmarks)
     text = explorer.render(results)
