@@ -94,8 +94,10 @@ def agreement_line(train: dict, batch: str) -> str:
 
 def render_train(results) -> str:
     train = results.sections[KEY]["train"]
+    batches = sorted(train["batches"], key=int)  # JSON keys are text
     rows = []
-    for batch, d in train["batches"].items():
+    for batch in batches:
+        d = train["batches"][batch]
         pmap = results.median(train_step.step_name(int(batch), "pmap"))
         for name in train["variants"]:
             bench = results.benchmarks[train_step.step_name(int(batch), name)]
@@ -105,10 +107,10 @@ def render_train(results) -> str:
                        "step time: median (min–max)", "÷ pmap",
                        f"largest parameter difference after {train['check_steps']} steps"],
                       rows, "rlrrrr")]
-    for batch in train["batches"]:
+    for batch in batches:
         parts.append(f"**Global batch {batch}**\n\n{ratio_line(results, batch)}\n\n"
                      f"{agreement_line(train, batch)}")
-    n = len(results.values(train_step.step_name(int(next(iter(train["batches"]))), "pmap")))
+    n = len(results.values(train_step.step_name(int(batches[0]), "pmap")))
     cpus = results.facts["machine"]["CPUs"].split()[0]
     parts.append(
         f"One SGD step of helpers.train's MLP and data set on {train['devices']} fake CPU "

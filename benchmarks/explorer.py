@@ -71,9 +71,10 @@ def render(results) -> str:
     data = results.sections[KEY]
     cached = all(d["mesh_cached"] for d in data["meshes"].values())
     kinds = KINDS if cached else KINDS[:1]
+    meshes = sorted(data["meshes"].items(), key=lambda item: int(item[0]))  # JSON keys are text
     rows = [[f"{devices} ({d['mesh'][0]} hosts × {d['mesh'][1]})", fmt_s(d["first"]),
              *[fmt_bench(results.benchmarks[bench_name(int(devices), k)], "p95") for k in kinds]]
-            for devices, d in data["meshes"].items()]
+            for devices, d in meshes]
     headers = ["devices (mesh)", "first render",
                *[f"{k} redraw: median (p95)" if cached else "redraw: median (p95)" for k in kinds]]
     worst = max(results.benchmarks[bench_name(int(devices), kinds[-1])].percentile(95)

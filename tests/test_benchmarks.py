@@ -171,6 +171,7 @@ def test_results_are_kept_as_json_and_two_runs_compare(tmp_path):
     assert loaded.sections == new.sections
     name = train_step.step_name(32, "shard_map")
     assert loaded.values(name) == pytest.approx(new.values(name))
+    assert course.render_train(loaded) == course.render_train(new)  # a report without measuring
     table = compare.comparison(compare.medians(tmp_path / "OLD.json"),
                                compare.medians(tmp_path / "NEW.json"), "OLD", "NEW")
     assert f"| {name} | 1 ms | 1.5 ms | 1.50× |" in table
