@@ -43,7 +43,7 @@ def test_a_source_without_the_fields_fails_clearly(tmp_path):
     text = str(err.value)
     assert "10_flax.md: its front matter has no 'course' block" in text
     assert "11_data.md" in text and "'you_will_learn' is missing" in text
-    assert "'run_all_budget_s' must be a number, got 'fast'" in text
+    assert "'run_all_budget_s' must be a positive number of seconds, got 'fast'" in text
 
 
 def test_a_source_without_front_matter_or_with_broken_yaml_fails_clearly(tmp_path):

@@ -73,7 +73,7 @@ def read_info(path: Path) -> NotebookInfo:
             problems.append(f"'{key}' is missing")
         elif isinstance(value, bool) or not isinstance(value, kind) or not value or (
                 kind is not str and value < 0):
-            wanted = "text" if kind is str else "a number"
+            wanted = "text" if kind is str else "a positive number of seconds"
             problems.append(f"'{key}' must be {wanted}, got {value!r}")
     if problems:
         raise FrontMatterError(f"{path.name}: in its front matter's 'course' block, "
