@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: lab test test-browser notebook bench doctor solutions notebooks venv clean help
+.PHONY: lab test test-browser notebook bench bench-compare doctor solutions notebooks venv clean help
 
 help:
 	@echo "make lab            set up .venv and open JupyterLab on the course"
@@ -14,8 +14,9 @@ help:
 	@echo "make test-browser   only the real-browser test"
 	@echo "make doctor         preflight check for a workshop laptop"
 	@echo "make solutions      write solved, executed copies into solutions/"
-	@echo "make notebooks      rebuild notebooks/*.ipynb from notebooks/src and execute them"
-	@echo "make bench          measure the course and write BENCHMARKS.md"
+	@echo "make notebooks      rebuild notebooks/*.ipynb from notebooks/src, execute them, and the README course table"
+	@echo "make bench          measure the course, keep the raw results in benchmarks/results/, write BENCHMARKS.md"
+	@echo "make bench-compare A B   ratios between two runs (files or stamps in benchmarks/results/)"
 
 venv: $(STAMP)
 
@@ -52,9 +53,22 @@ solutions: $(STAMP)
 
 notebooks: $(STAMP)
 	$(BIN)/python tools/build_notebooks.py $(NB)
+	$(BIN)/python tools/course_table.py
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python -m benchmarks.run
+
+# `make bench-compare A B`: the two words after the target are runs, not targets to build.
+ifeq (bench-compare,$(firstword $(MAKECMDGOALS)))
+  COMPARE_RUNS := $(wordlist 2,$(words $(MAKECMDGOALS)),$(MAKECMDGOALS))
+  ifneq (,$(COMPARE_RUNS))
+    $(eval .PHONY: $(sort $(COMPARE_RUNS)))
+    $(eval $(sort $(COMPARE_RUNS)):;@:)
+  endif
+endif
+
+bench-compare: $(STAMP)
+	$(BIN)/python -m benchmarks.compare $(or $(COMPARE_RUNS),$(A) $(B))
 
 clean:
 	rm -rf $(VENV) solutions .pytest_cache

@@ -1,7 +1,6 @@
-"""benchmarks/run.py cannot rot: its smallest pieces run here, fast and without timed assertions."""
-import importlib.util
-import sys
-from pathlib import Path
+"""The benchmarks cannot rot: their smallest pieces run here, fast and without timed assertions."""
+import re
+import types
 
 import pytest
 
@@ -9,84 +8,196 @@ from helpers.devices import use_fake_devices
 
 use_fake_devices(8)
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import (compare, course, explorer, learner, measure, report,  # noqa: E402
+                        run, testsuite, train_step)
+from tools import course_table  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "benchmarks" / "run.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+def refuses(**kwargs):
+    """A worker target whose measured program 'computed the wrong thing'."""
+    raise AssertionError("parameters differ\nby 8x")
 
 
-def test_markdown_table_and_number_formats(bench):
-    table = bench.md_table(["a", "b|c"], [["x", 1], ["y\nz", "p|q"]], "lr")
+def _results(**sections) -> measure.Results:
+    return measure.Results(facts={"machine": {"CPUs": "2"}, "stamp": "T", "skipped": {}},
+                           sections=sections)
+
+
+def test_markdown_table_and_number_formats():
+    table = report.md_table(["a", "b|c"], [["x", 1], ["y\nz", "p|q"]], "lr")
     assert table.splitlines() == ["| a | b|c |", "|---|---:|", "| x | 1 |", "| y z | p\\|q |"]
-    assert bench.fmt_s(12.345) == "12.3 s" and bench.fmt_s(0.0456) == "45.6 ms"
-    assert bench.fmt_s(0.00078) == "780 µs"
-    stat = bench.Stat([0.010, 0.012, 0.030])
-    assert bench.fmt_stat(stat) == "12 ms (10–30)"
-    assert bench.fmt_stat(stat, "p95") == "12 ms (p95 30)"
-    assert bench.fmt_stat(bench.Stat([2.0])) == "2 s"
-    assert bench.fmt_ratio(bench.Stat([1.5, 2.0, 2.5])) == "2.00× (1.50–2.50)"
+    assert report.fmt_s(12.345) == "12.3 s" and report.fmt_s(0.0456) == "45.6 ms"
+    assert report.fmt_s(0.00078) == "780 µs"
+    bench = measure.record("x", [0.010, 0.012, 0.030])
+    assert report.fmt_bench(bench) == "12 ms (10–30)"
+    assert report.fmt_bench(bench, "p95").startswith("12 ms (p95 ")
+    assert report.fmt_bench(measure.record("y", [2.0])) == "2 s"
+    assert report.fmt_ratio([1.5, 2.0, 2.5]) == "2.00× (1.50–2.50)"
 
 
-def test_pytest_output_is_read(bench):
+def test_pytest_output_is_read():
     out = ("===== slowest 8 durations =====\n"
            "45.12s call     notebooks/08_real_multiprocess.ipynb::Cell 3\n"
            "3.20s setup    tests/test_x.py::test_y[a b]\n"
            "===== 2 failed, 751 passed in 256.01s (0:04:16) =====\n")
-    assert bench._slowest_tests(out) == [
+    assert testsuite.slowest_tests(out) == [
         (45.12, "call notebooks/08_real_multiprocess.ipynb::Cell 3"),
         (3.2, "setup tests/test_x.py::test_y[a b]")]
-    assert bench._pytest_summary(out) == "2 failed, 751 passed"
-    run = {"times": [200.0], "summary": "1 failed", "cmd": "python -m pytest", "broken": ["t.py::a"],
-           "slowest": bench._slowest_tests(out)}
-    text = bench.render_tests({"whole suite": run, "nbval alone": {**run, "times": [50.0]},
-                               "workers": 2})
+    assert testsuite.pytest_summary(out) == "2 failed, 751 passed"
+    run = {"summary": "1 failed", "cmd": "python -m pytest", "broken": ["t.py::a"],
+           "slowest": testsuite.slowest_tests(out)}
+    labels = list(testsuite.RUNS)
+    results = _results(tests={"workers": 2, "runs": {labels[0]: run, labels[1]: run}})
+    results.add(measure.record(testsuite.bench_name(labels[0]), [200.0]),
+                measure.record(testsuite.bench_name(labels[1]), [50.0]))
+    text = testsuite.render(results)
     assert "`t.py::a`" in text and "4.0× the nbval run" in text and "45.1 s" in text
 
 
-def test_budgets_follow_the_issues(bench):
-    assert bench.notebook_budget(0, False)[0] == 20
-    assert bench.notebook_budget(6, True)[0] == 40
-    assert bench.notebook_budget(4, False)[0] == 40
-    assert bench.notebook_budget(7, False)[0] == 30 and bench.notebook_budget(9, False)[0] == 30
-    assert bench.notebook_budget(8, True)[0] == 60
-    assert bench.starts_real_processes("r = launch.run('t.py', hosts=2)")
-    assert bench.starts_real_processes("from helpers.launch import run\n")
-    assert not bench.starts_real_processes("from helpers.launch_result import RunResult")
+def test_budgets_come_from_the_front_matter_and_reach_the_report(monkeypatch):
+    expected = course_table.read_info(course_table.course_sources()[0]).run_all_budget_s
+    monkeypatch.setattr(learner, "_time_notebook", lambda make_nb: (1.5, None))
+    results = _results()
+    learner.measure(results, types.SimpleNamespace(notebooks=["00"], repeats=2))
+    (nb,) = results.sections["learner"]["notebooks"]
+    assert nb["stem"] == "00_fake_devices" and nb["budget"] == expected
+    assert f"| {expected:g} s |" in learner.render(results)
+    assert learner.readme_rows(results) == [["`00_fake_devices`, Run All", f"{expected:g} s",
+                                             "1.5 s ✅"]]
 
 
-def test_readme_block_is_inserted_once_then_replaced(bench):
+def test_learner_table_reports_failed_runs_and_over_budget():
+    results = _results(learner={"reps": 3, "selection": ["00", "02"], "notebooks": [
+        {"stem": "00_fake_devices", "budget": 40.0, "rounds": [0, 2], "errors": ["ValueError: boom"]},
+        {"stem": "02_partition_specs", "budget": 20.0, "rounds": [1], "errors": []}]})
+    results.add(measure.record(learner.FLOOR, [2.0, 2.5, 3.0]),
+                measure.record(learner.bench_name("00_fake_devices"), [8.0, 9.0]),
+                measure.record(learner.bench_name("02_partition_specs"), [25.0]))
+    text = learner.render(results)
+    assert "1 of 3 runs failed: ValueError: boom" in text and "⚠️ over" in text
+    assert "| 10.00× |" in text  # 25 s over the floor of its own round (2.5 s)
+
+
+def test_readme_block_is_inserted_once_then_replaced():
     text = "# t\n\n## Troubleshooting\n\nx\n\n## For contributors\n\nsee\n"
-    first = bench.update_readme(text, f"{bench.BLOCK_START}\nold\n{bench.BLOCK_END}")
-    assert first.index(bench.BLOCK_START) < first.index("## For contributors")
-    second = bench.update_readme(first, f"{bench.BLOCK_START}\nnew\n{bench.BLOCK_END}")
-    assert "new" in second and "old" not in second and second.count(bench.BLOCK_START) == 1
+    first = report.update_readme(text, f"{report.BLOCK_START}\nold\n{report.BLOCK_END}")
+    assert first.index(report.BLOCK_START) < first.index("## For contributors")
+    second = report.update_readme(first, f"{report.BLOCK_START}\nnew\n{report.BLOCK_END}")
+    assert "new" in second and "old" not in second and second.count(report.BLOCK_START) == 1
 
 
-def test_the_training_benchmark_uses_the_course_model(bench):
-    assert bench._course_model()[1] == "helpers.train's MLP and data set"
+@pytest.fixture(scope="module")
+def variants():
+    return train_step.build_variants(32)
 
 
-def test_one_explorer_redraw_is_timed(bench):
-    result = bench.worker_explorer(hosts=2, devices_per_host=4, renders=2)
-    assert len(result["spec_only"]) == len(result["mesh_changed"]) == 2
-    assert result["mesh_cached"] is True
-    text = bench.render_explorer({8: {"mesh": (2, 4), **result}})
+def test_every_variant_agrees_with_single_device_after_a_few_steps(variants):
+    assert set(variants) == set(train_step.VARIANTS)
+    differences = train_step.check_agreement(variants, steps=3)
+    assert set(differences) == set(train_step.VARIANTS)
+    assert all(d <= train_step.TOLERANCE for d in differences.values()), differences
+
+
+def test_the_gradient_trap_is_caught_before_anything_is_timed(variants):
+    import jax
+    from jax.sharding import PartitionSpec as P
+
+    from helpers import train
+
+    def pmean_of_grads(p, x, y):  # the trap: with check_vma on, grads are already summed
+        loss, grads = jax.value_and_grad(train.loss_fn)(p, x, y)
+        grads, loss = jax.lax.pmean((grads, loss), train_step.AXES)
+        return jax.tree.map(lambda a, g: a - train.LEARNING_RATE * g, p, grads), loss
+
+    mesh = jax.make_mesh((2, 4), train_step.AXES)
+    trapped = dict(variants)
+    trapped["shard_map"] = train_step.Variant(
+        "shard_map", jax.jit(jax.shard_map(pmean_of_grads, mesh=mesh,
+                                           in_specs=(P(), P(train_step.AXES), P(train_step.AXES)),
+                                           out_specs=(P(), P()))),
+        variants["shard_map"].start, unplace=variants["shard_map"].unplace)
+    with pytest.raises(train_step.DisagreementError,
+                       match=r"after 2 steps .* shard_map by [\d.e+-]+\. The benchmark would time"):
+        train_step.check_agreement(trapped, steps=2)
+
+
+def test_a_wrong_program_stops_the_run_through_the_worker():
+    with pytest.raises(measure.WrongProgram, match="^parameters differ by 8x$"):
+        measure.run_worker("tests.test_benchmarks:refuses", 1, timeout=120)
+
+
+def _train_results(ratio: float) -> measure.Results:
+    train = {"devices": 8, "check_steps": 10, "tolerance": 1e-5, "loops": 20, "processes": 1,
+             "variants": list(train_step.VARIANTS), "batches": {}}
+    results = _results()
+    for batch in (32, 32768):
+        train["batches"][str(batch)] = {
+            "first_step": {v: 0.3 for v in train_step.VARIANTS},
+            "differences": {"single device": 0.0, "pmap": 1.2e-7, "shard_map": 2.4e-7,
+                            "jit, Explicit mesh": 1e-7}}
+        for v, t in zip(train_step.VARIANTS, (1e-4, 1e-3, ratio * 1e-3, 1.1e-3)):
+            results.add(measure.record(train_step.step_name(batch, v), [t, t * 1.1, t * 0.9]))
+    results.sections["course"] = {"train": train}
+    return results
+
+
+def test_the_report_states_the_ratio_and_the_agreement_per_batch():
+    text = course.render_train(_train_results(1.05))
+    assert re.findall(r"^shard_map step / pmap step: (\d+\.\d\d)x$", text, re.M) == ["1.05"] * 2
+    found = re.findall(r"^parameters after (\d+) steps, largest difference from single device: "
+                       r"(\S+)$", text, re.M)
+    assert found == [("10", "2.4e-07")] * 2
+    assert "**Global batch 32768**" in text
+
+
+def test_one_explorer_redraw_is_timed():
+    benchmarks, facts = explorer.worker(hosts=2, devices_per_host=4, renders=2)
+    assert [b.get_name() for b in benchmarks] == [explorer.bench_name(8, k) for k in explorer.KINDS]
+    assert all(len(b.get_values()) == 2 for b in benchmarks) and facts["mesh_cached"] is True
+    meta = benchmarks[0].get_metadata()  # results get committed: no machine name, no paths
+    assert meta["hostname"] == meta["python_config_args"] == "-"
+    assert meta["python_executable"] == "python"
+    results = _results(explorer={"renders": 2, "meshes": {"8": facts}})
+    results.add(*benchmarks)
+    text = explorer.render(results)
     assert "8 (2 hosts × 4)" in text and "mesh-changed" in text
 
 
-def test_learner_table_reports_failed_runs_and_budgets(bench):
-    ok = bench.NotebookResult("00_fake_devices", 0, True, 40.0, "real processes",
-                              times=[8.0, 9.0], rounds=[0, 2], errors=["ValueError: boom"])
-    slow = bench.NotebookResult("02_partition_specs", 2, False, 20.0, "00–06",
-                                times=[25.0], rounds=[1])
-    data = {"floor": [2.0, 2.5, 3.0], "notebooks": [ok, slow], "reps": 3, "selection": ["00", "02"]}
-    text = bench.render_learner(data)
-    assert "1 of 3 runs failed: ValueError: boom" in text and "⚠️ over" in text
-    assert "| 10.00× |" in text  # 25 s over the floor of its own round (2.5 s)
-    assert "budget" in bench.readme_block(data, 300.0, quick=False)
+def test_results_are_kept_as_json_and_two_runs_compare(tmp_path):
+    old, new = _train_results(1.0), _train_results(1.5)
+    old.save(tmp_path, "OLD")
+    new.save(tmp_path, "NEW")
+    loaded = measure.Results.load(tmp_path / "NEW.json")
+    assert loaded.sections == new.sections
+    name = train_step.step_name(32, "shard_map")
+    assert loaded.values(name) == pytest.approx(new.values(name))
+    assert course.render_train(loaded) == course.render_train(new)  # a report without measuring
+    table = compare.comparison(compare.medians(tmp_path / "OLD.json"),
+                               compare.medians(tmp_path / "NEW.json"), "OLD", "NEW")
+    assert f"| {name} | 1 ms | 1.5 ms | 1.50× |" in table
+    with pytest.raises(SystemExit, match="no results file 'missing'"):
+        compare.resolve("missing")
+
+
+def test_pyperf_runs_of_several_processes_merge_by_name():
+    results = _results()
+    results.add(measure.record("a", [1.0, 2.0]))
+    results.add(measure.record("a", [3.0]))
+    assert results.values("a") == [1.0, 2.0, 3.0] and results.median("a") == 2.0
+
+
+def test_a_wrong_program_stops_make_bench_and_the_report_says_why(tmp_path, monkeypatch):
+    def wrong(results, opts):
+        raise measure.WrongProgram("shard_map by 101")
+
+    monkeypatch.setattr(course, "measure", wrong)
+    out = tmp_path / "B.md"
+    status = run.main(["--only", "5", "--output", str(out), "--results-dir", str(tmp_path),
+                       "--no-readme"])
+    assert status == 2
+    text = out.read_text(encoding="utf-8")
+    assert "_Not measured in this run (STOPPED, a measured program computed the wrong thing: " \
+           "shard_map by 101)._" in text and "shard_map step / pmap step" not in text
+    assert run.chosen_sections("5,learner") == ["learner", "course"]
+    with pytest.raises(SystemExit, match="unknown section 'nine'"):
+        run.chosen_sections("nine")

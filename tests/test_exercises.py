@@ -4,7 +4,7 @@ import pytest
 
 from helpers import exercises
 from helpers.exercises import core
-from helpers.nbrun import course_notebooks, exercise_id, read
+from tools.nbrun import course_notebooks, exercise_id, read
 
 IDS = exercises.all_ids()
 WRONG = [(i, n) for i in IDS for n in range(len(exercises.get(i).wrong_answers))]

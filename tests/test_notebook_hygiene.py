@@ -5,7 +5,7 @@ import re
 import jupytext
 import pytest
 
-from helpers.nbrun import NOTEBOOKS, course_notebooks, exercise_id
+from tools.nbrun import NOTEBOOKS, course_notebooks, exercise_id
 
 NOTEBOOK_PATHS = course_notebooks()
 ids = [p.name for p in NOTEBOOK_PATHS]

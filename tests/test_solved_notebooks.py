@@ -1,7 +1,7 @@
 """Each notebook, run with the reference solutions injected, passes every check it contains."""
 import pytest
 
-from helpers.nbrun import check_lines, course_notebooks, execute, inject_solutions, read
+from tools.nbrun import check_lines, course_notebooks, execute, inject_solutions, read
 
 NOTEBOOK_PATHS = course_notebooks()
 

@@ -9,7 +9,11 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-from helpers.nbrun import NOTEBOOKS, execute
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as `python tools/NAME.py`: make `tools` importable
+    sys.path.insert(0, str(ROOT))
+
+from tools.nbrun import NOTEBOOKS, execute  # noqa: E402
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 

@@ -8,9 +8,13 @@ from pathlib import Path
 
 import nbformat
 
-from helpers.nbrun import check_lines, course_notebooks, execute, inject_solutions, read
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as `python tools/NAME.py`: make `tools` importable
+    sys.path.insert(0, str(ROOT))
 
-OUT = Path(__file__).resolve().parents[1] / "solutions"
+from tools.nbrun import check_lines, course_notebooks, execute, inject_solutions, read  # noqa: E402
+
+OUT = ROOT / "solutions"
 
 
 def _reason(error: Exception) -> str:

@@ -1,6 +1,7 @@
 """Run course notebooks headless: as committed, or with every exercise solved.
 
-Used by the tests, `make solutions`, `make notebooks` and the benchmarks.
+Developer tooling, not for learners (it lives outside `helpers`, the package the notebooks
+import). Used by the tests, `make solutions`, `make notebooks` and the benchmarks.
 """
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""`make bench`: the course measured on this machine (see run.py)."""
