@@ -98,7 +98,9 @@ def test_no_two_catalogued_specs_place_data_alike(ex_id):
 @pytest.mark.parametrize("ex_id", [i for i in IDS if isinstance(exercises.get(i), SpecExercise)])
 def test_the_example_of_the_spec_form_is_no_catalogued_answer(ex_id, capsys):
     exercise = exercises.get(ex_id)
-    status, message = exercises.verdict(ex_id, ("host", "device"))
+    bare = ("host", "device")  # a right-looking tuple where P(...) is asked
+    status, message = exercises.verdict(ex_id, exercise.assemble((bare,) + tuple(s.right for s in exercise.slots[1:])))
+    assert status == "mistake" and "expected a PartitionSpec" in message
     like = re.search(r"such as (P\((?!\.\.\.).*?\)), but got", message)
     if like is None:  # no spec is left that is neither right nor a mistake: the form shows none
         assert "P(...)" in message

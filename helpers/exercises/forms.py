@@ -199,7 +199,7 @@ def grid(rows: int, cols: int, like: str, what: str) -> Form:
 def groups(n: int, like: str) -> Form:
     """A partition of the devices 0..n-1 into groups, as a frozenset of frozensets."""
     def form(answer: Any) -> frozenset[frozenset[int]]:
-        if not isinstance(answer, (list, tuple)) or not answer:
+        if not isinstance(answer, (list, tuple, set, frozenset)) or not answer:
             raise Mistake(f"expected a list of groups of device ids, like {like}; got {describe(answer)}")
         for group in answer:
             if not isinstance(group, (list, tuple, set, frozenset)) or not all(map(_is_whole, group)):
@@ -214,7 +214,7 @@ def groups(n: int, like: str) -> Form:
 def axis_names(valid: tuple[str, ...], like: str) -> Form:
     """One mesh axis name or a tuple of them, as a frozenset."""
     def form(answer: Any) -> frozenset[str]:
-        names = answer if isinstance(answer, (tuple, list)) else (answer,)
+        names = tuple(answer) if isinstance(answer, (tuple, list, frozenset)) else (answer,)
         if not names or not all(isinstance(n, str) for n in names):
             raise Mistake(f"mean_over names mesh axes, like {like}; got {describe(answer)}")
         unknown = [n for n in names if n not in valid]

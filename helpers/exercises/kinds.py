@@ -119,6 +119,14 @@ def normal_spec(spec) -> tuple:
     return tuple(entries)
 
 
+def axes_apart(spec, first: str = "host", second: str = "device") -> bool:
+    """True for P('host', 'device') and the like: the two mesh axes on two different dimensions."""
+    entries = [e if isinstance(e, tuple) else (e,) for e in normal_spec(spec)]
+    with_first = [i for i, e in enumerate(entries) if first in e]
+    with_second = [i for i, e in enumerate(entries) if second in e]
+    return bool(with_first and with_second and with_first != with_second)
+
+
 def same_spec(mesh, a, b, shape: tuple[int, ...]) -> bool:
     """Two specs are one answer when they place the same slices on the same devices."""
     pa, pb = placement(mesh, a, shape), placement(mesh, b, shape)
