@@ -14,7 +14,6 @@
 - `ProcessExercise`: the escape hatch for code that must run in real processes: a driver
   script with the learner's source is run by `helpers.launch.run`, and what each host printed
   is the output, judged like a program's.
-- `Judged`: any other judge function (raise Mistake when wrong); its wrong answers are listed.
 
 Every kind declares `catalogue()`, the (wrong answer, exact message) pairs that the tests
 iterate, so a mistake is written once.
@@ -482,27 +481,3 @@ class ProcessExercise(ProgramExercise):
             except (IndexError, ValueError):
                 return Raised(f"host {host.host} printed no result line")
         return tuple(outputs)
-
-
-# ----------------------------------------------------------------------------- anything else
-
-@dataclass(frozen=True)
-class WrongAnswer:
-    """A known wrong answer (as source code) and a fragment of the message it must earn."""
-
-    source: str
-    message: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Judged(Exercise):
-    """A judge function that raises Mistake when wrong; the tests check `wrong_answers`."""
-
-    judged_by: Callable[[Any], None]
-    wrong_answers: tuple[WrongAnswer, ...] = ()
-
-    def judge(self, answer: Any) -> None:
-        self.judged_by(answer)
-
-    def catalogue(self) -> list[tuple[Any, str]]:
-        return [(w.source, w.message) for w in self.wrong_answers]
