@@ -265,7 +265,7 @@ def test_a_process_exercise_judges_what_each_real_host_printed():
         kernel=Kernel(devices=8),
         driver=("from helpers.launch import initialize\ninitialize()\n{answer}\nimport json\n"
                 "print(json.dumps(my_rows(jax.process_index(), jax.process_count())))\n"),
-        meshes=((2, 1), (3, 1)), wrong={same: "every host read host 0's rows"})
+        meshes=((2, 1), (3, 1)), wrong={same: "every host read host 0's rows"}, timeout=180)
     exercise.judge(own)
     with pytest.raises(core.Mistake, match="every host read host 0's rows"):
         exercise.judge(same)

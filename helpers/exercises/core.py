@@ -15,6 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Union
 
+import jax
+
+from helpers import topology
+from helpers.devices import backend_started
+
 PRELUDE = """\
 import numpy as np
 import jax
@@ -65,16 +70,12 @@ class Kernel:
 
     def problem(self) -> str | None:
         """What is missing from this kernel's set-up, or None when it is ready."""
-        from helpers.devices import backend_started
-
         first_cell = f"use_fake_devices({self.devices})"
         if not backend_started():
             if os.environ.get("JAX_NUM_CPU_DEVICES") != str(self.devices):
                 return (f"this kernel has not run the notebook's first cell: run it ({first_cell}), "
                         "then this one")
             return self._hosts_problem()
-        import jax
-
         have = jax.device_count()
         if have != self.devices or jax.default_backend() != "cpu":
             return (f"the kernel has {have} {jax.default_backend()} device{'s' * (have != 1)}, not "
@@ -82,11 +83,9 @@ class Kernel:
         return self._hosts_problem()
 
     def _hosts_problem(self) -> str | None:
-        from helpers import topology
-
-        have = topology.num_hosts()
-        if self.hosts is None or have == self.hosts:
+        if self.hosts is None or topology.num_hosts() == self.hosts:
             return None
+        have = topology.num_hosts()
         return (f"the kernel emulates {have} host{'s' * (have != 1)}, not {self.hosts}: run the "
                 f"notebook's first cell (emulate_hosts({self.hosts})), then this one")
 

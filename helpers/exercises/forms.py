@@ -12,6 +12,9 @@ from __future__ import annotations
 from numbers import Integral
 from typing import Any, Callable
 
+import numpy as np
+from jax.sharding import PartitionSpec
+
 from helpers.exercises.core import Mistake, describe
 
 Form = Callable[[Any], Any]
@@ -66,8 +69,6 @@ def tuple_of(*parts: Form, like: str, what: str = "", of: str = "entries", lists
 def numbers(n: int, what: str) -> Form:
     """`n` ordinary numbers (a list, tuple or 1-D array), as a tuple of floats."""
     def form(answer: Any) -> tuple[float, ...]:
-        import numpy as np
-
         if isinstance(answer, (str, bytes, dict)) or answer is None:
             raise Mistake(f"expected {what} as a list of {n} numbers, but got {describe(answer)}")
         try:
@@ -85,8 +86,6 @@ def numbers(n: int, what: str) -> Form:
 def number(what: str) -> Form:
     """One real number (an int, a float or a 0-d array), as a float."""
     def form(answer: Any) -> float:
-        import numpy as np
-
         if isinstance(answer, (bool, str, bytes)) or np.ndim(answer) != 0:
             raise Mistake(f"{what} is one number, but you gave {describe(answer)}")
         try:
@@ -99,8 +98,6 @@ def number(what: str) -> Form:
 def number_list(what: str) -> Form:
     """A list (or tuple, or 1-D array) of numbers of any length, as a tuple of floats."""
     def form(answer: Any) -> tuple[float, ...]:
-        import numpy as np
-
         if isinstance(answer, (str, bytes, dict)) or answer is None:
             raise Mistake(f"{what} is a list of numbers, but you gave {describe(answer)}")
         try:
@@ -179,8 +176,6 @@ def cells(like: str) -> Form:
 def grid(rows: int, cols: int, like: str, what: str) -> Form:
     """A rows x cols grid of whole numbers (nested lists or an int array), as nested tuples."""
     def form(answer: Any) -> tuple[tuple[int, ...], ...]:
-        import numpy as np
-
         if not isinstance(answer, (list, tuple, np.ndarray)):
             raise Mistake(f"expected a {rows} x {cols} grid of {what} like {like}, but got {describe(answer)}")
         try:
@@ -227,8 +222,6 @@ def axis_names(valid: tuple[str, ...], like: str) -> Form:
 def spec(like: str) -> Form:
     """A PartitionSpec; a bare tuple or string gets a message about the type."""
     def form(answer: Any):
-        from jax.sharding import PartitionSpec
-
         if not isinstance(answer, PartitionSpec):
             raise Mistake(f"expected a PartitionSpec such as {like}, but got {describe(answer)}")
         return answer

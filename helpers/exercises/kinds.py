@@ -20,14 +20,26 @@ iterate, so a mistake is written once.
 """
 from __future__ import annotations
 
+import inspect
+import itertools
+import json
+import math
+import textwrap
 import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import jax
+import numpy as np
+from jax import P
+from jax.sharding import NamedSharding
+
+from helpers.exercises import forms
 from helpers.exercises.core import (
     PRELUDE, Exercise, Message, Mistake, NotAttempted, _guarded, describe, explain, say,
 )
 from helpers.exercises.forms import Form
+from helpers.layout import format_spec, sharding_text
 
 
 @dataclass(frozen=True)
@@ -50,7 +62,6 @@ def _same(a: Any, b: Any) -> bool:
             return True
     except Exception:  # arrays compared elementwise
         pass
-    import numpy as np
 
     try:
         x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
@@ -101,8 +112,6 @@ class ValueExercise(Exercise):
 
 def placement(mesh, spec, shape: tuple[int, ...]) -> dict[int, tuple] | None:
     """Device id -> the (start, stop) it holds along each dimension, from JAX; None if JAX refuses."""
-    from jax.sharding import NamedSharding
-
     try:
         index_map = NamedSharding(mesh, spec).devices_indices_map(tuple(shape))
     except Exception:  # JAX rejects the spec for this mesh or shape
@@ -163,8 +172,6 @@ class Slot:
         self._fail(mesh, spec, say(self.otherwise, spec))
 
     def _fail(self, mesh, spec, message: str) -> None:
-        from helpers.layout import sharding_text
-
         try:
             detail = sharding_text(self.shape, mesh, spec)
         except ValueError:  # JAX cannot place it: the message already says why
@@ -179,10 +186,6 @@ class Slot:
 
 
 def _rejection(mesh, spec, shape) -> str:
-    from jax.sharding import NamedSharding
-
-    from helpers.layout import format_spec
-
     try:
         NamedSharding(mesh, spec).devices_indices_map(tuple(shape))
     except Exception as error:
@@ -193,10 +196,6 @@ def _rejection(mesh, spec, shape) -> str:
 def example_spec(mesh, slot: Slot):
     """A spec to show in 'expected a PartitionSpec such as ...': valid, neither right nor a known
     mistake of this slot; None when every spec of one or two entries is one of those."""
-    import itertools
-
-    from jax import P
-
     a, *rest = mesh.axis_names
     entries = [None, a, *rest, tuple(mesh.axis_names), tuple(reversed(mesh.axis_names))]
     taken = [slot.right, *slot.wrong]
@@ -225,12 +224,9 @@ class SpecExercise(Exercise):
         """The answer as one spec per slot (a Mistake about its type otherwise)."""
         if self.form is not None:
             return self.form(answer)
-        from helpers.exercises.forms import spec
-        from helpers.layout import format_spec
-
         example = example_spec(self.mesh(), self.slots[0])
         like = format_spec(example) if example is not None else "P(...) with this mesh's axis names"
-        return (spec(like)(answer),)
+        return (forms.spec(like)(answer),)
 
     def judge(self, answer: Any) -> None:
         specs, mesh = self.specs(answer), self.mesh()
@@ -259,18 +255,11 @@ class Raised:
 
 def course_mesh(shape: tuple[int, ...], names: tuple[str, ...] = ("host", "device")):
     """A mesh of this shape on the first devices, host by host (the course's layout)."""
-    import math
-
-    import jax
-
     return jax.make_mesh(shape, names, devices=jax.devices()[: math.prod(shape)])
 
 
 def close(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     """Two program outputs agree: same structure and shapes, values within tolerance."""
-    import jax
-    import numpy as np
-
     if isinstance(a, Raised) or isinstance(b, Raised):
         return isinstance(a, Raised) and isinstance(b, Raised) and a.text == b.text
     try:
@@ -299,8 +288,6 @@ def equations(fn: Callable, *args: Any) -> list[tuple[Any, bool]] | None:
 
     None when `fn` cannot be traced (e.g. it converts to numpy): structural checks then pass.
     """
-    import jax
-
     try:
         jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
     except Exception:
@@ -415,8 +402,6 @@ class ProgramExercise(Exercise):
 
 
 def _size(layout: tuple[int, ...]) -> int:
-    import math
-
     return math.prod(layout)
 
 
@@ -441,9 +426,6 @@ class ProcessExercise(ProgramExercise):
         return layout
 
     def output_of_answer(self, answer: Any, layout) -> Any:
-        import inspect
-        import textwrap
-
         if isinstance(answer, str):
             source = answer
         else:
@@ -460,8 +442,6 @@ class ProcessExercise(ProgramExercise):
         return _outputs[key]
 
     def _launch(self, source: str, layout) -> Any:
-        import json
-
         from helpers.launch import run
 
         hosts, per_host = layout

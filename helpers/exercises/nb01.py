@@ -1,9 +1,14 @@
 """Exercises of notebook 01: meshes, axis names, and which host owns which cell."""
 from __future__ import annotations
 
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, describe, register
 from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise
+from helpers.topology import host_of
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 
@@ -14,10 +19,6 @@ def _ids(devices) -> list:
 
 def _host_of_id(device_id: int) -> int:
     """The host that owns a device on this course's 2 x 4 machine (its devices 0-3 are host 0's)."""
-    import jax
-
-    from helpers.topology import host_of
-
     return host_of(next(d for d in jax.devices() if d.id == device_id))
 
 
@@ -30,8 +31,6 @@ def _given(mesh) -> list:
 
 def _built(build_mesh, mesh) -> tuple:
     """What build_mesh makes of the layout's devices: ('mesh', names, device-id rows), or what it is instead."""
-    from jax.sharding import Mesh
-
     built = build_mesh(_given(mesh), mesh.shape["host"])
     if isinstance(built, Mesh):
         return ("mesh", tuple(built.axis_names), [_ids(row) for row in built.devices])
@@ -141,16 +140,10 @@ def build_mesh(devices, num_hosts):
 
 def _shuffled():
     """The notebook's `shuffled` mesh."""
-    import jax
-    import numpy as np
-    from jax.sharding import Mesh
-
     return Mesh(np.array(jax.devices()).reshape(2, 4).T.reshape(2, 4), ("host", "device"))
 
 
 def _host1_cells() -> frozenset:
-    import numpy as np
-
     grid = _shuffled().devices
     return frozenset((r, c) for (r, c), d in np.ndenumerate(grid) if _host_of_id(d.id) == 1)
 
@@ -194,10 +187,6 @@ register(ValueExercise(
 
 def _candidates() -> dict:
     """The notebook's five meshes."""
-    import jax
-    import numpy as np
-    from jax.sharding import Mesh
-
     devs = np.array(jax.devices())
     return {
         "A": Mesh(devs.reshape(2, 4), ("host", "device")),
@@ -210,8 +199,6 @@ def _candidates() -> dict:
 
 def _follows_hosts(mesh) -> bool:
     """Each position along 'host' holds one host's devices, and different positions different hosts."""
-    import numpy as np
-
     along = np.moveaxis(mesh.devices, mesh.axis_names.index("host"), 0)
     owners = [{_host_of_id(d.id) for d in group.flat} for group in along]
     return all(len(o) == 1 for o in owners) and len(set().union(*owners)) == len(owners)
@@ -266,8 +253,6 @@ register(ValueExercise(
 # ------------------------------------------------------------------ 01.4 make_mesh takes the first devices
 
 def _small_mesh_hosts() -> tuple:
-    import jax
-
     mesh = jax.make_mesh((2, 2), ("host", "device"))
     return tuple(tuple(_host_of_id(d.id) for d in row) for row in mesh.devices)
 

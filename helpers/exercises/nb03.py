@@ -1,8 +1,13 @@
 """Exercises of notebook 03: global arrays from host-local data."""
 from __future__ import annotations
 
+import jax
+import numpy as np
 from jax import P
+from jax.sharding import NamedSharding
+from jax.sharding import Mesh
 
+from helpers import hosts
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import Rule, Slot, SpecExercise, ValueExercise, course_mesh, normal_spec, placement
@@ -20,11 +25,6 @@ _LOCAL = (16, 4)  # each host's batch
 
 def _global_shapes() -> tuple:
     """The global shapes the emulated hosts' make_array_from_process_local_data builds."""
-    import numpy as np
-    from jax.sharding import NamedSharding
-
-    from helpers import hosts
-
     mesh = course_mesh((HOSTS, 4))
     parts = [np.zeros(_LOCAL, np.float32)] * HOSTS
     return tuple(tuple(hosts.make_array_from_process_local_data(NamedSharding(mesh, s), parts).shape)
@@ -91,8 +91,6 @@ def _devices_first():
 
 def _host0_rows(spec) -> str:
     """The global rows host 0's devices hold under `spec` on the devices-first mesh."""
-    import jax
-
     where = placement(_devices_first(), spec, _BATCH)
     rows = sorted({where[d.id][0] for d in jax.devices()[:4]})
     return ", ".join(f"{a}:{b}" for a, b in rows)
@@ -150,10 +148,6 @@ register(SpecExercise(
 
 def _candidates() -> dict:
     """The notebook's four meshes."""
-    import jax
-    import numpy as np
-    from jax.sharding import Mesh
-
     devs = np.array(jax.devices())
     return {
         "A": jax.make_mesh((2, 4), ("host", "device")),
@@ -165,10 +159,6 @@ def _candidates() -> dict:
 
 def _accepts() -> tuple[bool, ...]:
     """Whether the emulated host_local_array_to_global_array accepts each mesh."""
-    import numpy as np
-
-    from helpers import hosts
-
     verdicts = []
     for mesh in _candidates().values():
         try:

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import functools
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import Rule, ValueExercise
@@ -17,9 +21,6 @@ _MEAN, _SUM = sum(_V8) / 8, sum(_V8)
 @functools.cache
 def _centred() -> tuple[float, ...]:
     """The notebook's centre(v8), run by JAX."""
-    import jax
-    import jax.numpy as jnp
-
     centre = jax.pmap(lambda v: v - jax.lax.pmean(v, "i"), axis_name="i")
     return tuple(centre(jnp.array(_V8)).tolist())
 
@@ -54,9 +55,6 @@ register(ValueExercise(
 @functools.cache
 def _g_shapes() -> tuple:
     """The shapes of the notebook's g(a, w), run by JAX."""
-    import jax
-    import jax.numpy as jnp
-
     g = jax.pmap(lambda a, w: (a @ w, jax.lax.psum(jnp.sum(a), "i")),
                  axis_name="i", in_axes=(0, None), out_axes=(1, None))
     return tuple(tuple(o.shape) for o in g(jnp.ones((8, 5, 3)), jnp.ones((3, 2))))
@@ -101,9 +99,6 @@ HOSTS, PER_HOST = 4, 2
 @functools.cache
 def _host1() -> tuple:
     """What host 1 of the 4 x 2 run sees: pmap's collectives span all 8 devices, outputs are host-local."""
-    import jax
-    import numpy as np
-
     every_host = np.concatenate([np.arange(PER_HOST) + 10.0 * h for h in range(HOSTS)])
     f = jax.pmap(lambda v: (jax.lax.psum(v, "i"), jax.lax.axis_index("i")), axis_name="i")
     total, index = (np.asarray(o)[PER_HOST:2 * PER_HOST] for o in f(every_host))  # host 1's devices

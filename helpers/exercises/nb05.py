@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import re
 
+import jax
+import numpy as np
 from jax import P
+from jax.sharding import NamedSharding
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
@@ -21,10 +24,6 @@ _W8 = (3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0)
 
 def _host_sums() -> tuple[float, ...]:
     """over_hosts(w8) of the notebook: a psum over 'host' on the (2, 4) mesh, run by JAX."""
-    import jax
-    import numpy as np
-    from jax.sharding import NamedSharding
-
     mesh = course_mesh((2, 4))
     w8 = jax.device_put(np.asarray(_W8, np.float32), NamedSharding(mesh, P(DATA)))
     over_hosts = jax.shard_map(lambda v: jax.lax.psum(v, "host"), mesh=mesh, in_specs=P(DATA), out_specs=P(DATA))
@@ -100,17 +99,11 @@ register(SpecExercise(
 
 def _batch(mesh):
     """A seeded (3 rows per device, 5) array placed over every device of `mesh`."""
-    import jax
-    import numpy as np
-    from jax.sharding import NamedSharding
-
     data = np.random.default_rng(7).normal(size=(3 * mesh.size, 5)).astype(np.float32) + 3.0
     return jax.device_put(data, NamedSharding(mesh, P(DATA)))
 
 
 def _column_mean_case(column_mean, mesh):
-    import numpy as np
-
     return np.asarray(column_mean(_batch(mesh), mesh), dtype=np.float32)
 
 

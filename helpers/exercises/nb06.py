@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import re
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 from jax import P
+from jax.sharding import NamedSharding
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, describe, register
@@ -28,9 +32,6 @@ _VARYING = re.compile(r"possibly varying over \{([^}]*)\}|replicated across mesh
 
 
 def _placed(mesh, data, spec=P(DATA)):
-    import jax
-    from jax.sharding import NamedSharding
-
     return jax.device_put(data, NamedSharding(mesh, spec))
 
 
@@ -115,9 +116,6 @@ register(SpecExercise(
 
 def _momentum_inputs(mesh):
     """Seeded params, velocity and a (4 rows per device, 4) batch placed over every device."""
-    import jax.numpy as jnp
-    import numpy as np
-
     rng = np.random.default_rng(6)
     n, f = 4 * mesh.size, 4
     x = rng.normal(size=(n, f)).astype(np.float32)
@@ -128,9 +126,6 @@ def _momentum_inputs(mesh):
 
 
 def _momentum_step(make_momentum_step, mesh):
-    import jax
-    import numpy as np
-
     step = make_momentum_step(mesh)
     if not callable(step):
         raise Mistake(f"make_momentum_step(mesh) should return the step function, but returned {describe(step)}")
@@ -142,8 +137,6 @@ def _momentum_step(make_momentum_step, mesh):
 
 def _grad_ratio(case) -> float | None:
     """How many times the learner's gradient (read from the new velocity) is the true one."""
-    import numpy as np
-
     params, velocity, *_ = _momentum_inputs(case.mesh)
     try:
         got = np.asarray(case.got[1]["w"], np.float64) - 0.9 * np.asarray(velocity["w"])
@@ -287,8 +280,6 @@ def _rows_per_device() -> int:
 
 
 def _batch(mesh, integers: bool = False):
-    import numpy as np
-
     rng = np.random.default_rng(4 if integers else 3)
     shape = (_rows_per_device() * mesh.size, 5)
     data = rng.integers(0, 4, size=shape) if integers else rng.normal(size=shape)
@@ -297,9 +288,6 @@ def _batch(mesh, integers: bool = False):
 
 def _per_block(body, mesh, *args):
     """jit(shard_map(body)) over the batch, split over every device, as pmap would split it."""
-    import jax
-    import numpy as np
-
     in_specs = tuple(P() for _ in args) + (P(DATA),)
     mapped = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=P(DATA)))
     return np.asarray(mapped(*args, _batch(mesh, integers=bool(args))))
@@ -354,9 +342,6 @@ def sq_body(block):
 
 def _noise(noisy_body, mesh):
     """noisy_body's noise on every device (block + noise, minus the block), for key(11)."""
-    import jax
-    import numpy as np
-
     return _per_block(noisy_body, mesh, jax.random.key(11)) - np.asarray(_batch(mesh, integers=True))
 
 

@@ -3,9 +3,13 @@ from __future__ import annotations
 
 import functools
 
+import jax
+import numpy as np
 from jax import P
+from jax.sharding import NamedSharding
 
 from helpers import train
+from helpers import hosts
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import Rule, ValueExercise, course_mesh, normal_spec, placement, same_spec
@@ -19,11 +23,6 @@ _CANDIDATES = (P(("host", "device")), P("device"), P("host"), P(("device", "host
 
 def _emulated(spec, step: int = 7):
     """The global batch the two emulated hosts build with `spec` from their own rows of `step`."""
-    import numpy as np
-    from jax.sharding import NamedSharding
-
-    from helpers import hosts
-
     parts = [train.host_batch(step, h, HOSTS)[0] for h in range(HOSTS)]
     return np.asarray(hosts.make_array_from_process_local_data(NamedSharding(course_mesh((HOSTS, 4)), spec), parts))
 
@@ -32,8 +31,6 @@ def _emulated(spec, step: int = 7):
 def _data_parallel() -> tuple:
     """The spec (of the candidates) whose global batch is the reference batch with no device repeating
     another's rows, and the axes to average over: those it splits the batch over."""
-    import numpy as np
-
     mesh = course_mesh((HOSTS, 4))
     for spec in _CANDIDATES:
         rows = placement(mesh, spec, _BATCH)
@@ -147,12 +144,6 @@ register(ValueExercise(
 @functools.cache
 def _equal_copies() -> frozenset:
     """Devices whose parameter copies are equal after one step of the P('device') / 'device' step, run by JAX."""
-    import jax
-    import numpy as np
-    from jax.sharding import NamedSharding
-
-    from helpers import hosts
-
     mesh = course_mesh((HOSTS, 4))
     parts = [train.host_batch(0, h, HOSTS) for h in range(HOSTS)]
     x, y = (hosts.make_array_from_process_local_data(NamedSharding(mesh, P("device")), [p[i] for p in parts])

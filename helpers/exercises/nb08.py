@@ -1,10 +1,14 @@
 """Exercises of notebook 08: real multi-process runs."""
 from __future__ import annotations
 
-from helpers import train
+import numpy as np
+from jax import P
+from jax.sharding import NamedSharding
+
+from helpers import hosts, train
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, describe, register
-from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise
+from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise, course_mesh
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 HOSTS = 2
@@ -15,8 +19,6 @@ _ROWS, _STEPS = 40, 6  # a 40-row data set; 6 steps of one row per device run pa
 
 
 def _loader_data():
-    import numpy as np
-
     order = np.random.default_rng(8).permutation(_ROWS)  # row r holds the tag order[r]: rows are told apart
     data_x = np.stack([order, order * 10 + 1, order * 10 + 2], axis=1).astype(np.float32)
     data_y = (order * 100.0 + 7).astype(np.float32).reshape(_ROWS, 1)
@@ -25,8 +27,6 @@ def _loader_data():
 
 def _rows_read(result, order, data_x, data_y) -> tuple | str:
     """The data-set rows a loader returned, or what is wrong with its result (a message)."""
-    import numpy as np
-
     if not isinstance(result, tuple) or len(result) != 2:
         return f"the loader should return a pair (x, y) of numpy arrays; got {describe(result)}"
     x, y = (np.asarray(a) for a in result)
@@ -181,13 +181,6 @@ register(ValueExercise(
 
 def _pitfall_length() -> int:
     """The length of the global array the two hosts build from their (128, 4) batches with P('device')."""
-    import numpy as np
-    from jax import P
-    from jax.sharding import NamedSharding
-
-    from helpers import hosts
-    from helpers.exercises.kinds import course_mesh
-
     parts = [np.zeros((train.GLOBAL_BATCH // HOSTS, train.IN_DIM), np.float32)] * HOSTS
     return hosts.make_array_from_process_local_data(NamedSharding(course_mesh((HOSTS, 4)), P("device")), parts).shape[0]
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 import functools
 import re
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 from jax import P
+from jax.sharding import AxisType, Mesh
 
 from helpers import train
 from helpers.exercises import forms
@@ -69,8 +73,6 @@ _TP_SPECS = {"w1": P(None, "device"), "b1": P("device"), "w2": P("device", None)
 
 
 def _tp_case():
-    import numpy as np
-
     rng = np.random.default_rng(9)
     params = {"w1": rng.normal(size=(4, 16)).astype(np.float32) / 2,
               "b1": rng.normal(size=16).astype(np.float32),
@@ -81,10 +83,6 @@ def _tp_case():
 
 def _tp_run(tp_forward, mesh):
     """tp_forward mapped over an Auto (host, device) mesh: x split over 'host', hidden units over 'device'."""
-    import jax
-    import numpy as np
-    from jax.sharding import AxisType, Mesh
-
     auto = Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * 2)
     mapped = jax.jit(jax.shard_map(tp_forward, mesh=auto, in_specs=(_TP_SPECS, P("host", None)),
                                    out_specs=P("host", None)))
@@ -139,9 +137,6 @@ def tp_forward(p, x):
 @functools.cache
 def _h_type() -> str:
     """jax.typeof of the notebook's hidden layer h, on the Explicit (host, device) mesh."""
-    import jax
-    import jax.numpy as jnp
-
     mesh = course_mesh((2, 4))
     params = train.init_params()
     x = train.global_batch_at(0)[0]
