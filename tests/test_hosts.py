@@ -113,6 +113,9 @@ print("RESULT " + json.dumps(run_cases(build)))
 
 EMU_DRIVER = r'''
 from helpers import hosts
+from helpers.topology import emulate_hosts
+
+emulate_hosts(2)  # as the notebooks' first cell does: building an array does not set it
 
 def build(kind, mesh, spec, gs):
     data = [host_data(0), host_data(1)]
