@@ -5,6 +5,7 @@ import). Used by the tests, `make solutions`, `make notebooks` and the benchmark
 """
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from nbclient import NotebookClient
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 EXERCISE_TAG = "exercise"
 _ID_TAG = re.compile(r"^exercise-(\d+\.\d+)$")
-CHECK_LINE = re.compile(r"^(✅|⏳|❌|❓) (\d+\.\d+)", re.MULTILINE)
+CHECK_LINE = re.compile(r"^(✅|⏳|❌|❓|⚠️) (\d+\.\d+)", re.MULTILINE)
 
 
 def course_notebooks() -> list[Path]:
@@ -54,7 +55,7 @@ def execute(nb, *, cell_timeout: int = 180, cwd: Path = NOTEBOOKS, quiet_kernel:
         resources={"metadata": {"path": str(cwd)}},
         extra_arguments=["--IPKernelApp.log_level=ERROR"] if quiet_kernel else [],
     )
-    client.execute()
+    client.execute(env={**os.environ, "COURSE_PROGRESS_FILE": "off"})  # tool runs leave no progress
     return nb
 
 

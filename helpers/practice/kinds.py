@@ -14,7 +14,7 @@ from helpers.practice.scenario import DEVICES, Scenario, host_blocks, random_sce
 
 
 def _fmt(spec) -> str:
-    from helpers.viz_text import format_spec
+    from helpers.layout import format_spec
 
     return format_spec(spec)
 
@@ -287,7 +287,7 @@ def _frozen(placement: dict) -> tuple:
 
 def picture_text(sc: Scenario) -> str:
     """Every device's part of the array, host by host, and the tile count: no spec shown."""
-    from helpers.viz_text import format_index, sharding_layout
+    from helpers.layout import format_index, sharding_layout
 
     layout = sharding_layout(sc.shape, sc.mesh, sc.spec, host_of=sc.host_of)
     lines = [f"An array of shape {sc.shape} is placed like this:"]
@@ -311,7 +311,7 @@ def spec(rng: random.Random, seed: int) -> Question:
             candidates.append(Mistake(v.spec, v.family, v.why_spec))
 
     def normalize(answer):
-        from helpers.viz_text import sharding_layout
+        from helpers.layout import sharding_layout
 
         if isinstance(answer, str):
             from helpers.practice.parse import parse_answer
@@ -332,7 +332,7 @@ def spec(rng: random.Random, seed: int) -> Question:
             return (f"your spec makes {n_theirs} tile{'s' * (n_theirs > 1)}, each on {DEVICES // n_theirs} "
                     f"device{'s' * (n_theirs < DEVICES)}; the picture has {n_mine}, each on {DEVICES // n_mine}")
         device = next(d for d in sorted(mine) if theirs[d] != mine[d])
-        from helpers.viz_text import format_index
+        from helpers.layout import format_index
 
         return (f"your spec makes as many tiles and copies, but puts them elsewhere: device {device} gets "
                 f"{format_index(theirs[device], sc.shape)}, the picture shows {format_index(mine[device], sc.shape)}")

@@ -32,7 +32,7 @@ class Variant:
 
 
 def _entry(entry) -> str:
-    from helpers.viz_text import format_spec
+    from helpers.layout import format_spec
 
     return format_spec((entry,))[2:-1]
 

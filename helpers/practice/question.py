@@ -128,7 +128,7 @@ class Question:
 
     def explain(self) -> str:
         """The right answer, where every tile lives (from JAX), and the code to see it yourself."""
-        from helpers.viz_text import sharding_text
+        from helpers.layout import sharding_text
 
         sc = self.scenario
         return "\n".join([

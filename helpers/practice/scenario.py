@@ -85,13 +85,13 @@ class Scenario:
 
     def mesh_text(self) -> str:
         """The mesh grid as text, each cell 'device id (host)'."""
-        from helpers.viz_text import mesh_text
+        from helpers.layout import mesh_text
 
         return mesh_text(self.mesh, host_of=self.host_of)
 
     def code(self) -> str:
         """Python that builds this mesh and sharding (for a learner who wants to ask JAX)."""
-        from helpers.viz_text import format_spec
+        from helpers.layout import format_spec
 
         ids = list(self.device_ids)
         return (f"mesh = Mesh(np.array(jax.devices())[{ids}].reshape{self.axis_sizes}, {self.axis_names})\n"
