@@ -3,11 +3,15 @@
 - Unit tests see 8 fake CPU devices (set before anything imports JAX).
 - nbval ignores stderr that is only JAX/absl log noise, so a harmless log line cannot fail a
   notebook; a cell that raises still fails (nbval checks errors apart from outputs).
+- No test, and no notebook kernel a test starts, records a learner's progress.
 """
+import os
+
 from helpers.devices import use_fake_devices
 from helpers.launch_result import LOG_NOISE
 
 use_fake_devices(8)
+os.environ["COURSE_PROGRESS_FILE"] = "off"
 
 
 def _without_log_noise(outputs):
