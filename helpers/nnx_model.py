@@ -10,7 +10,9 @@ host that calls it with the same seed builds the same numbers:
     (2, 1)
 
 `reference_losses(steps)` trains on one device on the global batches of `helpers.train`: the
-curve every distributed run in notebooks 10-11 must reproduce. The distributed train steps are
+curve every distributed run in notebooks 10-11 must reproduce. `state_shardings(mesh)` places
+the train state the HSDP way of notebook 10: parameters and step counts replicated, each AdamW
+moment split over the mesh's `'device'` axis (a copy per host). The distributed train steps are
 written in the notebooks; this module holds only what would otherwise be written twice.
 """
 from __future__ import annotations
@@ -20,12 +22,15 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
+from jax import P
+from jax.sharding import NamedSharding
 
 from helpers import train
 
 __all__ = [
     "LEARNING_RATE", "WEIGHT_DECAY", "SEED", "MLP", "make_optimizer", "create", "loss_fn",
-    "reference_step", "reference_losses", "params_of",
+    "reference_step", "reference_losses", "params_of", "abstract_state", "moment_spec",
+    "state_specs", "state_shardings", "describe",
 ]
 
 LEARNING_RATE = 0.05  # AdamW; the loss falls from 1.04 to 0.25 in train.STEPS steps
@@ -91,3 +96,55 @@ def params_of(model: MLP) -> dict[str, np.ndarray]:
         "w1": np.asarray(model.hidden.kernel[...]), "b1": np.asarray(model.hidden.bias[...]),
         "w2": np.asarray(model.out.kernel[...]), "b2": np.asarray(model.out.bias[...]),
     }
+
+
+def abstract_state(seed: int = SEED):
+    """(graphdef, state) of `create(seed)` with shapes only: nothing is computed or allocated."""
+    return nnx.split(nnx.eval_shape(lambda: create(seed)))
+
+
+def moment_spec(shape: tuple[int, ...], devices: int, axis: str = "device") -> P:
+    """HSDP spec of one AdamW moment: its largest dimension that `devices` divides, split over `axis`.
+
+    >>> moment_spec((4, 16), 4), moment_spec((1,), 4)
+    (P(None, 'device'), P())
+    """
+    for dim in sorted(range(len(shape)), key=lambda d: -shape[d]):
+        if shape[dim] % devices == 0:
+            return P(*[axis if d == dim else None for d in range(len(shape))])
+    return P()
+
+
+def _is_variable(x) -> bool:
+    return isinstance(x, nnx.Variable)
+
+
+def state_specs(state, devices: int, axis: str = "device"):
+    """The spec of every leaf of a (model, optimizer) state: moments by `moment_spec`, the rest P()."""
+    def spec(variable):
+        if isinstance(variable, nnx.OptVariable):
+            return moment_spec(tuple(variable.shape), devices, axis)
+        return P()
+
+    return jax.tree.map(spec, state, is_leaf=_is_variable)
+
+
+def state_shardings(mesh, seed: int = SEED, axis: str = "device"):
+    """NamedShardings for the whole train state on `mesh`: parameters replicated, moments HSDP."""
+    _, state = abstract_state(seed)
+    specs = state_specs(state, mesh.shape[axis], axis)
+    return jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs)
+
+
+def describe(state) -> str:
+    """One line per leaf of a (model, optimizer) state: where it sits, its kind, and its JAX type."""
+    lines = []
+    for path, variable in nnx.to_flat_state(state):
+        owner = {0: "model", 1: "optimizer"}.get(path[0], str(path[0]))
+        name = ".".join(str(part) for part in path[1:])
+        value = variable.get_value()
+        kind = type(variable).__name__
+        text = str(jax.typeof(value)) if isinstance(value, jax.Array) else \
+            f"{value.dtype}{list(value.shape)}".replace(" ", "")
+        lines.append(f"{owner:9} {name:28} {kind:11} {text}")
+    return "\n".join(lines)

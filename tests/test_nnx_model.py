@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax import P
 import pytest
 
 from helpers import nnx_model, train
@@ -63,3 +64,37 @@ def test_reference_losses_is_independent_of_a_global_mesh():
 def test_reference_losses_rejects_a_bad_step_count(steps):
     with pytest.raises(ValueError, match="steps must be a whole number"):
         nnx_model.reference_losses(steps=steps)
+
+
+@pytest.mark.parametrize("shape, devices, spec", [
+    ((4, 16), 4, P(None, "device")),   # the larger dimension first
+    ((16, 1), 4, P("device", None)),
+    ((16,), 4, P("device")),
+    ((1,), 4, P()),                    # nothing to split: a copy on every device
+    ((), 4, P()),
+    ((6, 3), 4, P()),
+    ((6, 3), 3, P("device", None)),    # 6 is larger, and 3 divides it
+    ((4, 16), 2, P(None, "device")),
+])
+def test_moment_spec_splits_the_largest_dimension_the_devices_divide(shape, devices, spec):
+    assert nnx_model.moment_spec(shape, devices) == spec
+
+
+def test_state_shardings_place_moments_per_host_and_parameters_everywhere():
+    """Read from JAX's placement: each host holds a whole moment, split over its 4 devices."""
+    from flax import nnx
+
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    shardings = nnx_model.state_shardings(mesh)
+    state = jax.jit(lambda: nnx.state(nnx_model.create()), out_shardings=shardings)()
+    model, optimizer = nnx.merge(nnx_model.abstract_state()[0], state)
+    mu = optimizer.opt_state[0].mu["hidden"]["kernel"][...]
+    columns = {s.device.id: s.index[1].indices(16)[:2] for s in mu.addressable_shards}
+    assert columns == {0: (0, 4), 1: (4, 8), 2: (8, 12), 3: (12, 16),
+                       4: (0, 4), 5: (4, 8), 6: (8, 12), 7: (12, 16)}
+    kernel = model.hidden.kernel[...]
+    assert all(s.data.shape == (4, 16) for s in kernel.addressable_shards)
+    np.testing.assert_array_equal(np.asarray(kernel), nnx_model.params_of(nnx_model.create()[0])["w1"])
+    text = nnx_model.describe(state)
+    assert len(text.splitlines()) == 14
+    assert "float32[4,16@device]" in text and "model     hidden.kernel" in text
