@@ -82,7 +82,7 @@ def reference_losses(steps: int = train.STEPS, global_batch: int = train.GLOBAL_
         raise ValueError(f"steps must be a whole number of 1 or more; got {steps!r}")
     device = jax.devices()[0]
     with jax.set_mesh(None), jax.default_device(device):
-        model, optimizer = create(seed)
+        model, optimizer = nnx.jit(create, static_argnums=0)(seed)  # one program, not many small ones
         losses = []
         for step in range(steps):
             x, y = train.global_batch_at(step, global_batch)

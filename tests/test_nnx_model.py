@@ -20,6 +20,15 @@ def test_same_seed_builds_the_same_numbers_and_another_seed_does_not():
     assert not np.array_equal(nnx_model.params_of(a)["w1"], nnx_model.params_of(c)["w1"])
 
 
+def test_built_under_jit_or_eagerly_the_numbers_are_the_same():
+    from flax import nnx
+
+    eager, _ = nnx_model.create(seed=5)
+    jitted, _ = nnx.jit(nnx_model.create, static_argnums=0)(5)
+    for name, value in nnx_model.params_of(eager).items():
+        np.testing.assert_array_equal(value, nnx_model.params_of(jitted)[name])
+
+
 def test_the_module_computes_the_mlp_of_helpers_train():
     model, _ = nnx_model.create()
     x, _ = train.global_batch_at(0, 64)
