@@ -189,11 +189,6 @@ _NO_OUT_SHARDINGS = textwrap.dedent('''\
         return jax.jit(lambda: nnx.state(nnx_model.create(SEED)))()
     ''')
 
-_OBJECTS = textwrap.dedent('''\
-    def init_state():
-        return jax.jit(lambda: nnx_model.create(SEED))()
-    ''')
-
 _DEVICE_PUT = textwrap.dedent('''\
     def init_state():
         return jax.device_put(nnx.state(nnx_model.create(SEED)), hsdp)
@@ -244,6 +239,12 @@ class _InitExercise(ProcessExercise):
         source = getattr(answer, "__course_source__", None)
         return super().output_of_answer(source if source is not None else answer, layout)
 
+    def catalogue(self) -> list[tuple[Any, str]]:
+        """ProgramExercise's catalogue without running anything (its messages are fixed text):
+        listing the mistakes must not start real processes; judging them does."""
+        return ([(source, message) for source, message in self.wrong.items()]
+                + [(rule.example, rule.say) for rule in self.errors + self.checks])
+
 
 register(_InitExercise(
     id="10.3", kernel=KERNEL,
@@ -255,14 +256,11 @@ register(_InitExercise(
     timeout=120.0,
     meshes=((2, 4), (2, 2)),
     wrong={
-        _SEED_PER_HOST: lambda case: (
-            f"host(s) {_which_hosts(case, 2)} hold other numbers than seed SEED's, though the state is placed "
-            "right: each host used its own seed, and jax.device_put took each host's numbers as its copies "
-            "without checking. Use the same seed, SEED, on every host"),
+        _SEED_PER_HOST: "host 1 holds other numbers than seed SEED's, though the state is placed right: each "
+                        "host used its own seed, and jax.device_put took each host's numbers as its copies "
+                        "without checking. Use the same seed, SEED, on every host",
         _NO_OUT_SHARDINGS: "the numbers are right on every host, but the state is not placed by hsdp: without "
                            "out_shardings, jit decides where the state goes. Pass out_shardings=hsdp",
-        _OBJECTS: "init_state must return the train state, nnx.state((model, optimizer)), not the model and "
-                  "optimizer objects: the state is what jit places and what the train step takes",
     },
     checks=(Rule(lambda fn, layout: "device_put" in fn.__code__.co_names, example=_DEVICE_PUT,
                  say="the numbers and the placement are right, but every host first builds the whole state and "
