@@ -6,8 +6,9 @@ host-local semantics never show. The functions here take one numpy array per emu
 `jax.make_array_from_single_device_arrays`, exactly the per-device buffers that a real
 multi-process run would hold, following JAX 0.10.2's own algorithm host by host. That
 includes "replicas" that disagree when hosts pass different data for a replicated axis.
-The first call with H hosts records H with `helpers.topology.emulate_hosts`, so that
-`host_of` and the pictures agree with the data.
+Building an array changes no global state: host h's devices are worked out from the number
+of arrays passed. To make `host_of` and the pictures agree, emulate the same number of hosts
+(`helpers.topology.emulate_hosts`, or the `emulated_hosts` context manager in judges and tests).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from helpers import topology
+from helpers.layout import format_index, format_spec
 
 __all__ = [
     "make_array_from_process_local_data",
@@ -64,7 +66,7 @@ def _as_host_arrays(per_host_data: Any, name: str) -> list[np.ndarray]:
 
 
 def _claim_hosts(num_hosts: int) -> int:
-    """Check that `num_hosts` splits the devices evenly, record it in topology; return D."""
+    """Check that `num_hosts` splits the devices evenly and fits the emulated hosts; return D."""
     count = jax.device_count()
     if count % num_hosts:
         fits = max(d for d in range(1, num_hosts) if count % d == 0)
@@ -80,7 +82,6 @@ def _claim_hosts(num_hosts: int) -> int:
             f"hosts (emulate_hosts({current})). Pass one array per host ({current} arrays), "
             f"or call helpers.topology.emulate_hosts({num_hosts}) first."
         )
-    topology.emulate_hosts(num_hosts)
     return count // num_hosts
 
 
@@ -103,7 +104,7 @@ def _as_sharding(sharding: Any) -> Sharding:
 
 def _spec_text(sharding: Sharding) -> str:
     spec = getattr(sharding, "spec", None)
-    return f"the spec {spec}" if spec is not None else "this sharding"
+    return f"the spec {format_spec(spec)}" if spec is not None else "this sharding"
 
 
 def _check_rank(sharding: Sharding, ndim: int) -> None:
@@ -114,16 +115,13 @@ def _check_rank(sharding: Sharding, ndim: int) -> None:
             f"{ndim}. Use a spec with at most {ndim} entries.")
 
 
-def _owners(devices) -> dict:
-    return {d: topology.host_of(d) for d in devices}
+def _owners(per_host: int) -> dict:
+    """Device -> its emulated host, with `per_host` devices per host (helpers.topology's rule)."""
+    return {d: i // per_host for i, d in enumerate(jax.devices())}
 
 
 def _slice_text(index: Index, shape: tuple[int, ...]) -> str:
-    parts = []
-    for s, n in zip(index, shape):
-        start, stop = s.start or 0, n if s.stop is None else s.stop
-        parts.append(":" if (start, stop) == (0, n) else f"{start}:{stop}")
-    return "[" + ", ".join(parts) + "]"
+    return format_index(tuple(s.indices(n)[:2] for s, n in zip(index, shape)), shape)
 
 
 # ------------------------------------------- make_array_from_process_local_data, per host
@@ -238,8 +236,7 @@ def make_array_from_process_local_data(sharding: Sharding | PartitionSpec,
     arrays = _as_host_arrays(per_host_data, "make_array_from_process_local_data")
     sharding = _as_sharding(sharding)
     num_hosts = len(arrays)
-    _claim_hosts(num_hosts)
-    owner = _owners(jax.devices())
+    owner = _owners(_claim_hosts(num_hosts))
     hosts_in_sharding = {owner[d] for d in sharding.device_set}
     missing = sorted(set(range(num_hosts)) - hosts_in_sharding)
     if missing:
@@ -338,8 +335,7 @@ def host_local_array_to_global_array(per_host_data: Sequence[Any], mesh: Mesh,
     if not isinstance(mesh, Mesh):
         raise ValueError(f"mesh must be a jax.sharding.Mesh; got {type(mesh).__name__}.")
     num_hosts = len(arrays)
-    _claim_hosts(num_hosts)
-    owner = _owners(jax.devices())
+    owner = _owners(_claim_hosts(num_hosts))
     global_sharding = NamedSharding(mesh, spec)
     for a in arrays:
         _check_rank(global_sharding, a.ndim)

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from helpers.devices import DEVICE_COUNT_FLAG
 from helpers.launch_result import HostResult, LaunchError, RunResult, clean_stderr, clean_stdout
 
 __all__ = ["run", "initialize", "main", "RunResult", "HostResult", "LaunchError"]
@@ -32,7 +33,6 @@ _POLL_SECONDS = 0.02
 # What the coordinator prints when its port is already taken (jaxlib 0.10.2 then crashes).
 _BIND_FAILURE = re.compile(r"Failed to add port to server|[Aa]ddress already in use")
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
-_DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
 
 # ----------------------------------------------------------------------------- child side
@@ -186,12 +186,12 @@ def _free_port() -> int:
 def _child_env(host: int, hosts: int, devices_per_host: int, port: int,
                verbose: bool = False) -> dict[str, str]:
     env = dict(os.environ)
-    flags = re.sub(rf"{_DEVICE_FLAG}=\S+", "", env.get("XLA_FLAGS", "")).split()
+    flags = re.sub(rf"{DEVICE_COUNT_FLAG}=\S+", "", env.get("XLA_FLAGS", "")).split()
     env.update({
         "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
         "JAX_NUM_PROCESSES": str(hosts),
         "JAX_PROCESS_ID": str(host),
-        "XLA_FLAGS": " ".join([*flags, f"{_DEVICE_FLAG}={devices_per_host}"]),
+        "XLA_FLAGS": " ".join([*flags, f"{DEVICE_COUNT_FLAG}={devices_per_host}"]),
         "JAX_NUM_CPU_DEVICES": str(devices_per_host),  # an inherited value would win otherwise
         "JAX_PLATFORMS": "cpu",
         "PYTHONUNBUFFERED": "1",  # lines arrive as printed, and survive a kill
@@ -322,7 +322,7 @@ def _launch(cmd: list[str], *, hosts: int, devices_per_host: int, timeout: float
         HostResult(host=h.index, status=status[h.index],
                    returncode=h.proc.returncode if status[h.index] in ("ok", "failed") else None,
                    stdout=_tidy(clean_stdout("".join(h.out)), tidy),
-                   stderr=_tidy("".join(h.err), tidy), raw_stdout="".join(h.out))
+                   stderr=_tidy("".join(h.err), tidy))
         for h in started)
     stopped = [h.host for h in results if h.status == "stopped"]
     if timed_out:

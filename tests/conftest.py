@@ -4,28 +4,17 @@
 - nbval ignores stderr that is only JAX/absl log noise, so a harmless log line cannot fail a
   notebook; a cell that raises still fails (nbval checks errors apart from outputs).
 """
-import re
-
 from helpers.devices import use_fake_devices
+from helpers.launch_result import LOG_NOISE
 
 use_fake_devices(8)
-
-_LOG_NOISE = re.compile(
-    r"^("
-    r"[IWE]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ .*"  # absl / glog lines
-    r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    r"|An NVIDIA GPU may be present on this machine.*"
-    r"|Platform '\w+' is experimental.*"
-    r"|\s*"
-    r")$"
-)
 
 
 def _without_log_noise(outputs):
     kept = []
     for output in outputs:
         if output.get("output_type") == "stream" and output.get("name") == "stderr":
-            lines = [line for line in output["text"].splitlines() if not _LOG_NOISE.match(line)]
+            lines = [line for line in output["text"].splitlines() if line.strip() and not LOG_NOISE.match(line)]
             if not lines:
                 continue
             output = {**output, "text": "\n".join(lines) + "\n"}

@@ -221,10 +221,8 @@ def eight():
 
     if jax.device_count() != 8:
         pytest.skip("needs the 8 fake devices that tests/conftest.py sets up")
-    saved = topology._emulated_hosts
-    topology._emulated_hosts = 1
-    yield jax
-    topology._emulated_hosts = saved
+    with topology.emulated_hosts(1):
+        yield jax
 
 
 def _mesh(order="host_device"):
@@ -268,8 +266,7 @@ def test_host_count_must_match_the_emulated_hosts(eight):
 
     from helpers import hosts
 
-    topology.emulate_hosts(4)
-    with pytest.raises(ValueError, match=r"data for 2 hosts, but this notebook emulates 4"):
+    with topology.emulated_hosts(4), pytest.raises(ValueError, match=r"data for 2 hosts, but this notebook emulates 4"):
         hosts.make_array_from_process_local_data(_sharding(P("host")), [np.zeros(4)] * 2)
 
 
@@ -333,7 +330,9 @@ def test_replica_report_names_the_disagreeing_devices_and_hosts(eight):
 
     x = hosts.make_array_from_process_local_data(_sharding(P("device")),
                                                  [np.arange(4.0), 100 + np.arange(4.0)])
-    report = hosts.replica_report(x)
+    with topology.emulated_hosts(2):  # building x left the emulated host count alone
+        report = hosts.replica_report(x)
+    assert topology.num_hosts() == 1
     assert not report.consistent
     assert str(report) == repr(report)
     assert str(report).splitlines()[:4] == [

@@ -21,6 +21,7 @@ import pytest
 from processes import alive
 
 from helpers import launch
+from helpers.devices import DEVICE_COUNT_FLAG
 
 pytestmark = pytest.mark.multiprocess
 
@@ -28,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "notebooks" / "scripts" / "train_dp.py"
 TOL = 1e-5  # float32 rounding: the runs add the same numbers in different orders
 TIMEOUT = 180  # seconds, for any one run
-DEVICE_FLAG = "--xla_force_host_platform_device_count"
 
 
 def _session_members(sid: int) -> list[psutil.Process]:
@@ -72,7 +72,7 @@ def _run_bounded(cmd: list[str], env: dict[str, str], timeout: float = TIMEOUT):
 def _env(devices: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES") and not k.startswith(("OMPI_", "PMIX_"))}
-    env.update({"XLA_FLAGS": f"{DEVICE_FLAG}={devices}", "JAX_PLATFORMS": "cpu",
+    env.update({"XLA_FLAGS": f"{DEVICE_COUNT_FLAG}={devices}", "JAX_PLATFORMS": "cpu",
                 "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)})
     return env
 
@@ -141,7 +141,7 @@ def test_mpirun_matches_launcher_and_one_process(mpirun, launcher_loss, one_proc
         # interleave the ranks' partial lines)
         cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--timeout", str(TIMEOUT - 30),
                "--output-filename", out_dir, "-n", "2",
-               "-x", f"XLA_FLAGS={DEVICE_FLAG}=4", "-x", "JAX_PLATFORMS=cpu", "-x", "PYTHONPATH",
+               "-x", f"XLA_FLAGS={DEVICE_COUNT_FLAG}=4", "-x", "JAX_PLATFORMS=cpu", "-x", "PYTHONPATH",
                sys.executable, str(SCRIPT)]
         code, out, err = _run_bounded(cmd, _env(4))
         assert code == 0, f"mpirun exited with {code}:\n{out[-3000:]}\n{err[-3000:]}"

@@ -74,10 +74,10 @@ _ITEM = re.compile(r"dev (\d+) (\[[^\]]*\]|\(scalar\))")
 
 
 @pytest.fixture
-def two_hosts(monkeypatch):
+def two_hosts():
     """Emulate 2 hosts for one test, then put the previous setting back."""
-    monkeypatch.setattr(topology, "_emulated_hosts", topology._emulated_hosts)
-    topology.emulate_hosts(2)
+    with topology.emulated_hosts(2):
+        yield
 
 
 def _jax_placement(mesh, spec, shape):

@@ -1,41 +1,19 @@
 """Every exercise of the course in one registry: `check`, `hint`, `solution`.
 
-In a notebook: `from helpers.exercises import check, hint, solution`. To add an exercise, see
-`helpers.exercises.kinds` and CONTRIBUTING.md ("Adding an exercise").
+In a notebook: `from helpers.exercises import check, hint, solution`. The kinds of exercise are
+in `helpers.exercises.kinds`; CONTRIBUTING.md ("Adding an exercise") shows one of each.
 """
-from helpers.exercises.core import (
-    Exercise,
-    Kernel,
-    Mistake,
-    NotAttempted,
-    Outcome,
-    Verdict,
-    all_ids,
-    call_learner,
-    check,
-    get,
-    hint,
-    judge,
-    reference,
-    register,
-    solution,
-    verdict,
-)
-from helpers.exercises.kinds import (
-    Judged,
-    ProcessExercise,
-    ProgramExercise,
-    Rule,
-    Slot,
-    SpecExercise,
-    ValueExercise,
-    WrongAnswer,
-)
-from helpers.exercises import catalog as _catalog  # noqa: F401  (registers every exercise)
+import importlib
+import pkgutil
 
-__all__ = [
-    "Exercise", "Judged", "Kernel", "Mistake", "NotAttempted", "Outcome", "ProcessExercise",
-    "ProgramExercise", "Rule", "Slot", "SpecExercise", "ValueExercise", "Verdict", "WrongAnswer",
-    "all_ids", "call_learner", "check", "get", "hint", "judge", "reference", "register",
-    "solution", "verdict",
-]
+from helpers.exercises.core import (  # noqa: F401  (the public API)
+    Exercise, Kernel, Mistake, NotAttempted, Outcome, Verdict, all_ids, call_learner, check, get, hint, judge,
+    reference, register, solution, verdict,
+)
+from helpers.exercises.kinds import (  # noqa: F401
+    ProcessExercise, ProgramExercise, Rule, Slot, SpecExercise, ValueExercise,
+)
+
+for _module in pkgutil.iter_modules(__path__):  # each notebook's module registers its exercises
+    if _module.name.startswith("nb"):
+        importlib.import_module(f"{__name__}.{_module.name}")

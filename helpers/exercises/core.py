@@ -61,7 +61,7 @@ class Kernel:
     """
 
     devices: int = 8
-    hosts: int = 1  # emulated hosts (helpers.topology.emulate_hosts)
+    hosts: int | None = None  # emulated hosts the first cell sets (emulate_hosts); None: not checked
 
     def problem(self) -> str | None:
         """What is missing from this kernel's set-up, or None when it is ready."""
@@ -72,7 +72,7 @@ class Kernel:
             if os.environ.get("JAX_NUM_CPU_DEVICES") != str(self.devices):
                 return (f"this kernel has not run the notebook's first cell: run it ({first_cell}), "
                         "then this one")
-            return None if self.hosts == 1 else self._hosts_problem()
+            return self._hosts_problem()
         import jax
 
         have = jax.device_count()
@@ -85,7 +85,7 @@ class Kernel:
         from helpers import topology
 
         have = topology.num_hosts()
-        if have == self.hosts:
+        if self.hosts is None or have == self.hosts:
             return None
         return (f"the kernel emulates {have} host{'s' * (have != 1)}, not {self.hosts}: run the "
                 f"notebook's first cell (emulate_hosts({self.hosts})), then this one")

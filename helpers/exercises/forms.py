@@ -51,13 +51,14 @@ def shape(what: str = "the shape") -> Form:
     return form
 
 
-def tuple_of(*parts: Form, like: str, what: str = "") -> Form:
-    """A tuple (or list) with one entry per part, each put in its part's form."""
+def tuple_of(*parts: Form, like: str, what: str = "", of: str = "entries", lists: bool = True) -> Form:
+    """A tuple (or a list, unless lists=False) with one entry per part, each put in its part's form."""
     tail = f", {what}" if what else ""
+    kinds = (tuple, list) if lists else (tuple,)
 
     def form(answer: Any) -> tuple:
-        if not isinstance(answer, (tuple, list)) or len(answer) != len(parts):
-            raise Mistake(f"expected a tuple of {len(parts)} like {like}{tail}, but got {describe(answer)}")
+        if not isinstance(answer, kinds) or len(answer) != len(parts):
+            raise Mistake(f"expected a tuple of {len(parts)} {of} like {like}{tail}, but got {describe(answer)}")
         return tuple(part(a) for part, a in zip(parts, answer))
     return form
 
@@ -92,6 +93,20 @@ def number(what: str) -> Form:
             return float(answer)
         except (TypeError, ValueError):
             raise Mistake(f"{what} is one number, but you gave {describe(answer)}") from None
+    return form
+
+
+def number_list(what: str) -> Form:
+    """A list (or tuple, or 1-D array) of numbers of any length, as a tuple of floats."""
+    def form(answer: Any) -> tuple[float, ...]:
+        import numpy as np
+
+        if isinstance(answer, (str, bytes, dict)) or answer is None:
+            raise Mistake(f"{what} is a list of numbers, but you gave {describe(answer)}")
+        try:
+            return tuple(np.asarray(answer, dtype=float).reshape(-1).tolist())
+        except (TypeError, ValueError):
+            raise Mistake(f"{what} is a list of numbers, but you gave {describe(answer)}") from None
     return form
 
 
@@ -184,7 +199,7 @@ def grid(rows: int, cols: int, like: str, what: str) -> Form:
 def groups(n: int, like: str) -> Form:
     """A partition of the devices 0..n-1 into groups, as a frozenset of frozensets."""
     def form(answer: Any) -> frozenset[frozenset[int]]:
-        if not isinstance(answer, (list, tuple)) or not answer:
+        if not isinstance(answer, (list, tuple, set, frozenset)) or not answer:
             raise Mistake(f"expected a list of groups of device ids, like {like}; got {describe(answer)}")
         for group in answer:
             if not isinstance(group, (list, tuple, set, frozenset)) or not all(map(_is_whole, group)):
@@ -199,7 +214,7 @@ def groups(n: int, like: str) -> Form:
 def axis_names(valid: tuple[str, ...], like: str) -> Form:
     """One mesh axis name or a tuple of them, as a frozenset."""
     def form(answer: Any) -> frozenset[str]:
-        names = answer if isinstance(answer, (tuple, list)) else (answer,)
+        names = tuple(answer) if isinstance(answer, (tuple, list, frozenset)) else (answer,)
         if not names or not all(isinstance(n, str) for n in names):
             raise Mistake(f"mean_over names mesh axes, like {like}; got {describe(answer)}")
         unknown = [n for n in names if n not in valid]

@@ -14,7 +14,6 @@
 - `ProcessExercise`: the escape hatch for code that must run in real processes: a driver
   script with the learner's source is run by `helpers.launch.run`, and what each host printed
   is the output, judged like a program's.
-- `Judged`: any other judge function (raise Mistake when wrong); its wrong answers are listed.
 
 Every kind declares `catalogue()`, the (wrong answer, exact message) pairs that the tests
 iterate, so a mistake is written once.
@@ -119,6 +118,14 @@ def normal_spec(spec) -> tuple:
     return tuple(entries)
 
 
+def axes_apart(spec, first: str = "host", second: str = "device") -> bool:
+    """True for P('host', 'device') and the like: the two mesh axes on two different dimensions."""
+    entries = [e if isinstance(e, tuple) else (e,) for e in normal_spec(spec)]
+    with_first = [i for i, e in enumerate(entries) if first in e]
+    with_second = [i for i, e in enumerate(entries) if second in e]
+    return bool(with_first and with_second and with_first != with_second)
+
+
 def same_spec(mesh, a, b, shape: tuple[int, ...]) -> bool:
     """Two specs are one answer when they place the same slices on the same devices."""
     pa, pb = placement(mesh, a, shape), placement(mesh, b, shape)
@@ -184,16 +191,21 @@ def _rejection(mesh, spec, shape) -> str:
 
 
 def example_spec(mesh, slot: Slot):
-    """A spec to show in 'expected a PartitionSpec such as ...': neither right nor a wrong answer."""
+    """A spec to show in 'expected a PartitionSpec such as ...': valid, neither right nor a known
+    mistake of this slot; None when every spec of one or two entries is one of those."""
+    import itertools
+
     from jax import P
 
-    names = list(mesh.axis_names)
-    candidates = [P(None, names[-1]), P(names[-1], None), P(names[0]), P(), P(tuple(reversed(names)))]
+    a, *rest = mesh.axis_names
+    entries = [None, a, *rest, tuple(mesh.axis_names), tuple(reversed(mesh.axis_names))]
     taken = [slot.right, *slot.wrong]
-    for spec in candidates:
-        if placement(mesh, spec, slot.shape) and not any(same_spec(mesh, spec, t, slot.shape) for t in taken):
+    for first, second in itertools.product(entries, entries):
+        spec = P(first, second)
+        if (placement(mesh, spec, slot.shape) and not any(r.when(spec) for r in slot.rules)
+                and not any(same_spec(mesh, spec, t, slot.shape) for t in taken)):
             return spec
-    return P(None)
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -216,7 +228,8 @@ class SpecExercise(Exercise):
         from helpers.exercises.forms import spec
         from helpers.layout import format_spec
 
-        like = format_spec(example_spec(self.mesh(), self.slots[0]))
+        example = example_spec(self.mesh(), self.slots[0])
+        like = format_spec(example) if example is not None else "P(...) with this mesh's axis names"
         return (spec(like)(answer),)
 
     def judge(self, answer: Any) -> None:
@@ -268,6 +281,10 @@ def close(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     if tree_a != tree_b:
         return False
     for x, y in zip(leaves_a, leaves_b):
+        if isinstance(x, (str, bytes)) or isinstance(y, (str, bytes)) or x is None or y is None:
+            if x != y:
+                return False
+            continue
         try:
             x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
         except (TypeError, ValueError):
@@ -320,7 +337,9 @@ class ProgramExercise(Exercise):
     as arrays or a pytree of them. It runs on every mesh of `meshes` (shapes with different
     device counts, so a hard-coded count fails). `wrong` maps the source of each catalogued wrong
     program to its message; `errors` name exceptions of the learner's code (when(error_text));
-    `checks` are structural rules tried once the outputs are right (when(fn, mesh)).
+    `families` are rules on outputs no catalogued program matches (when(case)); `checks` are
+    structural rules tried once the outputs are right (when(fn, mesh)). Rules carry an example
+    program (source) for the tests.
     Messages are text or functions of the case (case.mesh, case.devices, case.got, case.want).
     """
 
@@ -329,6 +348,7 @@ class ProgramExercise(Exercise):
     meshes: tuple[tuple[int, ...], ...] = ((2, 4), (2, 2))
     axis_names: tuple[str, ...] = ("host", "device")
     errors: tuple[Rule, ...] = ()
+    families: tuple[Rule, ...] = ()
     checks: tuple[Rule, ...] = ()
     otherwise: Message = "your function computes something else than the prompt asks"
     rtol: float = 1e-4
@@ -349,7 +369,8 @@ class ProgramExercise(Exercise):
             if isinstance(got, Raised):
                 rule = next((r for r in self.errors if r.when(got.raw)), None)
                 raise Mistake(say(rule.say, case) if rule else f"your function raised {got.text}")
-            raise Mistake(say(self.otherwise, case))
+            rule = next((r for r in self.families if r.when(case)), None)
+            raise Mistake(say(rule.say if rule else self.otherwise, case))
         for rule in self.checks:
             if rule.when(answer, self.make_case(self.meshes[0])):
                 raise Mistake(say(rule.say, self._case(self.meshes[0])))
@@ -382,7 +403,7 @@ class ProgramExercise(Exercise):
         """Wrong programs told apart by output, then the examples of the error and check rules."""
         cases = [(source, say(m, self._first_difference(source))) for source, m in self.wrong.items()]
         return cases + [(r.example, say(r.say, self._first_difference(r.example)))
-                        for r in self.errors + self.checks]
+                        for r in self.errors + self.families + self.checks]
 
     def _first_difference(self, source: str):
         """The case where a program first parts from the reference (the one its message is about)."""
@@ -460,27 +481,3 @@ class ProcessExercise(ProgramExercise):
             except (IndexError, ValueError):
                 return Raised(f"host {host.host} printed no result line")
         return tuple(outputs)
-
-
-# ----------------------------------------------------------------------------- anything else
-
-@dataclass(frozen=True)
-class WrongAnswer:
-    """A known wrong answer (as source code) and a fragment of the message it must earn."""
-
-    source: str
-    message: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Judged(Exercise):
-    """A judge function that raises Mistake when wrong; the tests check `wrong_answers`."""
-
-    judged_by: Callable[[Any], None]
-    wrong_answers: tuple[WrongAnswer, ...] = ()
-
-    def judge(self, answer: Any) -> None:
-        self.judged_by(answer)
-
-    def catalogue(self) -> list[tuple[Any, str]]:
-        return [(w.source, w.message) for w in self.wrong_answers]

@@ -8,7 +8,7 @@ from jax import P
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import (
-    ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, course_mesh, lacks, normal_spec,
+    ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, axes_apart, course_mesh, lacks,
 )
 from helpers.layout import format_spec
 
@@ -61,14 +61,6 @@ register(ValueExercise(
 
 # --------------------------------------------------------------------------- 05.2
 
-def _host_and_device_apart(spec) -> bool:
-    """P('host', 'device') and the like: the two mesh axes on two different dimensions."""
-    entries = [e if isinstance(e, tuple) else (e,) for e in normal_spec(spec)]
-    with_host = [i for i, e in enumerate(entries) if "host" in e]
-    with_device = [i for i, e in enumerate(entries) if "device" in e]
-    return bool(with_host and with_device and with_host != with_device)
-
-
 register(SpecExercise(
     id="05.2", kernel=KERNEL,
     title="out_specs names the axes a result still varies over",
@@ -88,7 +80,7 @@ register(SpecExercise(
             P(None, "device"): "that spec puts the 4 rows side by side along dimension 1, shape (1, 4C); stack "
                                "them along dimension 0 instead",
         },
-        rules=(Rule(_host_and_device_apart, example=P("host", "device"),
+        rules=(Rule(axes_apart, example=P("host", "device"),
                     say=lambda spec: f"{format_spec(spec)} splits over two dimensions, a mesh axis on each: "
                                      "P('host', 'device') splits dimension 0 over 'host' and dimension 1 over "
                                      "'device' (one dimension over both is P(('host', 'device'))). After the psum "

@@ -1,105 +1,85 @@
 """Exercises of notebook 08: real multi-process runs."""
-import numbers
+from __future__ import annotations
 
-from helpers.exercises.kinds import Judged, WrongAnswer
-from helpers.exercises.core import Mistake, call_learner, describe, register
+from helpers import train
+from helpers.exercises import forms
+from helpers.exercises.core import Kernel, describe, register
+from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise
+
+KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
+HOSTS = 2
 
 # ------------------------------------------------------------------ 08.1 the host-local loader
 
-# (step, host, num_hosts, global_batch) cases the judge tries on a fresh 40-row data set;
-# the last ones run past the end of the data set.
-_LOADER_CASES = [(0, 0, 2, 8), (0, 1, 2, 8), (3, 1, 2, 8), (2, 3, 4, 8), (1, 2, 3, 12),
-                 (4, 1, 2, 8), (5, 0, 2, 12), (7, 3, 4, 12)]
-_ROWS = 40
+_ROWS, _STEPS = 40, 6  # a 40-row data set; 6 steps of one row per device run past its end
 
 
-def _expected_rows(step, host, num_hosts, global_batch, n=_ROWS):
+def _loader_data():
     import numpy as np
 
-    per_host = global_batch // num_hosts
-    return (step * global_batch + host * per_host + np.arange(per_host)) % n
-
-
-def _loader_data(n=_ROWS):
-    import numpy as np
-
-    rng = np.random.default_rng(8)
-    order = rng.permutation(n)  # row r holds the tag order[r]: the judge can tell rows apart
+    order = np.random.default_rng(8).permutation(_ROWS)  # row r holds the tag order[r]: rows are told apart
     data_x = np.stack([order, order * 10 + 1, order * 10 + 2], axis=1).astype(np.float32)
-    data_y = (order * 100.0 + 7).astype(np.float32).reshape(n, 1)
+    data_y = (order * 100.0 + 7).astype(np.float32).reshape(_ROWS, 1)
     return order, data_x, data_y
 
 
-def _rows_of(result, data_x, data_y, order):
+def _rows_read(result, order, data_x, data_y) -> tuple | str:
+    """The data-set rows a loader returned, or what is wrong with its result (a message)."""
     import numpy as np
 
     if not isinstance(result, tuple) or len(result) != 2:
-        raise Mistake(f"the loader should return a pair (x, y) of numpy arrays; got {describe(result)}")
+        return f"the loader should return a pair (x, y) of numpy arrays; got {describe(result)}"
     x, y = (np.asarray(a) for a in result)
     if x.ndim != 2 or x.shape[1:] != data_x.shape[1:] or y.ndim != 2 or y.shape[1:] != data_y.shape[1:]:
-        raise Mistake(f"x should have rows like data_x (shape (rows, {data_x.shape[1]})) and y like "
-                      f"data_y (shape (rows, 1)); got x {x.shape} and y {y.shape}")
+        return (f"x should have rows like data_x (shape (rows, {data_x.shape[1]})) and y like data_y (shape "
+                f"(rows, 1)); got x {x.shape} and y {y.shape}")
     if len(x) != len(y):
-        raise Mistake(f"x has {len(x)} rows but y has {len(y)}: read the same rows of both")
+        return f"x has {len(x)} rows but y has {len(y)}: read the same rows of both"
     where = {int(t): r for r, t in enumerate(order)}
     rows_x = [where.get(int(round(float(v)))) for v in x[:, 0]]
     rows_y = [where.get(int(round((float(v) - 7) / 100))) for v in y[:, 0]]
     if None in rows_x or None in rows_y or not np.array_equal(x, data_x[[r or 0 for r in rows_x]]):
-        raise Mistake("the loader returned values that are not rows of data_x / data_y; return "
-                      "whole rows, e.g. data_x[rows]")
+        return "the loader returned values that are not rows of data_x / data_y; return whole rows, e.g. data_x[rows]"
     if rows_x != rows_y:
-        raise Mistake("x and y come from different rows: read the same row numbers from both")
-    return rows_x
+        return "x and y come from different rows: read the same row numbers from both"
+    return tuple(rows_x)
 
 
-def _judge_loader(load_my_rows) -> None:
-    import numpy as np
-
+def _loads(load_my_rows, mesh) -> tuple:
+    """Every host's rows at every step, one row per device of the layout per step; or a message."""
     order, data_x, data_y = _loader_data()
-    for step, host, num_hosts, global_batch in _LOADER_CASES:
-        per_host = global_batch // num_hosts
-        try:
-            result = call_learner(load_my_rows, data_x, data_y, step, host, num_hosts, global_batch)
-        except Mistake as mistake:
-            if "IndexError" in str(mistake) and step * global_batch + global_batch > _ROWS:
-                raise Mistake(f"step {step} of a {global_batch}-row batch runs past the "
-                              f"{_ROWS}-row data set: wrap around to row 0 (row numbers modulo "
-                              "len(data_x))") from None
-            raise
-        got = _rows_of(result, data_x, data_y, order)
-        want = _expected_rows(step, host, num_hosts, global_batch).tolist()
-        if got == want:
-            continue
-        case = f"(step={step}, host={host}, num_hosts={num_hosts}, global_batch={global_batch})"
-        if len(got) == global_batch and num_hosts > 1:
-            raise Mistake(f"for {case} your loader read all {global_batch} rows of the global "
-                          f"batch; each host reads only its own {per_host}")
-        past_end = step * global_batch + global_batch > _ROWS
-        if past_end and len(got) < per_host:
-            raise Mistake(f"for {case} the step runs past the end of the {_ROWS}-row data set "
-                          f"and your loader returned {len(got)} rows: wrap around to row 0 "
-                          "(row numbers modulo len(data_x))")
-        if len(got) != per_host:
-            raise Mistake(f"for {case} each host should read global_batch // num_hosts = "
-                          f"{per_host} rows, not {len(got)}")
-        if got == _expected_rows(step, 0, num_hosts, global_batch).tolist():
-            raise Mistake(f"for {case} your loader read host 0's rows: every host reads the same "
-                          "rows. Offset each host by host * (global_batch // num_hosts)")
-        if got == ((step * per_host + host * per_host + np.arange(per_host)) % _ROWS).tolist():
-            raise Mistake(f"for {case} your rows overlap another step's: a step covers "
-                          "global_batch rows of the data set, so step s starts at row "
-                          "s * global_batch")
-        start = step * global_batch
-        interleaved = ((start + host + num_hosts * np.arange(per_host)) % _ROWS).tolist()
-        if got == interleaved:
-            raise Mistake(f"for {case} your loader takes one row in every {num_hosts}: the "
-                          "hosts share the step's rows correctly, but the global array puts host 0's block first, "
-                          "then host 1's, so each host must read one contiguous block")
-        raise Mistake(f"for {case} host {host} should read rows {want}, but your loader read {got}")
+    hosts, batch = mesh.shape["host"], mesh.size
+    reads = []
+    for step in range(_STEPS):
+        for host in range(hosts):
+            rows = _rows_read(load_my_rows(data_x, data_y, step, host, hosts, batch), order, data_x, data_y)
+            if isinstance(rows, str):
+                return rows
+            reads.append(((step, host, hosts, batch), rows))
+    return tuple(reads)
 
 
-register(Judged(
-    id="08.1",
+def _first_difference(case):
+    """(case text, rows read, the split (step, host, num_hosts, global_batch)) of the first wrong read."""
+    for (split, got), (_, want) in zip(case.got, case.want):
+        if got != want:
+            step, host, hosts, batch = split
+            return f"(step={step}, host={host}, num_hosts={hosts}, global_batch={batch})", got, split
+    return "", (), (0, 0, 1, 1)
+
+
+def _loader(rows: str, ret: str = "data_x[rows], data_y[rows]") -> str:
+    return (f"def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):\n"
+            f"    per_host = global_batch // num_hosts\n    rows = {rows}\n    return {ret}\n")
+
+
+def _said(case, text: str) -> str:
+    where, got, (step, host, hosts, batch) = _first_difference(case)
+    return text.format(case=where, got=len(got), batch=batch, per_host=batch // hosts, hosts=hosts, rows=_ROWS)
+
+
+register(ProgramExercise(
+    id="08.1", kernel=KERNEL,
     title="a host-local loader: one contiguous block of each step's global batch",
     answer_name="load_my_rows",
     solution='''
@@ -113,143 +93,123 @@ def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
     rows = (first + np.arange(per_host)) % len(data_x)
     return data_x[rows], data_y[rows]
 ''',
-    judged_by=_judge_loader,
+    run=_loads,
+    meshes=((2, 4), (4, 2), (3, 2)),
+    wrong={
+        _loader("(step * global_batch + np.arange(per_host)) % len(data_x)"):
+            lambda case: _said(case, "for {case} your loader read host 0's rows: every host reads the same rows. "
+                                     "Offset each host by host * (global_batch // num_hosts)"),
+        _loader("(step * global_batch + np.arange(global_batch)) % len(data_x)"):
+            lambda case: _said(case, "for {case} your loader read all {batch} rows of the global batch; each host "
+                                     "reads only its own {per_host}"),
+        _loader("((step + host) * per_host + np.arange(per_host)) % len(data_x)"):
+            lambda case: _said(case, "for {case} your rows overlap another step's: a step covers global_batch rows "
+                                     "of the data set, so step s starts at row s * global_batch"),
+        _loader("(step * global_batch + host + num_hosts * np.arange(per_host)) % len(data_x)"):
+            lambda case: _said(case, "for {case} your loader takes one row in every {hosts}: the hosts share the "
+                                     "step's rows correctly, but the global array puts host 0's block first, then "
+                                     "host 1's, so each host must read one contiguous block"),
+        _loader("slice(step * global_batch + host * per_host, step * global_batch + (host + 1) * per_host)"):
+            lambda case: _said(case, "for {case} the step runs past the end of the {rows}-row data set and your "
+                                     "loader returned {got} rows: wrap around to row 0 (row numbers modulo "
+                                     "len(data_x))"),
+    },
+    errors=(Rule(lambda text: "out of bounds" in text or "IndexError" in text,
+                 example=_loader("step * global_batch + host * per_host + np.arange(per_host)"),
+                 say=f"your loader runs past the end of the {_ROWS}-row data set: wrap around to row 0 (row numbers "
+                     "modulo len(data_x))"),),
+    families=(
+        Rule(lambda case: isinstance(case.got, str), say=lambda case: case.got,
+             example=_loader("(step * global_batch + host * per_host + np.arange(per_host)) % len(data_x)",
+                             ret="data_x[rows], data_y[rows[::-1]]")),
+        Rule(lambda case: len(_first_difference(case)[1]) != _first_difference(case)[2][3] // _first_difference(case)[2][2],
+             example=_loader("(step * global_batch + host * per_host + np.arange(per_host + 1)) % len(data_x)"),
+             say=lambda case: _said(case, "for {case} each host should read global_batch // num_hosts = {per_host} "
+                                          "rows, not {got}")),
+    ),
+    otherwise=lambda case: _said(case, "for {case} the rows your loader read are not this host's contiguous block "
+                                       "of the step's global batch"),
     hints=(
         "Step s's global batch is the global_batch rows that start at row s * global_batch; "
         "split it into num_hosts equal, contiguous blocks.",
         "Host h's block starts h * (global_batch // num_hosts) rows into the step's batch; take "
         "the row numbers modulo len(data_x) so the last steps wrap around.",
     ),
-    wrong_answers=(
-        WrongAnswer('''
-def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
-    rows = (step * global_batch + np.arange(global_batch // num_hosts)) % len(data_x)
-    return data_x[rows], data_y[rows]
-''', "every host reads the same rows"),
-        WrongAnswer('''
-def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
-    rows = (step * global_batch + np.arange(global_batch)) % len(data_x)
-    return data_x[rows], data_y[rows]
-''', "each host reads only its own"),
-        WrongAnswer('''
-def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
-    per_host = global_batch // num_hosts
-    rows = ((step + host) * per_host + np.arange(per_host)) % len(data_x)
-    return data_x[rows], data_y[rows]
-''', "overlap another step's"),
-        WrongAnswer('''
-def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
-    rows = (step * global_batch + host + num_hosts * np.arange(global_batch // num_hosts)) % len(data_x)
-    return data_x[rows], data_y[rows]
-''', "one contiguous block"),
-        WrongAnswer('''
-def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
-    per_host = global_batch // num_hosts
-    first = step * global_batch + host * per_host
-    return data_x[first:first + per_host], data_y[first:first + per_host]
-''', "wrap around"),
-        WrongAnswer('''
-def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
-    per_host = global_batch // num_hosts
-    rows = (step * global_batch + host * per_host + np.arange(per_host)) % len(data_x)
-    return data_x[rows], data_y[rows[::-1]]
-''', "different rows"),
-    ),
 ))
+
 
 # ------------------------------------------------------------------ 08.2 process_allgather
 
+_MINE = 97  # the length of the notebook's `mine`, each host's own numpy array
 
-def _shape(value, what: str) -> tuple:
-    if not isinstance(value, tuple) or not all(
-            isinstance(n, int) and not isinstance(n, bool) for n in value):
-        raise Mistake(f"{what} should be a shape, a tuple of whole numbers like (3,) or (2, 5); "
-                      f"got {describe(value)}")
-    return value
-
-
-def _judge_gather_shapes(answer) -> None:
-    if not isinstance(answer, tuple) or len(answer) != 2:
-        raise Mistake(f"expected a pair of shapes, like ((3,), (2, 5)); got {describe(answer)}")
-    every, copies = _shape(answer[0], "the shape of every"), _shape(answer[1], "the shape of copies")
-    if every == (128,):
-        raise Mistake("process_allgather(errors, tiled=True) returns the whole global array, "
-                      "(256,), on every host, not this host's 128 errors")
-    if every == (2, 128):
-        raise Mistake("errors is already one global array; tiled=True puts its shards back in "
-                      "their global places, (256,), rather than one row per host")
-    if every == (32,):
-        raise Mistake("a device's block has 32 errors, but process_allgather gathers all of them")
-    if every != (256,):
-        raise Mistake(f"{every} is not the shape of the global errors array (one error per "
-                      "example of the 256-example batch)")
-    if copies in ((194,), (97,)):
-        raise Mistake("mine is a numpy array, each host's own data: without tiled=True, "
-                      "process_allgather stacks the hosts' arrays along a new first axis, one "
-                      "row per host")
-    if copies == (97, 2):
-        raise Mistake("the new axis comes first: one row per host")
-    if copies != (2, 97):
-        raise Mistake(f"{copies} is not what stacking 2 hosts' 97 values gives")
-
-
-register(Judged(
-    id="08.2",
+register(ValueExercise(
+    id="08.2", kernel=KERNEL,
     title="process_allgather: (256,) for the global errors, (2, 97) for the hosts' numpy arrays",
     answer_name="gathered_shapes",
     solution="gathered_shapes = ((256,), (2, 97))  # the global array whole; one row per host",
-    judged_by=_judge_gather_shapes,
+    form=forms.tuple_of(forms.shape("the shape of every"), forms.shape("the shape of copies"),
+                        like="((3,), (2, 5))", of="shapes", lists=False),
+    right=lambda: ((train.GLOBAL_BATCH,), (HOSTS, _MINE)),
+    rules=(
+        Rule(lambda s: s[0] == (train.GLOBAL_BATCH // HOSTS,), example=((128,), (2, 97)),
+             say="process_allgather(errors, tiled=True) returns the whole global array, (256,), on every host, not "
+                 "this host's 128 errors"),
+        Rule(lambda s: s[0] == (HOSTS, train.GLOBAL_BATCH // HOSTS), example=((2, 128), (2, 97)),
+             say="errors is already one global array; tiled=True puts its shards back in their global places, "
+                 "(256,), rather than one row per host"),
+        Rule(lambda s: s[0] == (train.GLOBAL_BATCH // 8,), example=((32,), (2, 97)),
+             say="a device's block has 32 errors, but process_allgather gathers all of them"),
+        Rule(lambda s: s[0] != (train.GLOBAL_BATCH,), example=((512,), (2, 97)),
+             say=lambda s: f"{s[0]} is not the shape of the global errors array (one error per example of the "
+                           "256-example batch)"),
+        Rule(lambda s: s[1] in ((HOSTS * _MINE,), (_MINE,)), example=((256,), (194,)),
+             say="mine is a numpy array, each host's own data: without tiled=True, process_allgather stacks the "
+                 "hosts' arrays along a new first axis, one row per host"),
+        Rule(lambda s: s[1] == (_MINE, HOSTS), example=((256,), (97, 2)),
+             say="the new axis comes first: one row per host"),
+    ),
+    otherwise=lambda s: f"{s[1]} is not what stacking 2 hosts' 97 values gives",
     hints=(
         "errors is a global jax.Array of shape (256,); tiled=True reassembles exactly that.",
         "mine is plain numpy, this host's own data; without tiled=True the hosts' arrays are "
         "stacked along a new leading axis.",
     ),
-    wrong_answers=(
-        WrongAnswer("gathered_shapes = ((128,), (2, 97))", "not this host's 128 errors"),
-        WrongAnswer("gathered_shapes = ((2, 128), (2, 97))", "one row per host"),
-        WrongAnswer("gathered_shapes = ((256,), (194,))", "stacks the hosts' arrays"),
-        WrongAnswer("gathered_shapes = ((256,), (97, 2))", "the new axis comes first"),
-        WrongAnswer("gathered_shapes = [(256,), (2, 97)]", "expected a pair"),
-    ),
 ))
+
 
 # ------------------------------------------------------------------ 08.3 the pitfall, for real
 
+def _pitfall_length() -> int:
+    """The length of the global array the two hosts build from their (128, 4) batches with P('device')."""
+    import numpy as np
+    from jax import P
+    from jax.sharding import NamedSharding
 
-def _judge_seed_count(answer) -> None:
-    if isinstance(answer, bool) or not isinstance(answer, numbers.Integral):
-        raise Mistake(f"expected a whole number (how many errors each host gets); got {describe(answer)}")
-    count = int(answer)
-    if count == 128:
-        return
-    if count == 256:
-        raise Mistake("256 is the correct run's count. With P('device') the global array is "
-                      "one host's 128 examples, copied along 'host'; the other host's examples "
-                      "are not part of it, so there is nothing more to gather")
-    if count == 32:
-        raise Mistake("32 is one device's block; process_allgather returns the whole (claimed) "
-                      "global array")
-    if count == 64:
-        raise Mistake("P('device') splits the rows over the 4 devices of a host, not 8")
-    raise Mistake(f"{count} is not the length of the P('device') errors array: the batch each "
-                  "host passes has 128 rows")
+    from helpers import hosts
+    from helpers.exercises.kinds import course_mesh
+
+    parts = [np.zeros((train.GLOBAL_BATCH // HOSTS, train.IN_DIM), np.float32)] * HOSTS
+    return hosts.make_array_from_process_local_data(NamedSharding(course_mesh((HOSTS, 4)), P("device")), parts).shape[0]
 
 
-register(Judged(
-    id="08.3",
+register(ValueExercise(
+    id="08.3", kernel=KERNEL,
     title="with P('device') each host gathers 128 errors: the global array is one host's batch",
     answer_name="errors_gathered",
     solution="errors_gathered = 128  # P('device'): the global array is one host's 128 rows",
-    judged_by=_judge_seed_count,
+    form=forms.whole("how many errors each host gets"),
+    right=_pitfall_length,
+    wrong={
+        256: "256 is the correct run's count. With P('device') the global array is one host's 128 examples, copied "
+             "along 'host'; the other host's examples are not part of it, so there is nothing more to gather",
+        32: "32 is one device's block; process_allgather returns the whole (claimed) global array",
+        64: "P('device') splits the rows over the 4 devices of a host, not 8",
+    },
+    otherwise=lambda n: (f"{n} is not the length of the P('device') errors array: the batch each host passes has "
+                         "128 rows"),
     hints=(
         "With P('device'), what global shape does make_array_from_process_local_data give to a "
         "host's (128, 4) batch? (Notebook 03, section 2.)",
         "The errors array is sharded like the batch, and tiled=True returns the global array.",
-    ),
-    wrong_answers=(
-        WrongAnswer("errors_gathered = 256", "nothing more to gather"),
-        WrongAnswer("errors_gathered = 32", "one device's block"),
-        WrongAnswer("errors_gathered = 64", "not 8"),
-        WrongAnswer('errors_gathered = "128"', "expected a whole number"),
     ),
 ))
