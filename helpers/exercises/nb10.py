@@ -243,7 +243,7 @@ class _InitExercise(ProcessExercise):
         """ProgramExercise's catalogue without running anything (its messages are fixed text):
         listing the mistakes must not start real processes; judging them does."""
         return ([(source, message) for source, message in self.wrong.items()]
-                + [(rule.example, rule.say) for rule in self.errors + self.checks])
+                + [(rule.example, rule.say) for rule in self.errors + self.families + self.checks])
 
 
 register(_InitExercise(
