@@ -21,6 +21,7 @@ import pytest
 from processes import alive
 
 from helpers import launch
+from test_train_stack import train_stack_under_mpirun as test_train_stack_under_mpirun  # noqa: F401
 
 pytestmark = pytest.mark.multiprocess
 
