@@ -70,16 +70,21 @@ def check_batch_split(global_batch: int, num_hosts: int, devices_per_host: int,
             f"whose device count divides {rows}, or change --global-batch")
 
 
-def restore_targets(abstract_tree: Any, sharding_for: Any) -> Any:
-    """Shapes and dtypes of `abstract_tree`, each carrying the sharding to restore it with.
+def restore_targets(abstract_state: Any, shardings: Any) -> Any:
+    """`abstract_state` (shapes and dtypes) with every leaf carrying the sharding to restore it with.
 
-    `sharding_for` is one sharding for every leaf, or a function leaf -> sharding.
+    `shardings` is one sharding for every leaf, or a tree of shardings with one per variable
+    of the state (as `helpers.nnx_model.state_shardings(mesh)` gives).
     """
     import jax
 
-    pick = sharding_for if callable(sharding_for) else (lambda leaf: sharding_for)
-    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=pick(a)),
-                        abstract_tree)
+    def target(sharding, subtree):
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
+                            subtree)
+
+    if isinstance(shardings, jax.sharding.Sharding):
+        return target(shardings, abstract_state)
+    return jax.tree.map(target, shardings, abstract_state)
 
 
 def save(manager, step: int, state: Any, loader_state: dict) -> None:

@@ -18,6 +18,7 @@ Process 0 prints `step {s} loss {loss:.8f}` after the s-th update (s counts from
 import argparse
 import os
 import sys
+from functools import partial
 
 from helpers.launch import initialize
 from helpers.stack_ckpt import CheckpointError, newest_step
@@ -84,10 +85,12 @@ loader = HostLoader(ArrayRecords(*train.dataset()), args.global_batch,
 print(f"{how}: host {host} of {num_hosts}, {local} local devices, mesh {dict(mesh.shape)}, "
       f"batch {batch_spec}, reads {loader.rows_per_host} of {args.global_batch} rows per step")
 
-graphdef, abstract_state = nnx.split(nnx.eval_shape(lambda: nnx_model.create(nnx_model.SEED)))
+graphdef, abstract_state = nnx_model.abstract_state()  # shapes only, nothing computed
+# notebook 10's placement: parameters replicated, each AdamW moment split over 'device'
+state_shardings = nnx_model.state_shardings(mesh)
 
 
-@jax.jit
+@partial(jax.jit, out_shardings=(state_shardings, replicated))
 def train_step(state, x, y):
     model, optimizer = nnx.merge(graphdef, state)
     loss, grads = nnx.value_and_grad(nnx_model.loss_fn)(model, x, y)
@@ -98,10 +101,10 @@ def train_step(state, x, y):
 manager = ocp.CheckpointManager(os.path.abspath(args.ckpt_dir)) if args.ckpt_dir else None
 if resume_step is None:  # the same seed on every host; built directly with its sharding
     state = jax.jit(lambda: nnx.state(nnx_model.create(nnx_model.SEED)),
-                    out_shardings=replicated)()
+                    out_shardings=state_shardings)()
     start = 0
 else:
-    targets = stack_ckpt.restore_targets(abstract_state, replicated)  # onto *this* mesh
+    targets = stack_ckpt.restore_targets(abstract_state, state_shardings)  # onto *this* mesh
     try:
         state, position = stack_ckpt.restore(manager, resume_step, targets)
     except CheckpointError as error:
