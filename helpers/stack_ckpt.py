@@ -11,6 +11,7 @@ position (a small JSON dict), restored onto whatever mesh the targets carry:
 """
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -96,20 +97,32 @@ def save(manager, step: int, state: Any, loader_state: dict) -> None:
     manager.wait_until_finished()
 
 
+def _without_closed_loop_noise(hook):
+    """`hook` that drops "Event loop is closed" errors: after a failed read, tensorstore's callbacks
+    keep reporting to Orbax's closed event loop, tracebacks that would bury the one-line error."""
+    def quiet(*args):
+        error = args[1] if len(args) > 1 else getattr(args[0], "exc_value", None)
+        if isinstance(error, RuntimeError) and str(error) == "Event loop is closed":
+            return
+        hook(*args)
+    return quiet
+
+
 def restore(manager, step: int, targets: Any) -> tuple[Any, dict]:
     """Checkpoint `step` restored onto the shardings in `targets`: (state, loader_state).
 
-    A checkpoint that cannot be read raises a one-line CheckpointError; after that, tracebacks
-    from Orbax's worker threads are not printed (the caller is expected to stop).
+    A checkpoint that cannot be read raises a one-line CheckpointError.
     """
     import orbax.checkpoint as ocp
 
     where = Path(manager.directory) / str(step)
+    sys.excepthook = _without_closed_loop_noise(sys.excepthook)
+    threading.excepthook = _without_closed_loop_noise(threading.excepthook)
+    sys.unraisablehook = _without_closed_loop_noise(sys.unraisablehook)
     try:
         restored = manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(targets), loader=ocp.args.JsonRestore()))
     except Exception as error:  # Orbax's errors run many lines deep: keep the gist of the last
-        threading.excepthook = lambda hook_args: None  # and not its worker threads' tracebacks
         last = (str(error).strip().splitlines() or [""])[-1].split(" [")[0]
         gist = last if len(last) <= 160 else last[:157] + "..."
         raise CheckpointError(f"cannot resume: checkpoint {where} is incomplete or damaged "

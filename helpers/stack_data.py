@@ -106,7 +106,7 @@ def padded_rows(num_records: int, num_hosts: int, local_devices: int) -> int:
 
 def pad_with_mask(batch: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
     """`batch` padded with zero rows up to `rows`, plus 'mask': 1.0 for real rows, 0.0 for padding."""
-    have = len(batch["x"])
+    have = len(next(iter(batch.values())))
     if have > rows:
         raise ValueError(f"the batch has {have} rows, more than the {rows} to pad to")
     padded = {k: np.concatenate([v, np.zeros((rows - have, *v.shape[1:]), v.dtype)])

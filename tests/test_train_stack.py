@@ -115,12 +115,12 @@ def test_resume_from_an_empty_directory(tmp_path):
 
 
 def test_resume_from_a_save_that_never_finished(tmp_path, interrupted_ckpt):
-    """Orbax writes step N into N.orbax-checkpoint-tmp-<time> and renames it when done."""
-    shutil.copytree(interrupted_ckpt / "4", tmp_path / "4.orbax-checkpoint-tmp-1764460800")
+    """Orbax writes step N into N.orbax-checkpoint-tmp and renames it when done."""
+    shutil.copytree(interrupted_ckpt / "4", tmp_path / "4.orbax-checkpoint-tmp")
     run = _one_process("--resume", "--ckpt-dir", tmp_path)
     assert run.returncode == 2
     line = _only_error_line(run.stderr)
-    assert "only unfinished checkpoints (4.orbax-checkpoint-tmp-1764460800)" in line, line
+    assert "only unfinished checkpoints (4.orbax-checkpoint-tmp)" in line, line
     assert "Delete them" in line, line
 
 
