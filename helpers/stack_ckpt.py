@@ -11,6 +11,7 @@ position (a small JSON dict), restored onto whatever mesh the targets carry:
 """
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from pathlib import Path
@@ -119,6 +120,9 @@ def restore(manager, step: int, targets: Any) -> tuple[Any, dict]:
     sys.excepthook = _without_closed_loop_noise(sys.excepthook)
     threading.excepthook = _without_closed_loop_noise(threading.excepthook)
     sys.unraisablehook = _without_closed_loop_noise(sys.unraisablehook)
+    asyncio_log = logging.getLogger("asyncio")
+    level = asyncio_log.level
+    asyncio_log.setLevel(logging.CRITICAL)  # when one read fails, asyncio logs every other read too
     try:
         restored = manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(targets), loader=ocp.args.JsonRestore()))
@@ -128,6 +132,7 @@ def restore(manager, step: int, targets: Any) -> tuple[Any, dict]:
         raise CheckpointError(f"cannot resume: checkpoint {where} is incomplete or damaged "
                               f"(Orbax: {type(error).__name__}: {gist}). If a save into it was "
                               f"interrupted, delete {where} to resume from the step before it") from None
+    asyncio_log.setLevel(level)
     if restored["loader"] is None:
         raise CheckpointError(f"cannot resume: checkpoint {where} has no loader position; it "
                               "was not written by this script")
