@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from processes import alive
 
@@ -186,3 +187,44 @@ def train_stack_under_mpirun(mpirun, tmp_path):
     assert sorted(resumed) == [5, 6, 7, 8], alone.stdout
     for step, loss in resumed.items():
         assert abs(loss - under_mpirun[step]) <= TOL, (step, loss, under_mpirun[step])
+
+
+# ------------------------------------------------------------- the pieces the script uses
+
+def test_the_global_batch_of_a_step_does_not_depend_on_the_number_of_hosts():
+    from helpers import train
+    from helpers.stack_data import ArrayRecords, HostLoader, ShardOptions
+
+    source = ArrayRecords(*train.dataset())
+    for step in (0, 7, 16, 40):  # 16 steps an epoch: 16 and 40 are in later epochs
+        ids = {hosts: np.concatenate([HostLoader(source, 256, ShardOptions(h, hosts), seed=3)
+                                      .batch(step)["id"] for h in range(hosts)])
+               for hosts in (1, 2, 4, 8)}
+        assert len(set(ids[1].tolist())) == 256
+        for hosts in (2, 4, 8):
+            assert (ids[hosts] == ids[1]).all(), (step, hosts)
+    epoch = np.concatenate([HostLoader(source, 256, ShardOptions(0, 1), seed=3).batch(s)["id"]
+                            for s in range(16, 32)])
+    assert sorted(epoch.tolist()) == list(range(4096)), "an epoch reads every record once"
+
+
+def test_padding_and_mask_give_the_exact_mean_of_an_uneven_data_set():
+    from helpers.stack_data import ArrayRecords, ShardOptions, eval_batch, padded_rows
+
+    values = np.arange(1.0, 1002.0, dtype=np.float32).reshape(-1, 1)
+    source = ArrayRecords(values, values)
+    for hosts, devices in ((2, 4), (4, 2), (1, 8), (3, 2)):
+        parts = [eval_batch(source, ShardOptions(h, hosts), devices) for h in range(hosts)]
+        rows = padded_rows(1001, hosts, devices)
+        assert all(len(p["x"]) == rows and rows % devices == 0 for p in parts)
+        assert sorted(np.concatenate([p["id"][p["mask"] == 1] for p in parts]).tolist()) == list(range(1001))
+        x, mask = (np.concatenate([p[k][:, 0] if k == "x" else p[k] for p in parts]) for k in ("x", "mask"))
+        assert (x * mask).sum() / mask.sum() == values.mean()
+
+
+def test_the_eval_rows_exercise_is_judged_on_what_real_hosts_computed():
+    from helpers import exercises
+
+    exercise = exercises.get("11.2")
+    assert exercise.output_of_source(exercise.solution, (2, 4)) == (
+        [[1001, 1008, 501.0], [998, 1000, 499.5], [13, 16, 7.0]],) * 2

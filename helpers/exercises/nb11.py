@@ -67,7 +67,7 @@ class _RowsInRealProcesses(ProcessExercise):
     """A ProcessExercise whose answer is first called here, so a stub or a crash starts no process.
 
     Functions made from catalogue source (by `run_source`) keep that source, since Python cannot
-    read the source of code run with exec.
+    read the source of code run with exec. The same source prints the same: each runs once.
     """
 
     def judge(self, answer: Any) -> None:
@@ -79,6 +79,11 @@ class _RowsInRealProcesses(ProcessExercise):
             raise Mistake(f"expected a whole number of rows, but {self.answer_name}(1001, 2, 4) "
                           f"returned {describe(rows)}")
         super().judge(getattr(answer, "__source__", answer))
+
+    def output_of_answer(self, answer: Any, layout) -> Any:
+        if isinstance(answer, str):
+            return self.output_of_source(answer, layout)
+        return super().output_of_answer(answer, layout)
 
     def run_source(self, source: str) -> Any:
         fn = super().run_source(source)
