@@ -228,3 +228,11 @@ def test_the_eval_rows_exercise_is_judged_on_what_real_hosts_computed():
     exercise = exercises.get("11.2")
     assert exercise.output_of_source(exercise.solution, (2, 4)) == (
         [[1001, 1008, 501.0], [998, 1000, 499.5], [13, 16, 7.0]],) * 2
+
+
+def test_a_fresh_run_refuses_a_directory_that_holds_checkpoints(interrupted_ckpt):
+    run = _one_process("--ckpt-dir", interrupted_ckpt, "--steps", 8)
+    assert run.returncode == 2
+    line = _only_error_line(run.stderr)
+    assert "already holds checkpoints (newest: step 4): pass --resume" in line, line
+    assert sorted(p.name for p in interrupted_ckpt.iterdir()) == ["4"]

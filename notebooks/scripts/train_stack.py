@@ -55,6 +55,14 @@ if args.resume:  # read the directory before JAX starts: nothing to undo if it i
         resume_step = newest_step(args.ckpt_dir)
     except CheckpointError as error:
         fail(str(error))
+elif args.ckpt_dir and os.path.isdir(args.ckpt_dir):  # a fresh run must not mix with an old one
+    try:
+        found = newest_step(args.ckpt_dir)
+    except CheckpointError:  # nothing finished in it: a fresh run may use it
+        found = None
+    if found is not None:
+        fail(f"{args.ckpt_dir} already holds checkpoints (newest: step {found}): pass --resume "
+             "to continue that run, or pick a new --ckpt-dir")
 
 how = initialize()  # before anything else touches JAX: joins the run, or stays alone
 
