@@ -22,6 +22,7 @@ from processes import alive
 
 from helpers import launch
 from helpers.devices import DEVICE_COUNT_FLAG
+from test_train_stack import train_stack_under_mpirun as test_train_stack_under_mpirun  # noqa: F401
 
 pytestmark = pytest.mark.multiprocess
 

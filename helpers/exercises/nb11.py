@@ -1,0 +1,249 @@
+"""Exercises of notebook 11: the masked mean, padded rows judged in real processes, restore targets."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from helpers.exercises.core import Kernel, Mistake, call_learner, describe, register
+from helpers.exercises.kinds import Judged, ProcessExercise, ProgramExercise, WrongAnswer, course_mesh
+
+KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8); no emulated hosts
+
+
+# --------------------------------------------------------------------------- 11.1 masked mean
+
+def _masked_mean_case(masked_mean, mesh):
+    """The learner's masked mean of padded values on `mesh`: 3 data sets of uneven sizes."""
+    import jax
+    import numpy as np
+    from jax import P
+    from jax.sharding import NamedSharding
+
+    sharding = NamedSharding(mesh, P(("host", "device")))
+    rng = np.random.default_rng(11)
+    results = []
+    for real in (mesh.size * 3 - 1, mesh.size + 3, 5):  # none of them divides the devices
+        rows = -(-real // mesh.size) * mesh.size
+        values = np.full(rows, 7.0, np.float32)  # padding rows hold a value too (a zero row's error)
+        values[:real] = rng.uniform(0.0, 2.0, real)
+        mask = (np.arange(rows) < real).astype(np.float32)
+        out = masked_mean(jax.device_put(values, sharding), jax.device_put(mask, sharding))
+        results.append(np.float32(out))
+    return np.asarray(results)
+
+
+register(ProgramExercise(
+    id="11.1", kernel=KERNEL,
+    title="the masked sum over the mask's sum: the exact mean of the real rows",
+    answer_name="masked_mean",
+    solution='''
+def masked_mean(values, mask):
+    """The mean of `values` over the rows where mask == 1.0."""
+    return jnp.sum(values * mask) / jnp.sum(mask)
+''',
+    run=_masked_mean_case,
+    wrong={
+        "def masked_mean(values, mask):\n    return jnp.mean(values * mask)\n":
+            "the mask zeroes the padding rows' values, but jnp.mean still divides by every row, "
+            "padding included: divide the masked sum by the number of real rows, jnp.sum(mask)",
+        "def masked_mean(values, mask):\n    return jnp.mean(values)\n":
+            "that is the plain mean: it counts the padding rows, and their values, as examples",
+        "def masked_mean(values, mask):\n    return jnp.sum(values) / jnp.sum(mask)\n":
+            "the denominator counts only real rows, but the sum still adds the padding rows' values "
+            "(a zero row's error is not zero): multiply by the mask before summing",
+    },
+    otherwise="not the mean of the real rows; compare yours with the exact mean on a small example",
+    hints=(
+        "A padding row must add nothing to the sum and nothing to the count.",
+        "values * mask keeps the real rows' values; jnp.sum(mask) counts the real rows.",
+    ),
+))
+
+
+# --------------------------------------------------------------------------- 11.2 padded rows
+
+@dataclass(frozen=True, kw_only=True)
+class _RowsInRealProcesses(ProcessExercise):
+    """A ProcessExercise whose answer is first called here, so a stub or a crash starts no process.
+
+    Functions made from catalogue source (by `run_source`) keep that source, since Python cannot
+    read the source of code run with exec. The same source prints the same: each runs once.
+    """
+
+    def judge(self, answer: Any) -> None:
+        if not callable(answer):
+            raise Mistake(f"expected a function {self.answer_name}(num_records, num_hosts, "
+                          f"local_devices), but got {describe(answer)}")
+        rows = call_learner(answer, 1001, 2, 4)
+        if isinstance(rows, bool) or not isinstance(rows, int):
+            raise Mistake(f"expected a whole number of rows, but {self.answer_name}(1001, 2, 4) "
+                          f"returned {describe(rows)}")
+        super().judge(getattr(answer, "__source__", answer))
+
+    def output_of_answer(self, answer: Any, layout) -> Any:
+        if isinstance(answer, str):
+            return self.output_of_source(answer, layout)
+        return super().output_of_answer(answer, layout)
+
+    def run_source(self, source: str) -> Any:
+        fn = super().run_source(source)
+        fn.__source__ = source
+        return fn
+
+
+_ROWS_DRIVER = '''
+from helpers.launch import initialize
+initialize()
+{answer}
+import json
+import grain
+from jax.sharding import NamedSharding
+from helpers.stack_data import pad_with_mask
+
+hosts, devices = jax.process_count(), jax.local_device_count()
+shard = grain.sharding.ShardByJaxProcess()
+sharding = NamedSharding(jax.make_mesh((hosts, devices), ("host", "device")), P(("host", "device")))
+out = []  # per data set: [records, global rows, masked mean]; rows -1 / -2 when it fails
+for n in (1001, 998, 13):  # held-out sets; record i has the value i + 1
+    mine = np.asarray(list(grain.MapDataset.source(np.arange(1, n + 1, dtype=np.float32))[shard.shard_index::hosts]))
+    rows = int(eval_rows(n, hosts, devices))
+    biggest = -(-n // hosts)  # host 0's share; every host can tell, so all take the same branch
+    if rows < biggest:
+        print(f"{n} records: host 0 holds {biggest}, more than {rows} rows")
+        out.append([n, -1, 0.0])
+        continue
+    part = pad_with_mask({"v": mine}, rows)
+    try:
+        v, m = (jax.make_array_from_process_local_data(sharding, part[k]) for k in ("v", "mask"))
+    except Exception as error:  # IndivisibleError: the same on every host, before any collective
+        print(f"{n} records: make_array_from_process_local_data refused {rows} rows: {error}")
+        out.append([n, -2, 0.0])
+        continue
+    out.append([n, int(v.shape[0]), round(float((v * m).sum() / m.sum()), 3)])
+print(json.dumps(out))
+'''
+
+register(_RowsInRealProcesses(
+    id="11.2", kernel=KERNEL,
+    title="each host's share rounded up to a multiple of its devices: equal rows, every record kept",
+    answer_name="eval_rows",
+    solution='''
+import math
+
+
+def eval_rows(num_records, num_hosts, local_devices):
+    """Rows each host passes: its share of num_records, padded to a multiple of local_devices."""
+    share = math.ceil(num_records / num_hosts)  # the biggest share, the first hosts'
+    return math.ceil(share / local_devices) * local_devices
+''',
+    setup="import math\n",
+    driver=_ROWS_DRIVER,
+    meshes=((2, 4), (1, 2)),
+    timeout=120.0,
+    wrong={
+        "def eval_rows(num_records, num_hosts, local_devices):\n"
+        "    return math.ceil(num_records / num_hosts)\n":
+            "that is each host's share (501 of 1001 on 2 hosts), but 501 rows do not split over a "
+            "host's 4 devices: make_array_from_process_local_data refused them in the real run. "
+            "Round the share up to a multiple of local_devices",
+        "def eval_rows(num_records, num_hosts, local_devices):\n"
+        "    return num_records // num_hosts // local_devices * local_devices\n":
+            "rounding down loses records: host 0 holds 501 of the 1001 records, more rows than you "
+            "give it. Round the share up, and then up to a multiple of local_devices",
+    },
+    otherwise=lambda case: (f"on {case.layout[0]} host(s) x {case.layout[1]} devices the hosts "
+                            f"printed {case.got}, the reference {case.want} ([records, global rows, "
+                            "masked mean; rows -1: a share did not fit, -2: JAX refused the rows]); "
+                            "pass the fewest rows that hold every host's share"),
+    hints=(
+        "With 1001 records on 2 hosts, host 0 holds 501 and host 1 holds 500; every host must pass "
+        "the same number of rows.",
+        "Take the biggest share, math.ceil(num_records / num_hosts), and round it up to a multiple "
+        "of local_devices.",
+    ),
+))
+
+
+# --------------------------------------------------------------------------- 11.3 restore targets
+
+_TARGET_SETUP = """\
+from helpers import nnx_model, stack_ckpt
+"""
+
+
+def _leaf_name(path) -> str:
+    import jax
+
+    name = jax.tree_util.keystr(path, simple=True, separator=".").removesuffix(".value")
+    owner, _, rest = name.partition(".")
+    return f"{ {'0': 'model', '1': 'optimizer'}.get(owner, owner)}.{rest}"
+
+
+def _judge_targets(targets_for) -> None:
+    import jax
+
+    from helpers import nnx_model
+    from helpers.layout import format_spec
+
+    _, abstract = nnx_model.abstract_state()
+    for shape in ((4, 2), (1, 8)):
+        mesh = course_mesh(shape)
+        got = call_learner(targets_for, abstract, mesh)
+        if jax.tree.structure(got) != jax.tree.structure(abstract):
+            raise Mistake(f"targets_for returned {describe(got)}, not a tree shaped like the train "
+                          "state (abstract_state): map over abstract_state's leaves")
+        want = jax.tree.leaves(nnx_model.state_shardings(mesh))
+        flat = jax.tree_util.tree_flatten_with_path(got)[0]
+        for (path, leaf), template, right in zip(flat, jax.tree.leaves(abstract), want):
+            name = _leaf_name(path)
+            if getattr(leaf, "shape", None) != template.shape or getattr(leaf, "dtype", None) != template.dtype:
+                raise Mistake(f"{name}: the target should have the saved shape {template.shape} and "
+                              f"dtype {template.dtype}; yours is {describe(leaf)}")
+            sharding = getattr(leaf, "sharding", None)
+            if sharding is None:
+                raise Mistake(f"{name} has no sharding: Orbax would fall back on the mesh saved in the "
+                              "checkpoint (2 x 4) and refuse another topology. Give every leaf a "
+                              "sharding on the mesh you restore onto")
+            if getattr(sharding, "mesh", None) is not None and sharding.mesh.shape != mesh.shape:
+                raise Mistake(f"{name} is placed on a mesh {dict(sharding.mesh.shape)}, not on the mesh "
+                              f"you were given, {dict(mesh.shape)}: build the targets from `mesh`")
+            if sharding.devices_indices_map(template.shape) != right.devices_indices_map(template.shape):
+                spec = getattr(sharding, "spec", sharding)
+                raise Mistake(f"{name} is placed with {format_spec(spec)} on {dict(mesh.shape)}, but the "
+                              f"script places it with {format_spec(right.spec)}: moments split over "
+                              "'device', everything else "
+                              "replicated (nnx_model.state_shardings(mesh))")
+
+
+register(Judged(
+    id="11.3", kernel=KERNEL,
+    title="restore targets carry the new mesh's shardings",
+    answer_name="targets_for",
+    setup=_TARGET_SETUP,
+    solution='''
+def targets_for(abstract_state, mesh):
+    """Restore targets for the train state on `mesh`."""
+    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh))
+''',
+    judged_by=_judge_targets,
+    wrong_answers=(
+        WrongAnswer("def targets_for(abstract_state, mesh):\n    return abstract_state\n",
+                    "has no sharding: Orbax would fall back on the mesh saved"),
+        WrongAnswer("def targets_for(abstract_state, mesh):\n"
+                    "    return stack_ckpt.restore_targets(abstract_state, NamedSharding(mesh, P()))\n",
+                    "but the script places it with P('device')"),
+        WrongAnswer("def targets_for(abstract_state, mesh):\n"
+                    "    old = jax.make_mesh((2, 4), ('host', 'device'))\n"
+                    "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(old))\n",
+                    "not on the mesh you were given"),
+        WrongAnswer("def targets_for(abstract_state, mesh):\n"
+                    "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh, axis='host'))\n",
+                    "moments split over 'device'"),
+    ),
+    hints=(
+        "The targets are the abstract state's shapes and dtypes, each with a sharding on the mesh "
+        "you restore onto, not the one you saved from.",
+        "nnx_model.state_shardings(mesh) gives the script's shardings on `mesh`; "
+        "stack_ckpt.restore_targets puts them on the abstract state's leaves.",
+    ),
+))

@@ -1,0 +1,165 @@
+"""Flax NNX + Optax + Grain + Orbax on a (host, device) mesh: train, checkpoint, resume anywhere.
+
+Each host reads only its rows of every global batch with a Grain loader; JAX stitches them
+into one global batch; an AdamW step updates the replicated model. Every --save-every steps
+the sharded train state (model, optimizer state) and the loader's position go into an Orbax
+checkpoint; --resume continues from the newest one, on any mesh whose devices divide the
+global batch. The same file runs three ways:
+
+    python -m helpers.launch --hosts 2 --devices-per-host 4 notebooks/scripts/train_stack.py \
+        --steps 8 --ckpt-dir /tmp/ckpt --save-every 4
+    mpirun -n 2 -x XLA_FLAGS=--xla_force_host_platform_device_count=4 -x JAX_PLATFORMS=cpu \
+        python notebooks/scripts/train_stack.py --steps 8
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \
+        python notebooks/scripts/train_stack.py --steps 8 --ckpt-dir /tmp/ckpt --resume
+
+Process 0 prints `step {s} loss {loss:.8f}` after the s-th update (s counts from 1).
+"""
+import argparse
+import os
+import sys
+from functools import partial
+
+from helpers.launch import initialize
+from helpers.stack_ckpt import CheckpointError, newest_step
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--steps", type=int, default=8, help="train until this step (default 8)")
+parser.add_argument("--ckpt-dir", help="directory for Orbax checkpoints (shared by all hosts)")
+parser.add_argument("--save-every", type=int, default=0,
+                    help="save a checkpoint every K steps and at the last step (0: only at the last)")
+parser.add_argument("--resume", action="store_true",
+                    help="continue from the newest checkpoint in --ckpt-dir")
+parser.add_argument("--batch-spec", choices=["host,device", "device"], default="host,device",
+                    help="how the global batch is split: over every device of every host "
+                         "(default), or only over one host's devices (the pitfall of notebook 03)")
+parser.add_argument("--global-batch", type=int, default=256)
+parser.add_argument("--data-seed", type=int, default=0, help="Grain's shuffle seed")
+args = parser.parse_args()
+
+
+def fail(message: str) -> None:
+    """One clear line on stderr, then exit: every host sees the same problem and stops."""
+    sys.stdout.flush()
+    print(f"train_stack.py: error: {message}", file=sys.stderr, flush=True)
+    os._exit(2)
+
+
+if args.steps < 1 or args.save_every < 0 or args.global_batch < 1:
+    fail("--steps and --global-batch must be at least 1, --save-every at least 0")
+if args.resume and not args.ckpt_dir:
+    fail("--resume needs --ckpt-dir: the directory the earlier run saved into")
+resume_step = None
+if args.resume:  # read the directory before JAX starts: nothing to undo if it is unusable
+    try:
+        resume_step = newest_step(args.ckpt_dir)
+    except CheckpointError as error:
+        fail(str(error))
+elif args.ckpt_dir and os.path.isdir(args.ckpt_dir):  # a fresh run must not mix with an old one
+    try:
+        found = newest_step(args.ckpt_dir)
+    except CheckpointError:  # nothing finished in it: a fresh run may use it
+        found = None
+    if found is not None:
+        fail(f"{args.ckpt_dir} already holds checkpoints (newest: step {found}): pass --resume "
+             "to continue that run, or pick a new --ckpt-dir")
+
+how = initialize()  # before anything else touches JAX: joins the run, or stays alone
+
+import grain
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from flax import nnx
+from jax import P
+from jax.sharding import NamedSharding
+
+from helpers import nnx_model, stack_ckpt, train
+from helpers.stack_data import ArrayRecords, HostLoader, eval_batch
+
+host, num_hosts, local = jax.process_index(), jax.process_count(), jax.local_device_count()
+try:  # before any collective: a mesh that cannot split the batch stops here, on every host
+    stack_ckpt.check_batch_split(args.global_batch, num_hosts, local, args.batch_spec)
+except ValueError as error:
+    fail(str(error))
+mesh = jax.make_mesh((num_hosts, local), ("host", "device"))
+jax.set_mesh(mesh)
+batch_spec = P(("host", "device")) if args.batch_spec == "host,device" else P("device")
+batch_sharding, replicated = NamedSharding(mesh, batch_spec), NamedSharding(mesh, P())
+
+# this host's loader: ShardByJaxProcess says which host this is, out of how many
+loader = HostLoader(ArrayRecords(*train.dataset()), args.global_batch,
+                    grain.sharding.ShardByJaxProcess(drop_remainder=True), seed=args.data_seed)
+print(f"{how}: host {host} of {num_hosts}, {local} local devices, mesh {dict(mesh.shape)}, "
+      f"batch {batch_spec}, reads {loader.rows_per_host} of {args.global_batch} rows per step")
+
+graphdef, abstract_state = nnx_model.abstract_state()  # shapes only, nothing computed
+# notebook 10's placement: parameters replicated, each AdamW moment split over 'device'
+state_shardings = nnx_model.state_shardings(mesh)
+
+
+@partial(jax.jit, out_shardings=(state_shardings, replicated))
+def train_step(state, x, y):
+    model, optimizer = nnx.merge(graphdef, state)
+    loss, grads = nnx.value_and_grad(nnx_model.loss_fn)(model, x, y)
+    optimizer.update(model, grads)
+    return nnx.state((model, optimizer)), loss
+
+
+manager = ocp.CheckpointManager(os.path.abspath(args.ckpt_dir)) if args.ckpt_dir else None
+if resume_step is None:  # the same seed on every host; built directly with its sharding
+    state = jax.jit(lambda: nnx.state(nnx_model.create(nnx_model.SEED)),
+                    out_shardings=state_shardings)()
+    start = 0
+else:
+    targets = stack_ckpt.restore_targets(abstract_state, state_shardings)  # onto *this* mesh
+    try:
+        state, position = stack_ckpt.restore(manager, resume_step, targets)
+    except CheckpointError as error:
+        fail(str(error))
+    if position != loader.state(position["next_step"]):
+        fail(f"checkpoint {resume_step} was saved with loader {position}, but this run reads "
+             f"{loader.state(position['next_step'])}: resume with the same --global-batch and "
+             "--data-seed")
+    start = position["next_step"]
+    if host == 0:
+        print(f"resumed from checkpoint {resume_step}: loader at step {start}")
+
+
+def global_batch(step):
+    """This host's rows of the step's batch, stitched with the other hosts' into global arrays."""
+    rows = loader.batch(step)
+    return (jax.make_array_from_process_local_data(batch_sharding, rows["x"]),
+            jax.make_array_from_process_local_data(batch_sharding, rows["y"]))
+
+
+for step in range(start, args.steps):
+    state, loss = train_step(state, *global_batch(step))
+    done = step + 1
+    if host == 0:
+        print(f"step {done} loss {float(loss):.8f}")
+    if manager is not None and (done == args.steps or (args.save_every and done % args.save_every == 0)):
+        stack_ckpt.save(manager, done, state, loader.state(done))
+        if host == 0:
+            print(f"saved checkpoint {done}")
+
+
+# Evaluation on a held-out set of 1001 examples: no host count divides it. Each host pads its
+# share to equal rows; the mask keeps the padding out of the global mean.
+@jax.jit
+def masked_mse(state, x, y, mask):
+    model, _ = nnx.merge(graphdef, state)
+    errors = ((model(x) - y) ** 2)[:, 0]
+    return (errors * mask).sum() / mask.sum()
+
+
+held_out = ArrayRecords(*(a[:1001] for a in train.dataset(seed=1)))
+shard = grain.sharding.ShardByJaxProcess()
+mine = eval_batch(held_out, shard, local)
+eval_sharding = NamedSharding(mesh, P(("host", "device")))
+mse = masked_mse(state, *(jax.make_array_from_process_local_data(eval_sharding, mine[k])
+                          for k in ("x", "y", "mask")))
+if host == 0:
+    print(f"eval mse {float(mse):.8f} over {len(held_out)} examples")
+if manager is not None:
+    manager.close()
