@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCAL_SLURM = ROOT / "tools" / "local_slurm.sh"
 SCRIPTS = {  # notebooks/scripts/NAME -> its arguments; each prints "step S loss L" on process 0
     "train_dp.py": [],
+    "train_stack.py": [],
 }
 TRANSCRIPT = ROOT / "notebooks" / "transcripts" / "srun_train_dp.txt"  # shown in notebook 08
 TOL = 1e-5  # float32 rounding: the runs add the same numbers in different orders
