@@ -134,6 +134,26 @@ class Traffic:
         """Total bytes that cross between hosts."""
         return sum((self.split(c)[1] for c in self.collectives), Fraction(0))
 
+    def busiest_link_across(self) -> Fraction:
+        """The most bytes any one sender -> receiver pair on different hosts carries in total."""
+        per_link: dict[tuple, Fraction] = {}
+        for c in self.collectives:
+            for t in c.transfers():
+                if self.hosts[t.source] != self.hosts[t.target]:
+                    key = (t.source, t.target)
+                    per_link[key] = per_link.get(key, Fraction(0)) + t.nbytes * c.repeats
+        return max(per_link.values(), default=Fraction(0))
+
+    def busiest_host_across(self) -> Fraction:
+        """The most bytes any one host sends to other hosts in total."""
+        per_host: dict[int, Fraction] = {}
+        for c in self.collectives:
+            for t in c.transfers():
+                host = self.hosts[t.source]
+                if host != self.hosts[t.target]:
+                    per_host[host] = per_host.get(host, Fraction(0)) + t.nbytes * c.repeats
+        return max(per_host.values(), default=Fraction(0))
+
     def kinds(self) -> list[str]:
         """The kinds of collective in the program, in program order (repeats included once)."""
         return [c.kind for c in self.collectives]
@@ -171,6 +191,36 @@ class Traffic:
         buffer = io.BytesIO()
         draw_traffic(self).savefig(buffer, format="png", dpi=80)
         return buffer.getvalue()
+
+
+def compare(reports: dict[str, Traffic]) -> str:
+    """A table of several programs' traffic: collectives, bytes inside and across hosts.
+
+    'max per link' is the most bytes one device sends to one device of another host; 'max per
+    host' the most bytes one host sends to the other hosts.
+    """
+    width = max(len(name) for name in reports) + 2
+    head = (f"{'program':<{width}}{'collectives':<34}{'inside hosts':>13}{'across hosts':>13}"
+            f"{'max per link':>13}{'max per host':>13}")
+    rows = [head, "-" * len(head)]
+    for name, report in reports.items():
+        rows.append(f"{name:<{width}}{_kinds_text(report):<34}{format_bytes(report.inside_hosts):>13}"
+                    f"{format_bytes(report.across_hosts):>13}{format_bytes(report.busiest_link_across()):>13}"
+                    f"{format_bytes(report.busiest_host_across()):>13}")
+    return "\n".join(rows)
+
+
+def _kinds_text(report: Traffic) -> str:
+    """'reduce-scatter, all-gather' or 'collective-permute x7' (the same collective repeated)."""
+    runs: list[list] = []
+    for c in report.collectives:
+        same = runs and (runs[-1][0].kind, runs[-1][0].groups, runs[-1][0].pairs) == (c.kind, c.groups, c.pairs)
+        if same:
+            runs[-1][1] += c.repeats
+        else:
+            runs.append([c, c.repeats])
+    text = ", ".join(c.kind + (f" x{n}" if n > 1 else "") for c, n in runs) or "none"
+    return text if len(text) <= 32 else text[:29] + "..."
 
 
 def format_bytes(n: int | Fraction) -> str:
