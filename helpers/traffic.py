@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Callable
 
@@ -154,6 +154,17 @@ class Traffic:
                     per_host[host] = per_host.get(host, Fraction(0)) + t.nbytes * c.repeats
         return max(per_host.values(), default=Fraction(0))
 
+    def folded(self) -> list[Collective]:
+        """The collectives, with runs of the same collective (an unrolled loop) folded into one."""
+        out: list[Collective] = []
+        for c in self.collectives:
+            last = out[-1] if out else None
+            if last and (last.kind, last.groups, last.pairs, last.nbytes) == (c.kind, c.groups, c.pairs, c.nbytes):
+                out[-1] = replace(last, repeats=last.repeats + c.repeats)
+            else:
+                out.append(c)
+        return out
+
     def kinds(self) -> list[str]:
         """The kinds of collective in the program, in program order (repeats included once)."""
         return [c.kind for c in self.collectives]
@@ -170,7 +181,7 @@ class Traffic:
         head = (f"{'collective':<22}{'from JAX':<14}{'result/device':>13}  {'groups':<30}"
                 f"{'inside hosts':>13}{'across hosts':>13}")
         rows = [head, "-" * len(head)]
-        for c in self.collectives:
+        for c in self.folded():
             inside, across = self.split(c)
             kind = c.kind + (f" x{c.repeats}" if c.repeats > 1 else "")
             rows.append(f"{kind:<22}{c.jax_op[:13]:<14}{format_bytes(c.nbytes):>13}  "
@@ -199,12 +210,12 @@ def compare(reports: dict[str, Traffic]) -> str:
     'max per link' is the most bytes one device sends to one device of another host; 'max per
     host' the most bytes one host sends to the other hosts.
     """
-    width = max(len(name) for name in reports) + 2
-    head = (f"{'program':<{width}}{'collectives':<34}{'inside hosts':>13}{'across hosts':>13}"
+    width = max(len(name) for name in [*reports, "program"]) + 2
+    head = (f"{'program':<{width}}{'collectives':<40}{'inside hosts':>13}{'across hosts':>13}"
             f"{'max per link':>13}{'max per host':>13}")
     rows = [head, "-" * len(head)]
     for name, report in reports.items():
-        rows.append(f"{name:<{width}}{_kinds_text(report):<34}{format_bytes(report.inside_hosts):>13}"
+        rows.append(f"{name:<{width}}{_kinds_text(report):<40}{format_bytes(report.inside_hosts):>13}"
                     f"{format_bytes(report.across_hosts):>13}{format_bytes(report.busiest_link_across()):>13}"
                     f"{format_bytes(report.busiest_host_across()):>13}")
     return "\n".join(rows)
@@ -212,15 +223,8 @@ def compare(reports: dict[str, Traffic]) -> str:
 
 def _kinds_text(report: Traffic) -> str:
     """'reduce-scatter, all-gather' or 'collective-permute x7' (the same collective repeated)."""
-    runs: list[list] = []
-    for c in report.collectives:
-        same = runs and (runs[-1][0].kind, runs[-1][0].groups, runs[-1][0].pairs) == (c.kind, c.groups, c.pairs)
-        if same:
-            runs[-1][1] += c.repeats
-        else:
-            runs.append([c, c.repeats])
-    text = ", ".join(c.kind + (f" x{n}" if n > 1 else "") for c, n in runs) or "none"
-    return text if len(text) <= 32 else text[:29] + "..."
+    text = ", ".join(c.kind + (f" x{c.repeats}" if c.repeats > 1 else "") for c in report.folded()) or "none"
+    return text if len(text) <= 38 else text[:35] + "..."
 
 
 def format_bytes(n: int | Fraction) -> str:

@@ -1,6 +1,7 @@
 """Pictures of a program's collectives: who sends to whom, and which transfers cross hosts.
 
-One row per collective of a `helpers.traffic.Traffic` report. The devices sit in a line,
+One row per collective of a `helpers.traffic.Traffic` report (a collective repeated in a row,
+as in an unrolled loop, is one row marked "x7"). The devices sit in a line,
 grouped by host (thick outline), coloured as in every other picture of the course. Each
 transfer of the cost model is an arc from sender to receiver: grey inside a host, red and
 thicker across hosts; an arc's width grows with its bytes.
@@ -33,7 +34,8 @@ def draw_traffic(report: Traffic, *, title: str | None = None) -> Figure:
     import jax
     import matplotlib.pyplot as plt
 
-    shown = report.collectives[:MAX_PANELS]
+    folded = report.folded()  # an unrolled loop is one row, 'x7'
+    shown = folded[:MAX_PANELS]
     rows = max(1, len(shown))
     fig = plt.figure(figsize=(_WIDTH, 0.55 + rows * _ROW_H + 0.35))
     plt.close(fig)
@@ -52,8 +54,8 @@ def draw_traffic(report: Traffic, *, title: str | None = None) -> Figure:
         bottom = 1 - (0.55 + (row + 1) * _ROW_H) / fig.get_figheight()
         ax = fig.add_axes((0.02, bottom, 0.96, _ROW_H / fig.get_figheight()))
         _panel(ax, report, collective, devices, slot, positions, biggest)
-    if len(report.collectives) > MAX_PANELS:
-        fig.text(0.98, 0.17 / fig.get_figheight(), f"... and {len(report.collectives) - MAX_PANELS} more",
+    if len(folded) > MAX_PANELS:
+        fig.text(0.98, 0.17 / fig.get_figheight(), f"... and {len(folded) - MAX_PANELS} more",
                  fontsize=8, ha="right", va="center")
     return fig
 

@@ -246,3 +246,46 @@ def test_the_report_table_is_deterministic():
     text = str(T.traffic(fn, x, host_of=T.hosts_along(mesh)))
     assert text == str(T.traffic(fn, x, host_of=T.hosts_along(mesh)))
     assert "all-reduce" in text and "psum" in text and "224 B" in text and "672 B" in text
+
+
+def test_an_unrolled_loop_folds_into_one_row_with_the_same_totals():
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    spec = P(("host", "device"))
+    x = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, spec))
+    right = [(i, (i + 1) % 8) for i in range(8)]
+
+    def ring(b):
+        total = b
+        for _ in range(7):
+            b = jax.lax.ppermute(b, ("host", "device"), right)
+            total = total + b
+        return total
+
+    report = T.traffic(jax.shard_map(ring, mesh=mesh, in_specs=spec, out_specs=spec), x, host_of=T.hosts_along(mesh))
+    assert len(report.collectives) == 7
+    (folded,) = report.folded()
+    assert folded.repeats == 7
+    assert T.Traffic((folded,), report.hosts).across_hosts == report.across_hosts == 7 * 2 * 64
+    assert "collective-permute x7" in str(report) and "collective-permute x7" in T.compare({"ring": report})
+
+
+def test_busiest_link_and_busiest_host():
+    hosts = {d: d.id // 4 for d in D}
+    two_steps = T.Traffic((
+        T.Collective("all-reduce", "a", "psum", 64, (tuple(D[:4]), tuple(D[4:]))),
+        T.Collective("all-reduce", "b", "psum", 64, tuple((D[i], D[i + 4]) for i in range(4))),
+    ), hosts)
+    assert two_steps.busiest_link_across() == 64  # each pair: one hop of 2*(2-1)/2 * 64 each way
+    assert two_steps.busiest_host_across() == 4 * 64  # 4 devices of a host each send 64 bytes out
+    table = T.compare({"two psums": two_steps})
+    assert table.splitlines()[2].split()[-4:] == ["64", "B", "256", "B"]  # max per link, max per host
+
+
+def test_the_picture_has_one_row_per_folded_collective():
+    from helpers.traffic_viz import draw_traffic
+
+    hosts = {d: d.id // 4 for d in D}
+    permute = T.Collective("collective-permute", "p", "ppermute", 8, (), ((D[3], D[4]),))
+    report = T.Traffic((permute, permute, T.Collective("all-gather", "g", "all_gather", 32, (tuple(D),))), hosts)
+    assert len(draw_traffic(report).axes) == 2
+    assert len(draw_traffic(T.Traffic((), {})).axes) == 0
