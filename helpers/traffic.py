@@ -18,7 +18,8 @@ group's devices form a ring in the order the program lists them: g0 -> g1 -> ...
 - all-gather (result B is n inputs), ring: every hop carries (n-1)/n * B.
 - all-to-all, direct: every device sends B/n to each other device of its group.
 - collective-permute: each pair (source, target) with source != target sends B directly.
-- A collective inside a loop counts once per iteration (XLA's `known_trip_count`).
+- A collective inside a loop counts once per iteration (XLA's `known_trip_count`); one in a
+  branch of a conditional counts as if every branch ran (an upper bound).
 
 A transfer crosses hosts when its source and target have different hosts. Real libraries
 (NCCL, gloo, ICI) pick their own algorithms; this model is a fixed yardstick that makes
@@ -53,7 +54,6 @@ _IOTA_GROUPS = re.compile(r"replica_groups=\[(?P<shape>[\d,]+)\]<=\[(?P<dims>[\d
 _PAIRS = re.compile(r"source_target_pairs=\{(?P<body>(?:\{\d+,\d+\},?)*)\}")
 _CALLED = re.compile(r"\b(?P<key>body|condition|calls|to_apply|true_computation|false_computation)=%(?P<name>[\w.\-]+)")
 _BRANCHES = re.compile(r"branch_computations=\{(?P<names>[^}]*)\}")
-_BACKEND = re.compile(r"backend_config=(?P<json>\{.*\})")
 _OP_NAME = re.compile(r'op_name="(?P<name>[^"]*)"')
 _JAX_NAMES = {"psum_invariant": "psum", "reduce_scatter": "psum_scatter"}  # HLO metadata -> lax name
 _HEADER_INT = re.compile(r"\b(?P<key>num_partitions|replica_count)=(?P<value>\d+)")
@@ -271,9 +271,12 @@ def _computations(hlo: str) -> tuple[dict[str, _Computation], str]:
 
 
 def _trip_count(rest: str, name: str) -> int:
-    match = _BACKEND.search(rest)
+    key = "backend_config="
     try:
-        return int(json.loads(match["json"])["known_trip_count"]["n"])
+        if key not in rest:
+            raise KeyError(key)
+        config, _ = json.JSONDecoder().raw_decode(rest, rest.index(key) + len(key))
+        return int(config["known_trip_count"]["n"])
     except (TypeError, KeyError, ValueError):
         raise ValueError(
             f"the loop {name!r} holds collectives but XLA does not know how often it runs; the "
