@@ -289,3 +289,17 @@ def test_the_picture_has_one_row_per_folded_collective():
     report = T.Traffic((permute, permute, T.Collective("all-gather", "g", "all_gather", 32, (tuple(D),))), hosts)
     assert len(draw_traffic(report).axes) == 2
     assert len(draw_traffic(T.Traffic((), {})).axes) == 0
+
+
+def test_a_trip_count_is_read_wherever_backend_config_sits():
+    hlo = ("HloModule m, num_partitions=2\n\n"
+           "%body (p: f32[4]) -> f32[4] {\n"
+           "  %p = f32[4]{0} parameter(0)\n"
+           "  ROOT %c = f32[4]{0} collective-permute(%p), channel_id=1, source_target_pairs={{0,1},{1,0}}\n}\n\n"
+           "%cond (p: f32[4]) -> pred[] {\n  ROOT %t = pred[] constant(true)\n}\n\n"
+           "ENTRY %main (p: f32[4]) -> f32[4] {\n"
+           "  %p = f32[4]{0} parameter(0)\n"
+           '  ROOT %w = f32[4]{0} while(%p), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"3"}}, '
+           'metadata={op_name="jit(f)/while"}\n}\n')
+    (permute,) = T.parse_collectives(hlo, list(D[:2]))
+    assert permute.repeats == 3 and T.groups_as_ids(permute) == [(0, 1), (1, 0)]
