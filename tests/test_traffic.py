@@ -303,3 +303,25 @@ def test_a_trip_count_is_read_wherever_backend_config_sits():
            'metadata={op_name="jit(f)/while"}\n}\n')
     (permute,) = T.parse_collectives(hlo, list(D[:2]))
     assert permute.repeats == 3 and T.groups_as_ids(permute) == [(0, 1), (1, 0)]
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (4, 2), (3, 2)])
+def test_the_hierarchical_all_reduce_sends_fewer_bytes_across_hosts_than_the_flat_one(shape):
+    mesh = jax.make_mesh(shape, ("host", "device"), devices=jax.devices()[: shape[0] * shape[1]])
+    spec = P(("host", "device"))
+    n = mesh.size
+    x = jax.device_put(jnp.ones((n, 2 * n)), NamedSharding(mesh, spec))
+
+    def hierarchical(b):
+        piece = jax.lax.psum_scatter(b, "device", scatter_dimension=1, tiled=True)
+        return jax.lax.all_gather(jax.lax.psum(piece, "host"), "device", axis=1, tiled=True)
+
+    def run(body):
+        return T.traffic(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec), x, host_of=T.hosts_along(mesh))
+
+    flat, hier = run(lambda b: jax.lax.psum(b, ("host", "device"))), run(hierarchical)
+    hosts, per_host, nbytes = shape[0], shape[1], 2 * n * 4
+    assert flat.across_hosts == hosts * Fraction(2 * (n - 1), n) * nbytes  # one crossing hop per host
+    assert hier.across_hosts == 2 * (hosts - 1) * nbytes  # D rings of H, each hop 2(H-1)/H * B/D
+    assert hier.across_hosts < flat.across_hosts
+    assert hier.busiest_link_across() < flat.busiest_link_across()
