@@ -6,13 +6,19 @@ or, from a notebook, `run("train.py", hosts=2, devices_per_host=4)`. Host i is a
 with D fake CPU devices; the script calls `helpers.launch.initialize()` first, which joins the
 run (jax.distributed, coordinator on 127.0.0.1, gloo collectives). The same script also runs
 under mpirun/srun (initialize falls back to JAX's cluster auto-detection) or alone.
+
+The launcher is also the tool that explains a broken run: a host that fails (exception,
+non-zero exit status, signal) stops the others at once, and the result says for every host
+how it ended or which line of the script it was at, and the last line it printed.
 """
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import io
 import os
 import re
+import runpy
 import signal
 import socket
 import subprocess
@@ -20,10 +26,12 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
-from helpers.launch_result import HostResult, LaunchError, RunResult, clean_stderr, clean_stdout
+from helpers.launch_result import (SCRIPT_ENDED, HostResult, LaunchError, RunResult, clean_stderr,
+                                   clean_stdout, describe_exit, hosts_text)
 
 __all__ = ["run", "initialize", "main", "RunResult", "HostResult", "LaunchError"]
 
@@ -33,11 +41,20 @@ _POLL_SECONDS = 0.02
 _BIND_FAILURE = re.compile(r"Failed to add port to server|[Aa]ddress already in use")
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
+# Every host runs its script through _host_main (below), which turns its exit into one the
+# launcher sees at once; the script's path and arguments follow.
+_HOST_MAIN = "import helpers.launch as launch; launch._host_main()"
+_DUMP_SIGNAL = signal.SIGUSR1  # asks a host still running at the timeout where it is
+_DUMP_WAIT_SECONDS = 2.0
+# One frame of a faulthandler dump: '  File "/path/script.py", line 9 in <module>'.
+_DUMP_FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)',
+                         re.MULTILINE)
 
 
 # ----------------------------------------------------------------------------- child side
 
 _joined_via: str | None = None
+_stdout_moved = False
 
 
 def _cluster_kind() -> str | None:
@@ -90,7 +107,12 @@ def _native_stdout_off_the_pipe(*, to_stderr: bool = False) -> None:
     file descriptor 1, interleaved mid-line with each other and with the script's prints, so
     it cannot be filtered out afterwards. Native stdout goes to /dev/null (to stderr when
     the launcher runs with --verbose, or under a cluster launcher, so nothing is lost there).
+    Only the first call acts: the course launcher's hosts make it before their script starts.
     """
+    global _stdout_moved
+    if _stdout_moved:
+        return
+    _stdout_moved = True
     sys.stdout.flush()
     own = os.dup(1)
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(own, "w")), encoding="utf-8",
@@ -102,6 +124,60 @@ def _native_stdout_off_the_pipe(*, to_stderr: bool = False) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.close(devnull)
+
+
+def _flush_and_exit(status: int) -> None:
+    """End this process now with `status`, skipping JAX's exit barrier (other hosts may never reach it)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
+def _exit_status(code: object) -> int:
+    """The process exit status `sys.exit(code)` stands for (None: 0, an int: itself, else 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_script_traceback(err: BaseException, script: str) -> None:
+    """Print an uncaught exception as `python script.py` would, without this runner's frames."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != script:
+        tb = tb.tb_next
+    traceback.print_exception(type(err), err, tb)
+
+
+def _host_main() -> None:
+    """Child side of the course launcher: run the script as `__main__`, as `python script.py` would.
+
+    An uncaught exception, or `sys.exit(n)` with n != 0, ends the process at once with its
+    status, so the launcher sees the failure now (at interpreter exit, JAX would first wait for
+    every other host). A host still running at the launcher's timeout prints where it is
+    (faulthandler, on SIGUSR1); one whose script ended says so before JAX's exit barrier.
+    """
+    script, *args = sys.argv[1:]
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(script)
+    _die_with_launcher()
+    _native_stdout_off_the_pipe()
+    faulthandler.register(_DUMP_SIGNAL, all_threads=True)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as done:
+        status = _exit_status(done.code)
+        if status:
+            _flush_and_exit(status)
+    except BaseException as err:  # noqa: BLE001 - an uncaught error of the script
+        _print_script_traceback(err, script)
+        _flush_and_exit(1)
+    print(SCRIPT_ENDED, file=sys.stderr, flush=True)
 
 
 def _wait_for_coordinator(address: str, timeout: float) -> None:
@@ -254,6 +330,40 @@ def _tidy(text: str, replacements: dict[str, str]) -> str:
     return text
 
 
+def _ask_where(running: list[_Host]) -> None:
+    """Have each host still running print its Python stack (faulthandler), for `_where`."""
+    marks = {}
+    for h in running:
+        marks[h.index] = len(h.err)
+        try:
+            os.kill(h.proc.pid, _DUMP_SIGNAL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + _DUMP_WAIT_SECONDS
+    waiting = list(running)
+    while waiting and time.monotonic() < deadline:
+        # the runner's own frame, File "<string>", line 1, is the bottom of the main stack
+        waiting = [h for h in waiting if h.proc.poll() is None
+                   and not any('"<string>", line 1 in <module>' in line
+                               for line in h.err[marks[h.index]:])]
+        time.sleep(_POLL_SECONDS)
+
+
+def _where(stderr: str, script: Path) -> str:
+    """'line 9: total = jnp.sum(x)', the script line a stack dump shows a host at ('' if none)."""
+    for frame in _DUMP_FRAME.finditer(stderr):
+        if frame["path"] == str(script):
+            number = int(frame["line"])
+            try:
+                code = script.read_text(encoding="utf-8").splitlines()[number - 1].strip()
+            except (OSError, IndexError):
+                code = ""
+            function = frame["function"]
+            place = f"line {number}" + ("" if function == "<module>" else f" (in {function})")
+            return f"{place}: {code}" if code else place
+    return ""
+
+
 def _attempt(cmd: list[str], hosts: int, devices_per_host: int, timeout: float,
              on_line, verbose: bool) -> tuple[list[_Host], list[str], set[int], bool, int]:
     """Start the hosts once; stop them all on the first failure or at the timeout."""
@@ -280,6 +390,8 @@ def _attempt(cmd: list[str], hosts: int, devices_per_host: int, timeout: float,
                 timed_out = True
                 break
             time.sleep(_POLL_SECONDS)
+        _ask_where([h for h in started if h.proc.poll() is None
+                    and SCRIPT_ENDED not in "".join(h.err)])
     finally:  # on KeyboardInterrupt too: no host may outlive the run
         for h in started:  # also kills anything the script left behind in its group
             _kill_group(h.proc)
@@ -291,22 +403,47 @@ def _attempt(cmd: list[str], hosts: int, devices_per_host: int, timeout: float,
     return started, status, failed, timed_out, port
 
 
-def _hosts_text(hosts: Sequence[int]) -> str:
-    """'host 1', 'hosts 0 and 1', 'hosts 0, 1 and 2'."""
-    names = [str(h) for h in hosts]
-    if len(names) == 1:
-        return f"host {names[0]}"
-    return f"hosts {', '.join(names[:-1])} and {names[-1]}"
+def _timeout_message(timeout: float, results: Sequence[HostResult]) -> str:
+    running = [h.host for h in results if h.status == "timed out" and not h.script_ended]
+    ended = [h.host for h in results if h.status == "timed out" and h.script_ended]
+    exited = [h.host for h in results if h.status == "ok"]
+    parts = []
+    if running:
+        parts.append(f"{hosts_text(running)} {'was' if len(running) == 1 else 'were'} "
+                     "still running")
+    if ended:
+        parts.append(f"{hosts_text(ended)} had ended {'its' if len(ended) == 1 else 'their'} "
+                     "script and waited at JAX's exit barrier for the others")
+    if exited:
+        parts.append(f"{hosts_text(exited)} had exited")
+    return f"stopped after the {timeout:g} s timeout: " + "; ".join(parts)
 
 
-def _launch(cmd: list[str], *, hosts: int, devices_per_host: int, timeout: float,
-            display: dict[str, str], on_line=None, on_retry=None,
+def _failure_message(failed: set[int], results: Sequence[HostResult]) -> str:
+    first = min(failed)
+    others = sorted(failed - {first})
+    stopped = [h.host for h in results if h.status == "stopped"]
+    message = (f"host {first} failed ({describe_exit(results[first].returncode)})"
+               + (f", and so did {hosts_text(others)}" if others else "")
+               + (f"; the launcher stopped {hosts_text(stopped)}" if stopped else ""))
+    if any(_BIND_FAILURE.search(h.stderr) for h in results):
+        message += f" (the coordinator's port was taken {_PORT_ATTEMPTS} times in a row)"
+    return message
+
+
+def _host_command(script: Path, args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-c", _HOST_MAIN, str(script), *map(str, args)]
+
+
+def _launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: int,
+            timeout: float, display: dict[str, str], on_line=None, on_retry=None,
             verbose: bool = False) -> RunResult:
     for name, value, low in (("hosts", hosts, 1), ("devices_per_host", devices_per_host, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be a whole number of at least {low}; got {value!r}")
     if not timeout or timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds; got {timeout!r}")
+    cmd = _host_command(script, args)
     pids: list[int] = []
     for attempt in range(1, _PORT_ATTEMPTS + 1):
         started, status, failed, timed_out, port = _attempt(
@@ -318,37 +455,34 @@ def _launch(cmd: list[str], *, hosts: int, devices_per_host: int, timeout: float
         if on_retry is not None:
             on_retry(port)
     tidy = {f"127.0.0.1:{port}": "<coordinator>", **display}
-    results = tuple(
-        HostResult(host=h.index, status=status[h.index],
-                   returncode=h.proc.returncode if status[h.index] in ("ok", "failed") else None,
-                   stdout=_tidy(clean_stdout("".join(h.out)), tidy),
-                   stderr=_tidy("".join(h.err), tidy), raw_stdout="".join(h.out))
-        for h in started)
-    stopped = [h.host for h in results if h.status == "stopped"]
+    results = []
+    for h in started:
+        stderr = "".join(h.err)
+        results.append(HostResult(
+            host=h.index, status=status[h.index],
+            returncode=h.proc.returncode if status[h.index] in ("ok", "failed") else None,
+            stdout=_tidy(clean_stdout("".join(h.out)), tidy), stderr=_tidy(stderr, tidy),
+            raw_stdout="".join(h.out), script_ended=SCRIPT_ENDED in stderr,
+            where=_tidy(_where(stderr, script), tidy)))
     if timed_out:
-        running = [h.host for h in results if h.status == "timed out"]
-        message = (f"stopped after the {timeout:g} s timeout: {_hosts_text(running)} "
-                   f"{'was' if len(running) == 1 else 'were'} still running (a host waiting "
-                   "in a collective for a host that never arrives looks like this)")
+        message = _timeout_message(timeout, results)
     elif failed:
-        first = min(failed)
-        code = results[first].returncode
-        others = sorted(failed - {first})
-        message = (f"host {first} failed (exit code {code})"
-                   + (f", and so did {_hosts_text(others)}" if others else "")
-                   + (f"; the launcher stopped {_hosts_text(stopped)}" if stopped else ""))
-        if any(_BIND_FAILURE.search(h.stderr) for h in results):
-            message += f" (the coordinator's port was taken {_PORT_ATTEMPTS} times in a row)"
+        message = _failure_message(failed, results)
     else:
         message = "all hosts finished"
-    return RunResult(hosts=results, devices_per_host=devices_per_host, message=message,
+    return RunResult(hosts=tuple(results), devices_per_host=devices_per_host, message=message,
                      pids=tuple(pids), attempts=attempt)
 
 
 def run(script_path: str | os.PathLike | None = None, *, source: str | None = None,
         hosts: int = 2, devices_per_host: int = 4, timeout: float = 120,
         args: Sequence[str] = ()) -> RunResult:
-    """Run a script (a file, or Python `source` text) as `hosts` JAX processes; return their outputs."""
+    """Run a script (a file, or Python `source` text) as `hosts` JAX processes; return their outputs.
+
+    A host that fails (an uncaught exception, a non-zero `sys.exit`, `os._exit` or a signal)
+    stops the others at once; at the timeout every host still running is stopped. Either
+    way the result says, host by host, how it ended, where it was and what it printed last.
+    """
     if (script_path is None) == (source is None):
         raise ValueError("pass either a script path or source='...python code...', not both")
     with tempfile.TemporaryDirectory(prefix="helpers-launch-") as tmp:
@@ -362,9 +496,8 @@ def run(script_path: str | os.PathLike | None = None, *, source: str | None = No
                 raise FileNotFoundError(
                     f"no script at {script_path!r} (looked in {os.getcwd()}); check the path")
             display = {str(path): path.name}
-        cmd = [sys.executable, str(path), *map(str, args)]
-        return _launch(cmd, hosts=hosts, devices_per_host=devices_per_host, timeout=timeout,
-                       display=display)
+        return _launch(path, args, hosts=hosts, devices_per_host=devices_per_host,
+                       timeout=timeout, display=display)
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -413,7 +546,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        result = _launch([sys.executable, str(path.resolve()), *opts.args], hosts=opts.hosts,
+        result = _launch(path.resolve(), opts.args, hosts=opts.hosts,
                          devices_per_host=opts.devices_per_host, timeout=opts.timeout,
                          display={}, on_line=on_line, on_retry=on_retry,
                          verbose=opts.verbose)
@@ -425,6 +558,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(f"[launch] {opts.hosts} hosts x {opts.devices_per_host} devices: {result.message}",
           file=sys.stderr)
+    if not result.ok:
+        for line in result.report():
+            print(f"[launch] {line}", file=sys.stderr)
     if result.ok:
         return 0
     return 124 if any(h.status == "timed out" for h in result.hosts) else 1

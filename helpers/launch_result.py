@@ -8,10 +8,15 @@ from __future__ import annotations
 import dataclasses
 import html
 import re
+import signal
+from typing import Sequence
 
-__all__ = ["HostResult", "RunResult", "LaunchError", "clean_stdout", "clean_stderr"]
+__all__ = ["HostResult", "RunResult", "LaunchError", "clean_stdout", "clean_stderr",
+           "describe_exit", "hosts_text"]
 
 TAIL_LINES = 15
+# What a host prints on stderr when its script has ended and JAX's exit barrier begins.
+SCRIPT_ENDED = "[helpers.launch] the script ended; JAX now waits at exit for every other host"
 
 # Lines that C++ libraries inside jaxlib print on their own, not the learner's script.
 _STDOUT_NOISE = re.compile(r"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks")
@@ -20,8 +25,29 @@ _STDERR_NOISE = re.compile(
     r"|WARNING: All log messages before absl::InitializeLog\(\) is called"
     r"|\*\*\* Check failure stack trace: \*\*\*"
     r"|\s*@\s+0x[0-9a-f]+\s"  # native stack frames
-    r"|\[Gloo\] Rank \d+ is connected)"
+    r"|\[Gloo\] Rank \d+ is connected"
+    r"|\[helpers\.launch\] the script ended)"
 )
+
+
+def describe_exit(returncode: int | None) -> str:
+    """'exit status 3', 'killed by SIGABRT'; how a process ended, from its return code."""
+    if returncode is None:
+        return "still running"
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
+
+
+def hosts_text(hosts: Sequence[int]) -> str:
+    """'host 1', 'hosts 0 and 1', 'hosts 0, 1 and 2'."""
+    names = [str(h) for h in hosts]
+    if len(names) == 1:
+        return f"host {names[0]}"
+    return f"hosts {', '.join(names[:-1])} and {names[-1]}"
 
 
 class LaunchError(RuntimeError):
@@ -50,11 +76,34 @@ class HostResult:
     stdout: str  # the script's stdout, gloo chatter removed
     stderr: str  # everything the process wrote to stderr
     raw_stdout: str = dataclasses.field(default="", repr=False)
+    script_ended: bool = False  # its script had ended; it waited at JAX's exit barrier
+    where: str = ""  # the script line it was at when the launcher stopped it ('' if unknown)
 
     @property
     def ok(self) -> bool:
-        """True when this host finished with exit code 0."""
+        """True when this host finished with exit status 0."""
         return self.status == "ok"
+
+    @property
+    def last_line(self) -> str:
+        """The last non-empty line the script printed ('' if none)."""
+        lines = [line for line in self.stdout.splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+
+    @property
+    def state(self) -> str:
+        """How this host ended: 'failed: exit status 3', 'still running at line 9: ...', ..."""
+        if self.status in ("ok", "failed"):
+            return ("exited" if self.ok else "failed") + f": {describe_exit(self.returncode)}"
+        if self.script_ended:
+            return "its script had ended; it was waiting at JAX's exit barrier for the others"
+        running = "stopped by the launcher" if self.status == "stopped" else "still running"
+        return running + (f" at {self.where}" if self.where else "")
+
+    def report(self) -> str:
+        """One line: this host's state and the last line it printed."""
+        last = repr(self.last_line) if self.last_line else "nothing"
+        return f"host {self.host}: {self.state}; last printed: {last}"
 
     def error_tail(self, lines: int = TAIL_LINES) -> str:
         """The last `lines` lines of stderr, log noise removed."""
@@ -65,7 +114,7 @@ class HostResult:
     def label(self) -> str:
         """'host 1 (failed, exit code 1)' and the like."""
         if self.status == "failed":
-            return f"host {self.host} (failed, exit code {self.returncode})"
+            return f"host {self.host} (failed, {describe_exit(self.returncode)})"
         return f"host {self.host}" + ("" if self.ok else f" ({self.status})")
 
 
@@ -112,8 +161,14 @@ class RunResult:
 
     raise_on_failure = check
 
+    def report(self) -> list[str]:
+        """One line per host: how it ended (or where it was stopped) and what it printed last."""
+        return [h.report() for h in self.hosts]
+
     def __str__(self) -> str:
         out = [f"{len(self.hosts)} hosts x {self.devices_per_host} devices: {self.message}"]
+        if not self.ok:
+            out += self.report()
         for h in self.hosts:
             out.append(f"--- {h.label} ---")
             if h.stdout.strip():
@@ -140,10 +195,12 @@ class RunResult:
                          f"{html.escape(h.error_tail())}</pre>")
             cells.append(f'<td style="vertical-align:top;text-align:left;padding:4px 8px;'
                          f'border-top:1px solid #ccc">{body}</td>')
+        report = "".join(f'<div style="font-family:monospace">{html.escape(line)}</div>'
+                         for line in ([] if self.ok else self.report()))
         return (
             f'<div><div style="color:{colour};font-weight:bold">'
             f"{len(self.hosts)} hosts x {self.devices_per_host} devices: "
-            f"{html.escape(self.message)}</div>"
+            f"{html.escape(self.message)}</div>{report}"
             f'<table style="border-collapse:collapse"><tr>{"".join(heads)}</tr>'
             f'<tr>{"".join(cells)}</tr></table></div>'
         )
