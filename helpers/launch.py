@@ -14,6 +14,7 @@ how it ended or which line of the script it was at, and the last line it printed
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import faulthandler
 import io
 import os
@@ -37,6 +38,7 @@ __all__ = ["run", "initialize", "main", "RunResult", "HostResult", "LaunchError"
 
 _PORT_ATTEMPTS = 3
 _POLL_SECONDS = 0.02
+_SAME_MOMENT = 1.0  # hosts failing within this many seconds of each other failed together
 # What the coordinator prints when its port is already taken (jaxlib 0.10.2 then crashes).
 _BIND_FAILURE = re.compile(r"Failed to add port to server|[Aa]ddress already in use")
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -44,7 +46,7 @@ _DEVICE_FLAG = "--xla_force_host_platform_device_count"
 # Every host runs its script through _host_main (below), which turns its exit into one the
 # launcher sees at once; the script's path and arguments follow.
 _HOST_MAIN = "import helpers.launch as launch; launch._host_main()"
-_DUMP_SIGNAL = signal.SIGUSR1  # asks a host still running at the timeout where it is
+_DUMP_SIGNAL = signal.SIGUSR1  # asks a host the launcher is about to stop where it is
 _DUMP_WAIT_SECONDS = 2.0
 # One frame of a faulthandler dump: '  File "/path/script.py", line 9 in <module>'.
 _DUMP_FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)',
@@ -126,6 +128,25 @@ def _native_stdout_off_the_pipe(*, to_stderr: bool = False) -> None:
         os.close(devnull)
 
 
+def _native_stderr_to_log() -> None:
+    """Give Python's stderr its own copy of the pipe; native stderr goes to the launcher's log pipe.
+
+    C++ libraries in jaxlib (absl, gloo, the coordination service) log to file descriptor 2,
+    many lines per record with random ids in them. Kept apart, a host's stderr is what its
+    Python code wrote (a traceback, warnings), and the native log stays available as `log`.
+    """
+    fd = os.environ.pop("HELPERS_LAUNCH_LOG_FD", None)
+    if fd is None:
+        return
+    sys.stderr.flush()
+    own = os.dup(2)
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(own, "w")), encoding="utf-8",
+                                  errors="backslashreplace", line_buffering=True,
+                                  write_through=True)
+    os.dup2(int(fd), 2)
+    os.close(int(fd))
+
+
 def _flush_and_exit(status: int) -> None:
     """End this process now with `status`, skipping JAX's exit barrier (other hosts may never reach it)."""
     for stream in (sys.stdout, sys.stderr):
@@ -166,6 +187,7 @@ def _host_main() -> None:
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(script)
     _die_with_launcher()
+    _native_stderr_to_log()
     _native_stdout_off_the_pipe()
     faulthandler.register(_DUMP_SIGNAL, all_threads=True)
     try:
@@ -298,15 +320,26 @@ class _Host:
         self.index = index
         self.out: list[str] = []
         self.err: list[str] = []
-        self.proc = subprocess.Popen(
-            cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True,
-            text=True, encoding="utf-8", errors="replace", bufsize=1)
+        self.log: list[str] = []
+        self.last_output: float | None = None  # when the script last printed (monotonic)
+        log_read, log_write = os.pipe()  # the host's native log (see _native_stderr_to_log)
+        try:
+            self.proc = subprocess.Popen(
+                cmd, env={**env, "HELPERS_LAUNCH_LOG_FD": str(log_write)},
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(log_write,), start_new_session=True,
+                text=True, encoding="utf-8", errors="replace", bufsize=1)
+        except BaseException:
+            os.close(log_read)
+            raise
+        finally:
+            os.close(log_write)
+        log = open(log_read, encoding="utf-8", errors="replace")
         self.readers = [
-            threading.Thread(target=self._pump, args=(self.proc.stdout, self.out, "stdout", on_line),
-                             daemon=True),
-            threading.Thread(target=self._pump, args=(self.proc.stderr, self.err, "stderr", on_line),
-                             daemon=True),
+            threading.Thread(target=self._pump, args=(stream, sink, name, on_line), daemon=True)
+            for stream, sink, name in ((self.proc.stdout, self.out, "stdout"),
+                                       (self.proc.stderr, self.err, "stderr"),
+                                       (log, self.log, "log"))
         ]
         for t in self.readers:
             t.start()
@@ -314,6 +347,8 @@ class _Host:
     def _pump(self, stream, sink: list[str], name: str, on_line) -> None:
         for line in stream:
             sink.append(line)
+            if name != "log":
+                self.last_output = time.monotonic()
             if on_line is not None:
                 on_line(self.index, name, line)
         stream.close()
@@ -327,7 +362,7 @@ def _tidy(text: str, replacements: dict[str, str]) -> str:
     for old, new in replacements.items():
         text = text.replace(old, new)
     text = re.sub(r"(?:/[^\s\"':]+)*/site-packages/", "site-packages/", text)
-    return text
+    return re.sub(r"(127\.0\.0\.1\]?):\d+", r"\1:<port>", text)
 
 
 def _ask_where(running: list[_Host]) -> None:
@@ -364,30 +399,68 @@ def _where(stderr: str, script: Path) -> str:
     return ""
 
 
-def _attempt(cmd: list[str], hosts: int, devices_per_host: int, timeout: float,
-             on_line, verbose: bool) -> tuple[list[_Host], list[str], set[int], bool, int]:
-    """Start the hosts once; stop them all on the first failure or at the timeout."""
+@dataclasses.dataclass(frozen=True)
+class _Limits:
+    """When the launcher stops a run that has not ended by itself."""
+
+    timeout: float  # seconds from the start
+    grace: float = 0.0  # seconds the others get to end by themselves after a host fails
+    stall: float | None = None  # seconds without a printed line, once every host has printed
+
+    def check(self) -> None:
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) \
+                or self.timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds; got {self.timeout!r}")
+        if isinstance(self.grace, bool) or not isinstance(self.grace, (int, float)) \
+                or self.grace < 0:
+            raise ValueError(f"grace must be a number of seconds, 0 or more; got {self.grace!r}")
+        if self.stall is not None and (isinstance(self.stall, bool) or not isinstance(
+                self.stall, (int, float)) or self.stall <= 0):
+            raise ValueError(f"stall must be a positive number of seconds or None; got "
+                             f"{self.stall!r}")
+
+
+def _stalled(started: list[_Host], stall: float | None) -> bool:
+    """Every host has printed (or exited), and none has printed for `stall` seconds."""
+    if stall is None:
+        return False
+    times = [h.last_output for h in started if h.proc.poll() is None]
+    return bool(times) and None not in times and time.monotonic() - max(times) > stall
+
+
+def _attempt(cmd: list[str], hosts: int, devices_per_host: int, limits: _Limits,
+             on_line, verbose: bool) -> tuple[list[_Host], list[str], list[list[int]], str, int]:
+    """Start the hosts once; stop them all `grace` s after the first failure, or at a limit.
+
+    Returns the hosts, their statuses, the failed hosts grouped by when they failed, why the
+    launcher stopped a run that had not failed ('' if it did not) and the coordinator's port.
+    """
     port = _free_port()
     started: list[_Host] = []
     status = ["running"] * hosts
-    failed: set[int] = set()
-    timed_out = False
+    failed_at: dict[int, float] = {}
+    why = ""
     try:
         for i in range(hosts):
             env = _child_env(i, hosts, devices_per_host, port, verbose)
             started.append(_Host(i, cmd, env, on_line))
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + limits.timeout
         while True:
             codes = [h.proc.poll() for h in started]
             for i, code in enumerate(codes):
                 if code is not None and status[i] == "running":
                     status[i] = "ok" if code == 0 else "failed"
                     if code != 0:
-                        failed.add(i)
-            if failed or all(c is not None for c in codes):
+                        if not failed_at:
+                            deadline = min(deadline, time.monotonic() + limits.grace)
+                        failed_at[i] = time.monotonic()
+            if all(c is not None for c in codes):
                 break
             if time.monotonic() > deadline:
-                timed_out = True
+                why = "" if failed_at else f"the {limits.timeout:g} s timeout"
+                break
+            if not failed_at and _stalled(started, limits.stall):
+                why = f"no host printed anything for {limits.stall:g} s"
                 break
             time.sleep(_POLL_SECONDS)
         _ask_where([h for h in started if h.proc.poll() is None
@@ -399,11 +472,27 @@ def _attempt(cmd: list[str], hosts: int, devices_per_host: int, timeout: float,
             h.finish()
     for i, s in enumerate(status):
         if s == "running":
-            status[i] = "timed out" if timed_out else "stopped"
-    return started, status, failed, timed_out, port
+            status[i] = "timed out" if why else "stopped"
+    return started, status, _failure_groups(failed_at), why, port
 
 
-def _timeout_message(timeout: float, results: Sequence[HostResult]) -> str:
+def _failure_groups(failed_at: dict[int, float]) -> list[list[int]]:
+    """Failed hosts in the order they failed; hosts that failed at the same moment share a group.
+
+    Hosts that fail together (every host raising the same error) come out in the same order
+    in every run, and a slow cascade (one host dies, the others abort later) keeps its order.
+    """
+    groups: list[list[int]] = []
+    start = None
+    for host in sorted(failed_at, key=lambda h: (failed_at[h], h)):
+        if start is None or failed_at[host] - start >= _SAME_MOMENT:
+            groups.append([])
+            start = failed_at[host]
+        groups[-1].append(host)
+    return [sorted(group) for group in groups]
+
+
+def _timeout_message(why: str, results: Sequence[HostResult]) -> str:
     running = [h.host for h in results if h.status == "timed out" and not h.script_ended]
     ended = [h.host for h in results if h.status == "timed out" and h.script_ended]
     exited = [h.host for h in results if h.status == "ok"]
@@ -416,17 +505,24 @@ def _timeout_message(timeout: float, results: Sequence[HostResult]) -> str:
                      "script and waited at JAX's exit barrier for the others")
     if exited:
         parts.append(f"{hosts_text(exited)} had exited")
-    return f"stopped after the {timeout:g} s timeout: " + "; ".join(parts)
+    return f"stopped after {why}: " + "; ".join(parts)
 
 
-def _failure_message(failed: set[int], results: Sequence[HostResult]) -> str:
-    first = min(failed)
-    others = sorted(failed - {first})
+def _failure_message(failed: list[list[int]], results: Sequence[HostResult]) -> str:
+    """'host 1 failed (exit status 3)', then whoever failed after it, then whom the launcher stopped."""
+    def how(group: list[int]) -> str:
+        if len(group) == 1:
+            return f"host {group[0]} ({describe_exit(results[group[0]].returncode)})"
+        return f"{hosts_text(group)} (" + ", ".join(
+            f"host {h}: {describe_exit(results[h].returncode)}" for h in group) + ")"
+
     stopped = [h.host for h in results if h.status == "stopped"]
-    message = (f"host {first} failed ({describe_exit(results[first].returncode)})"
-               + (f", and so did {hosts_text(others)}" if others else "")
-               + (f"; the launcher stopped {hosts_text(stopped)}" if stopped else ""))
-    if any(_BIND_FAILURE.search(h.stderr) for h in results):
+    first, *later = failed
+    message = how(first).replace(" (", " failed (", 1)
+    message += "".join(f", then {how(group)}" for group in later)
+    if stopped:
+        message += f"; the launcher stopped {hosts_text(stopped)}"
+    if any(_BIND_FAILURE.search(h.stderr + h.log) for h in results):
         message += f" (the coordinator's port was taken {_PORT_ATTEMPTS} times in a row)"
     return message
 
@@ -436,20 +532,20 @@ def _host_command(script: Path, args: Sequence[str]) -> list[str]:
 
 
 def _launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: int,
-            timeout: float, display: dict[str, str], on_line=None, on_retry=None,
+            limits: _Limits, display: dict[str, str], on_line=None, on_retry=None,
             verbose: bool = False) -> RunResult:
     for name, value, low in (("hosts", hosts, 1), ("devices_per_host", devices_per_host, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be a whole number of at least {low}; got {value!r}")
-    if not timeout or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds; got {timeout!r}")
+    limits.check()
     cmd = _host_command(script, args)
     pids: list[int] = []
     for attempt in range(1, _PORT_ATTEMPTS + 1):
-        started, status, failed, timed_out, port = _attempt(
-            cmd, hosts, devices_per_host, timeout, on_line, verbose)
+        started, status, failed, why, port = _attempt(
+            cmd, hosts, devices_per_host, limits, on_line, verbose)
         pids += [h.proc.pid for h in started]
-        bind_failed = any(_BIND_FAILURE.search("".join(started[i].err)) for i in failed)
+        bind_failed = any(_BIND_FAILURE.search("".join(started[i].err + started[i].log))
+                          for group in failed for i in group)
         if not (bind_failed and attempt < _PORT_ATTEMPTS):
             break
         if on_retry is not None:
@@ -462,10 +558,11 @@ def _launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: 
             host=h.index, status=status[h.index],
             returncode=h.proc.returncode if status[h.index] in ("ok", "failed") else None,
             stdout=_tidy(clean_stdout("".join(h.out)), tidy), stderr=_tidy(stderr, tidy),
+            log=_tidy("".join(h.log), tidy),
             raw_stdout="".join(h.out), script_ended=SCRIPT_ENDED in stderr,
             where=_tidy(_where(stderr, script), tidy)))
-    if timed_out:
-        message = _timeout_message(timeout, results)
+    if why:
+        message = _timeout_message(why, results)
     elif failed:
         message = _failure_message(failed, results)
     else:
@@ -476,12 +573,15 @@ def _launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: 
 
 def run(script_path: str | os.PathLike | None = None, *, source: str | None = None,
         hosts: int = 2, devices_per_host: int = 4, timeout: float = 120,
-        args: Sequence[str] = ()) -> RunResult:
+        args: Sequence[str] = (), grace: float = 0.0, stall: float | None = None) -> RunResult:
     """Run a script (a file, or Python `source` text) as `hosts` JAX processes; return their outputs.
 
     A host that fails (an uncaught exception, a non-zero `sys.exit`, `os._exit` or a signal)
-    stops the others at once; at the timeout every host still running is stopped. Either
-    way the result says, host by host, how it ended, where it was and what it printed last.
+    stops the others at once, or after `grace` seconds in which they may end on their own
+    (to see what they make of it). At the `timeout`, or when every host has printed and then
+    none prints for `stall` seconds (a hang), every host still running is stopped.
+    Either way the result says, host by host, how it ended or which line of the script it
+    was at, and the last line it printed.
     """
     if (script_path is None) == (source is None):
         raise ValueError("pass either a script path or source='...python code...', not both")
@@ -497,7 +597,7 @@ def run(script_path: str | os.PathLike | None = None, *, source: str | None = No
                     f"no script at {script_path!r} (looked in {os.getcwd()}); check the path")
             display = {str(path): path.name}
         return _launch(path, args, hosts=hosts, devices_per_host=devices_per_host,
-                       timeout=timeout, display=display)
+                       limits=_Limits(timeout, grace, stall), display=display)
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -512,6 +612,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="fake CPU devices in each process (default 4)")
     p.add_argument("--timeout", type=float, default=120,
                    help="stop every host after this many seconds (default 120)")
+    p.add_argument("--stall", type=float, default=None, metavar="SECONDS",
+                   help="stop when every host has printed and none prints for this long")
     p.add_argument("--verbose", action="store_true",
                    help="also show JAX/gloo log lines")
     p.add_argument("script")
@@ -529,8 +631,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     lock = threading.Lock()
 
     def on_line(host: int, stream: str, line: str) -> None:
-        if not opts.verbose and (clean_stdout(line) if stream == "stdout"
-                                 else clean_stderr(line)) == "":
+        if not opts.verbose and (stream == "log" or (
+                clean_stdout(line) if stream == "stdout" else clean_stderr(line)) == ""):
             return
         with lock:
             target = sys.stdout if stream == "stdout" else sys.stderr
@@ -547,7 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         result = _launch(path.resolve(), opts.args, hosts=opts.hosts,
-                         devices_per_host=opts.devices_per_host, timeout=opts.timeout,
+                         devices_per_host=opts.devices_per_host, limits=_Limits(opts.timeout, stall=opts.stall),
                          display={}, on_line=on_line, on_retry=on_retry,
                          verbose=opts.verbose)
     except KeyboardInterrupt:

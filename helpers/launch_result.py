@@ -12,12 +12,14 @@ import signal
 from typing import Sequence
 
 __all__ = ["HostResult", "RunResult", "LaunchError", "clean_stdout", "clean_stderr",
-           "describe_exit", "hosts_text"]
+           "describe_exit", "fatal_message", "hosts_text"]
 
 TAIL_LINES = 15
 # What a host prints on stderr when its script has ended and JAX's exit barrier begins.
 SCRIPT_ENDED = "[helpers.launch] the script ended; JAX now waits at exit for every other host"
 
+# A fatal record of absl's log (the reason a host aborted): 'F1130 08:29:06.212153  24958 client.h:80] ...'.
+_FATAL_RECORD = re.compile(r"^F\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+\S+:\d+\] (.*)$", re.MULTILINE)
 # Lines that C++ libraries inside jaxlib print on their own, not the learner's script.
 _STDOUT_NOISE = re.compile(r"^\[Gloo\] Rank \d+ is connected to \d+ peer ranks")
 _STDERR_NOISE = re.compile(
@@ -40,6 +42,38 @@ def describe_exit(returncode: int | None) -> str:
         return f"killed by {signal.Signals(-returncode).name}"
     except ValueError:
         return f"killed by signal {-returncode}"
+
+
+def fatal_message(log: str) -> str:
+    """The first fatal record of a native log, on one line ('' if none): why a host aborted."""
+    found = _FATAL_RECORD.search(log)
+    if not found:
+        return ""
+    lines = [found.group(1)]
+    for line in log[found.end():].splitlines()[1:]:  # the record's continuation lines
+        if _STDERR_NOISE.match(line) or line.startswith("***"):
+            break
+        if line.strip():
+            lines.append(line)
+    text = " ".join(line.strip() for line in lines)
+    return re.sub(r"\s*\[type\.googleapis\.com/[^\]]*\]", "", text)
+
+
+def _fold_library_frames(lines: list[str]) -> list[str]:
+    """A traceback with each run of frames inside installed packages folded into one line."""
+    out: list[str] = []
+    folded = 0
+    for line in lines:
+        if line.startswith('  File "site-packages/'):
+            folded += 1
+            continue
+        if folded and line.startswith("    "):  # the folded frame's source lines
+            continue
+        if folded:
+            out.append(f"  ... {folded} frame{'s' if folded > 1 else ''} inside site-packages ...")
+            folded = 0
+        out.append(line)
+    return out
 
 
 def hosts_text(hosts: Sequence[int]) -> str:
@@ -74,8 +108,9 @@ class HostResult:
     status: str  # "ok", "failed", "stopped" (because another host failed), "timed out"
     returncode: int | None  # None when the launcher stopped it
     stdout: str  # the script's stdout, gloo chatter removed
-    stderr: str  # everything the process wrote to stderr
+    stderr: str  # what the script's Python code wrote to stderr (a traceback, warnings)
     raw_stdout: str = dataclasses.field(default="", repr=False)
+    log: str = dataclasses.field(default="", repr=False)  # native log lines (absl, gloo)
     script_ended: bool = False  # its script had ended; it waited at JAX's exit barrier
     where: str = ""  # the script line it was at when the launcher stopped it ('' if unknown)
 
@@ -106,9 +141,12 @@ class HostResult:
         return f"host {self.host}: {self.state}; last printed: {last}"
 
     def error_tail(self, lines: int = TAIL_LINES) -> str:
-        """The last `lines` lines of stderr, log noise removed."""
-        kept = clean_stderr(self.stderr).rstrip("\n").splitlines()
-        return "\n".join(kept[-lines:])
+        """The last `lines` lines of stderr, log noise removed; and why it aborted, if it did."""
+        kept = _fold_library_frames(clean_stderr(self.stderr).rstrip("\n").splitlines())[-lines:]
+        fatal = fatal_message(self.log)
+        if fatal and (self.returncode or 0) < 0:
+            kept.append(f"native log, fatal: {fatal}")
+        return "\n".join(kept)
 
     @property
     def label(self) -> str:

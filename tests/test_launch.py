@@ -17,7 +17,7 @@ from processes import survivors
 
 from helpers import launch
 from helpers.launch_result import (HostResult, LaunchError, RunResult, clean_stderr,
-                                   describe_exit, hosts_text)
+                                   describe_exit, fatal_message, hosts_text)
 
 PSUM = """
 from helpers.launch import initialize
@@ -137,6 +137,46 @@ def test_a_timeout_reports_each_host_its_line_and_last_output():
     assert result.returncode == (None, None, None)
     assert all(line in result._repr_html_() for line in
                ["host 1: still running at line 11: time.sleep(600); last printed: &#x27;ready&#x27;"])
+    assert not survivors(result.pids)
+
+
+@pytest.mark.multiprocess
+def test_a_stall_stops_a_silent_run_without_waiting_for_the_timeout():
+    result = launch.run(source=FAULT.format(fault="time.sleep(600)"), hosts=2,
+                        devices_per_host=1, timeout=NEVER, stall=2)
+    assert result.message == ("stopped after no host printed anything for 2 s: hosts 0 and 1 "
+                              "were still running")
+    assert [h.where for h in result.hosts] == [
+        "line 10: multihost_utils.process_allgather(jax.numpy.ones(1))", "line 9: time.sleep(600)"]
+    assert not survivors(result.pids)
+
+
+DIES_MID_RUN = """
+import os, signal
+from helpers.launch import initialize
+initialize()
+import jax
+from jax.experimental import multihost_utils
+multihost_utils.process_allgather(jax.numpy.ones(1))
+print("step 1 done", flush=True)
+if jax.process_index() == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+multihost_utils.process_allgather(jax.numpy.ones(1))
+"""
+
+
+@pytest.mark.multiprocess
+def test_with_grace_the_others_show_what_a_dead_host_does_to_them():
+    result = launch.run(source=DIES_MID_RUN, hosts=2, devices_per_host=1, timeout=NEVER,
+                        grace=NEVER)
+    assert result.message in (  # host 0 fails a moment later: at once, or within a second
+        "hosts 0 and 1 failed (host 0: exit status 1, host 1: killed by SIGKILL)",
+        "host 1 failed (killed by SIGKILL), then host 0 (exit status 1)")
+    assert [h.status for h in result.hosts] == ["failed", "failed"]
+    survivor = result.hosts[0]
+    assert 'File "<source>", line 11, in <module>' in survivor.error_tail()
+    assert "Gloo" in survivor.error_tail().splitlines()[-1]  # the collective lost its peer
+    assert "I1130" not in survivor.stderr and "Gloo" not in result.hosts[1].stderr
     assert not survivors(result.pids)
 
 
@@ -368,3 +408,49 @@ def test_report_without_a_known_line_or_output():
     assert r.report() == ["host 0: stopped by the launcher; last printed: nothing",
                           "host 1: failed: killed by SIGKILL; last printed: 'step 2'"]
     assert r.hosts[1].label == "host 1 (failed, killed by SIGKILL)"
+
+
+ABORT_LOG = """I1130 08:30:04.208132   29580 coordination_service.cc:1549] chatter
+F1130 08:30:04.208771   29591 client.h:80] Terminating process because of fatal errors. absl::Status: UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):
+1
+The tasks have crashed. [type.googleapis.com/tensorflow.CoordinationServiceError='']
+
+RPC: /xla.coordination.CoordinationService/PollForError [type.googleapis.com/tensorflow.CoordinationServiceError='']
+*** Check failure stack trace: ***
+    @     0x7f0ee7a40634  absl::lts_20260107::log_internal::LogMessage::SendToLog()
+"""
+
+
+def test_an_aborted_host_shows_the_fatal_record_of_its_native_log():
+    assert fatal_message(ABORT_LOG) == (
+        "Terminating process because of fatal errors. absl::Status: UNAVAILABLE: The following "
+        "tasks are unhealthy (stopped sending heartbeats): 1 The tasks have crashed. "
+        "RPC: /xla.coordination.CoordinationService/PollForError")
+    assert fatal_message("I1130 08:30:04.208132   29580 x.cc:1] fine\n") == ""
+    aborted = HostResult(0, "failed", -6, "", "", log=ABORT_LOG)
+    assert aborted.error_tail().endswith("native log, fatal: " + fatal_message(ABORT_LOG))
+    exited = HostResult(0, "failed", 1, "", "ValueError: x\n", log=ABORT_LOG)
+    assert exited.error_tail() == "ValueError: x"  # a Python error speaks for itself
+
+
+def test_library_frames_are_folded_in_the_error_tail():
+    stderr = ("Traceback (most recent call last):\n"
+              '  File "<source>", line 3, in <module>\n    f()\n'
+              '  File "site-packages/jax/a.py", line 1, in f\n    g()\n    ^^^\n'
+              '  File "site-packages/jax/b.py", line 2, in g\n    raise ValueError\n'
+              "ValueError: boom\n")
+    tail = HostResult(0, "failed", 1, "", stderr).error_tail()
+    assert tail.splitlines() == [
+        "Traceback (most recent call last):", '  File "<source>", line 3, in <module>', "    f()",
+        "  ... 2 frames inside site-packages ...", "ValueError: boom"]
+
+
+def test_failures_at_the_same_moment_are_grouped_and_a_cascade_keeps_its_order():
+    assert launch._failure_groups({1: 10.0, 0: 10.3}) == [[0, 1]]
+    assert launch._failure_groups({1: 10.0, 0: 13.0, 2: 13.2}) == [[1], [0, 2]]
+    assert launch._failure_groups({}) == []
+    r = [HostResult(0, "failed", -6, "", ""), HostResult(1, "failed", -9, "", ""),
+         HostResult(2, "stopped", None, "", "")]
+    assert launch._failure_message([[1], [0]], r) == (
+        "host 1 failed (killed by SIGKILL), then host 0 (killed by SIGABRT); "
+        "the launcher stopped host 2")
