@@ -5,7 +5,7 @@ import os
 import re
 import sys
 
-_FLAG = "--xla_force_host_platform_device_count"
+DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"  # XLA's fake-CPU-device flag
 
 
 class DeviceSetupError(RuntimeError):
@@ -20,7 +20,8 @@ def _validate_count(n: object) -> int:
     return n
 
 
-def _backend_started() -> bool:
+def backend_started() -> bool:
+    """True once JAX has started its backends (from then on the device count is fixed)."""
     if "jax" not in sys.modules:
         return False
     from jax._src import xla_bridge
@@ -34,7 +35,7 @@ def use_fake_devices(n: int) -> None:
     >>> use_fake_devices(8)   # first cell of a notebook, then `import jax`
     """
     n = _validate_count(n)
-    if _backend_started():
+    if backend_started():
         import jax
 
         have, platform = jax.device_count(), jax.default_backend()
@@ -45,8 +46,8 @@ def use_fake_devices(n: int) -> None:
             f"cannot change once it has started. Restart the kernel (Kernel > Restart Kernel) "
             f"and run use_fake_devices({n}) in the first cell, before any JAX call."
         )
-    flags = re.sub(rf"{_FLAG}=\S+", "", os.environ.get("XLA_FLAGS", "")).split()
-    os.environ["XLA_FLAGS"] = " ".join([*flags, f"{_FLAG}={n}"])
+    flags = re.sub(rf"{DEVICE_COUNT_FLAG}=\S+", "", os.environ.get("XLA_FLAGS", "")).split()
+    os.environ["XLA_FLAGS"] = " ".join([*flags, f"{DEVICE_COUNT_FLAG}={n}"])
     os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ["JAX_NUM_CPU_DEVICES"] = str(n)  # it would override XLA_FLAGS if set elsewhere
     if "jax" in sys.modules:  # imported but not started: its config already read the env

@@ -6,6 +6,8 @@ owns `jax.devices()[h*D:(h+1)*D]`.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 _emulated_hosts = 1
 
 
@@ -23,6 +25,22 @@ def emulate_hosts(num_hosts: int) -> None:
         )
     global _emulated_hosts
     _emulated_hosts = num_hosts
+
+
+@contextmanager
+def emulated_hosts(num_hosts: int):
+    """Emulate `num_hosts` hosts inside the block, then restore the previous count (judges, tests).
+
+    >>> with emulated_hosts(2):   # doctest: +SKIP
+    ...     host_of(jax.devices()[4])
+    1
+    """
+    before = _emulated_hosts
+    emulate_hosts(num_hosts)
+    try:
+        yield
+    finally:
+        globals()["_emulated_hosts"] = before
 
 
 def is_multiprocess() -> bool:
@@ -53,10 +71,3 @@ def host_of(device) -> int:
     if is_multiprocess():
         return device.process_index
     return jax.devices().index(device) // devices_per_host()
-
-
-def host_devices(host: int) -> list:
-    """The devices that `host` owns, in `jax.devices()` order."""
-    import jax
-
-    return [d for d in jax.devices() if host_of(d) == host]

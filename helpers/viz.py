@@ -5,7 +5,7 @@ colour-blind-safe Okabe-Ito palette; devices 8-15 get a lighter tint and hatchin
 black outline groups the devices one host owns. A tile held by one device is filled with its
 colour; a tile held by several (copies) is pale, with one small coloured badge per holder
 inside it, so a copy never looks like a slice. Placement comes only from JAX's
-`devices_indices_map`, via `helpers.viz_text.sharding_layout`, which also gives the text form.
+`devices_indices_map`, via `helpers.layout.sharding_layout`, which also gives the text form.
 
 >>> draw_mesh(mesh)                                  # doctest: +SKIP
 >>> draw_sharding((8, 4), mesh, P("device"))         # doctest: +SKIP
@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch, Rectangle
 from matplotlib.transforms import Affine2D
 
-from helpers.viz_text import (  # noqa: F401  (re-exported: one import for the notebooks)
+from helpers.layout import (  # noqa: F401  (re-exported: one import for the notebooks)
     HostOf,
     ShardingLayout,
     Tile,
@@ -33,7 +33,7 @@ from helpers.viz_text import (  # noqa: F401  (re-exported: one import for the n
     sharding_layout,
     sharding_text,
 )
-from helpers.viz_text import _check_mesh, _host_function, _plural, _shape_str
+from helpers.layout import _check_mesh, _host_function, _plural, _shape_str
 
 OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999")
 MAX_WIDTH = 7.8  # inches: fits JupyterLab's default notebook width

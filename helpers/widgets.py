@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import ipywidgets as widgets
 
 from helpers.viz import draw_layout
-from helpers.viz_text import ShardingLayout, format_spec, sharding_layout
+from helpers.layout import ShardingLayout, format_spec, sharding_layout
 
 # Spec entry choices: the label a learner sees -> the PartitionSpec entry.
 SPEC_CHOICES = {

@@ -1,14 +1,49 @@
-"""Every exercise in the registry: the reference passes, known mistakes get their message,
-the stub says "not attempted", and garbage never crashes the checker."""
+"""Every exercise, judged by its own catalogue: the reference passes, each catalogued mistake earns
+exactly its message, no entry is shadowed or indistinguishable, the notebook's real stub is "not
+attempted", garbage never crashes the judge, and a kernel without its set-up is named as such."""
+import re
+import subprocess
+import sys
+
+import jax
 import pytest
 
 from helpers import exercises
-from helpers.exercises import core
+from helpers.exercises import core, forms
+from helpers.exercises.kinds import (
+    Judged, ProgramExercise, SpecExercise, ValueExercise, close, placement, same_spec,
+)
 from helpers.nbrun import course_notebooks, exercise_id, read
+from helpers.topology import emulated_hosts
 
 IDS = exercises.all_ids()
-WRONG = [(i, n) for i in IDS for n in range(len(exercises.get(i).wrong_answers))]
-GARBAGE = [None, 3, "P('host')", [], {"a": 1}, object(), (lambda *a, **k: 1 / 0), float("nan")]
+CATALOGUE = [(i, n) for i in IDS for n in range(len(exercises.get(i).catalogue()))]
+GARBAGE = [None, 3, "P('host')", [], {"a": 1}, object(), (lambda *a, **k: 1 / 0), float("nan"),
+           ("host", "device"), jax.numpy.ones(3)]
+CRASH = "could not be checked"  # what `judge` says when the judge itself failed
+
+
+@pytest.fixture(autouse=True)
+def kernel_of_the_notebook(request):
+    """Judge each exercise in the kernel its notebook's first cell makes (8 devices, its hosts)."""
+    ex_id = request.node.callspec.params.get("ex_id") if hasattr(request.node, "callspec") else None
+    hosts = exercises.get(ex_id).kernel.hosts if ex_id else 1
+    with emulated_hosts(hosts):
+        yield
+
+
+def _answer(exercise, entry):
+    """A catalogue entry as the learner would hand it in (programs are source)."""
+    if isinstance(exercise, (ProgramExercise, Judged)):
+        return exercise.run_source(entry)
+    return entry
+
+
+def _stubs() -> dict[str, str]:
+    return {exercise_id(c): c.source for p in course_notebooks() for c in read(p).cells if exercise_id(c)}
+
+
+STUBS = _stubs()
 
 
 def test_the_course_has_exercises():
@@ -21,33 +56,132 @@ def test_reference_solution_passes(ex_id, capsys):
     assert capsys.readouterr().out.startswith(f"✅ {ex_id}")
 
 
-@pytest.mark.parametrize("ex_id,n", WRONG, ids=[f"{i}-wrong{n}" for i, n in WRONG])
-def test_known_wrong_answer_gets_its_message(ex_id, n):
+@pytest.mark.parametrize("ex_id,n", CATALOGUE, ids=[f"{i}-entry{n}" for i, n in CATALOGUE])
+def test_each_catalogued_mistake_earns_its_own_message(ex_id, n):
     exercise = exercises.get(ex_id)
-    wrong = exercise.wrong_answers[n]
-    status, message = exercises.verdict(ex_id, exercise.run_source(wrong.source))
+    entry, message = exercise.catalogue()[n]
+    status, got = exercises.verdict(ex_id, _answer(exercise, entry))
     assert status == "mistake"
-    assert wrong.message in message, f"expected {wrong.message!r} in {message!r}"
+    if isinstance(exercise, Judged):
+        assert message in got, f"expected {message!r} in {got!r}"
+    else:  # the exact message: no earlier entry shadows this one
+        assert got == message
 
 
 @pytest.mark.parametrize("ex_id", IDS)
-def test_every_exercise_catalogues_at_least_two_mistakes(ex_id):
-    assert len(exercises.get(ex_id).wrong_answers) >= 2
+def test_every_exercise_catalogues_mistakes_and_hints(ex_id):
+    assert len(exercises.get(ex_id).catalogue()) >= 2
     assert len(exercises.get(ex_id).hints) >= 2
 
 
+@pytest.mark.parametrize("ex_id", [i for i in IDS if isinstance(exercises.get(i), ValueExercise)])
+def test_value_tables_hold_normal_forms_and_no_right_answer(ex_id):
+    exercise = exercises.get(ex_id)
+    right = exercise.right_value()
+    assert exercise.form(right) == right or close(exercise.form(right), right)
+    for known in list(exercise.wrong) + [r.example for r in exercise.rules]:
+        assert exercise.form(known) == known, f"{known!r} is not in the form's normal form: it could never match"
+        assert not close(known, right) if not isinstance(known, (frozenset, str)) else known != right
+
+
+@pytest.mark.parametrize("ex_id", [i for i in IDS if isinstance(exercises.get(i), SpecExercise)])
+def test_no_two_catalogued_specs_place_data_alike(ex_id):
+    exercise = exercises.get(ex_id)
+    mesh = exercise.mesh()
+    for slot in exercise.slots:
+        known = [slot.right, *slot.wrong]
+        for i, a in enumerate(known):
+            for b in known[i + 1:]:
+                assert not same_spec(mesh, a, b, slot.shape), f"{a} and {b} are one answer on {slot.shape}"
+
+
+@pytest.mark.parametrize("ex_id", [i for i in IDS if isinstance(exercises.get(i), SpecExercise)])
+def test_the_example_of_the_spec_form_is_no_catalogued_answer(ex_id, capsys):
+    exercise = exercises.get(ex_id)
+    status, message = exercises.verdict(ex_id, ("host", "device"))
+    like = re.search(r"such as (P\(.*?\))(?:,| but| \(|$)", message)
+    if like is None:  # a form of several specs names its own example
+        pytest.skip("no single-spec example in this form's message")
+    example = eval(like.group(1), {"P": jax.P})
+    messages = {m for _, m in exercise.catalogue()}
+    status, said = exercises.verdict(ex_id, exercise.assemble((example,) * len(exercise.slots)))
+    assert status == "mistake" and said not in messages
+
+
+@pytest.mark.parametrize("ex_id", [i for i in IDS if isinstance(exercises.get(i), SpecExercise)])
+def test_a_spec_mistake_shows_the_learners_own_placement(ex_id, capsys):
+    exercise = exercises.get(ex_id)
+    entry, _ = next((e, m) for e, m in exercise.catalogue()
+                    if placement(exercise.mesh(), _first_wrong(exercise, e), _first_wrong_slot(exercise, e).shape))
+    exercises.check(ex_id, entry)
+    out = capsys.readouterr().out
+    assert "your answer does this:" in out and "host 0:" in out
+
+
+def _first_wrong(exercise, answer):
+    return next(s for slot, s in zip(exercise.slots, exercise.specs(answer))
+                if not same_spec(exercise.mesh(), s, slot.right, slot.shape))
+
+
+def _first_wrong_slot(exercise, answer):
+    return next(slot for slot, s in zip(exercise.slots, exercise.specs(answer))
+                if not same_spec(exercise.mesh(), s, slot.right, slot.shape))
+
+
+@pytest.mark.parametrize("ex_id", [i for i in IDS if isinstance(exercises.get(i), ProgramExercise)])
+def test_programs_are_judged_on_meshes_of_different_sizes(ex_id):
+    exercise = exercises.get(ex_id)
+    sizes = {int(jax.numpy.prod(jax.numpy.array(m))) for m in exercise.meshes}
+    assert len(sizes) >= 2
+
+
+@pytest.mark.parametrize("ex_id", [i for i in IDS if isinstance(exercises.get(i), ProgramExercise)])
+def test_no_two_wrong_programs_are_indistinguishable(ex_id):
+    exercise = exercises.get(ex_id)
+    outputs = {source: [exercise.output_of_source(source, m) for m in exercise.meshes]
+               for source in [exercise.solution, *exercise.wrong]}
+    sources = list(outputs)
+    for i, a in enumerate(sources):
+        for b in sources[i + 1:]:
+            same = all(close(x, y, exercise.rtol, exercise.atol) for x, y in zip(outputs[a], outputs[b]))
+            assert not same, f"these two programs compute the same on every mesh:\n{a}\n{b}"
+
+
 @pytest.mark.parametrize("ex_id", IDS)
-def test_untouched_stub_is_not_attempted(ex_id, capsys):
-    assert not exercises.check(ex_id, ...)
+def test_the_notebooks_untouched_stub_is_not_attempted(ex_id, capsys):
+    exercise = exercises.get(ex_id)
+    stub = exercise.run_source(STUBS[ex_id])
+    assert not exercises.check(ex_id, stub)
     assert "not attempted yet" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("ex_id", IDS)
-def test_garbage_never_raises(ex_id):
-    for garbage in GARBAGE + list(exercises.get(ex_id).garbage):
+def test_garbage_gets_a_message_and_never_crashes_the_judge(ex_id):
+    for garbage in GARBAGE:
         status, message = exercises.verdict(ex_id, garbage, time_limit=5)
         assert status in ("mistake", "not-attempted"), (garbage, status, message)
-        assert "Traceback" not in message
+        assert CRASH not in message and "Traceback" not in message, (garbage, message)
+
+
+@pytest.mark.parametrize("ex_id", IDS)
+def test_a_kernel_without_its_devices_is_named(ex_id, monkeypatch, capsys):
+    monkeypatch.setattr(jax, "device_count", lambda: 1)
+    assert not exercises.check(ex_id, exercises.reference(ex_id))
+    assert "the kernel has 1 cpu device, not 8: restart the kernel, run the first cell" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ex_id", [i for i in IDS if exercises.get(i).kernel.hosts > 1])
+def test_a_kernel_without_its_hosts_is_named(ex_id, capsys):
+    with emulated_hosts(1):
+        assert not exercises.check(ex_id, exercises.reference(ex_id))
+    assert f"the kernel emulates 1 host, not {exercises.get(ex_id).kernel.hosts}" in capsys.readouterr().out
+
+
+def test_a_kernel_that_skipped_the_first_cell_is_named():
+    code = ("from jax import P\nfrom helpers.exercises import check\ncheck('02.3', P('host'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "JAX_PLATFORMS": "cpu"}).stdout
+    assert "this kernel has not run the notebook's first cell: run it (use_fake_devices(8))" in out
 
 
 def test_a_function_that_never_returns_is_stopped():
@@ -56,15 +190,19 @@ def test_a_function_that_never_returns_is_stopped():
             pass
 
     function_ids = [i for i in IDS if "def " in exercises.get(i).solution]
-    if not function_ids:
-        pytest.skip("no function exercise registered yet")
-    status, message = exercises.verdict(function_ids[0], spin, time_limit=0.5)
+    with emulated_hosts(exercises.get(function_ids[0]).kernel.hosts):
+        status, message = exercises.verdict(function_ids[0], spin, time_limit=0.5)
     assert status == "mistake" and "took more than 0.5 s" in message
 
 
-def test_unknown_id_prints_the_known_ones(capsys):
+def test_unknown_ids_list_the_ids_of_that_notebook(capsys):
     assert not exercises.check("99.9", 1)
-    assert "known ids" in capsys.readouterr().out
+    assert capsys.readouterr().out.startswith("❓ no exercise '99.9'; the ids are 00.1,")
+    exercises.hint("3.1")
+    exercises.solution("3.9")
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["❓ no exercise '3.1'; notebook 03 has 03.1, 03.2, 03.3"] * 1 + \
+        ["❓ no exercise '3.9'; notebook 03 has 03.1, 03.2, 03.3"]
 
 
 def test_hints_advance_and_solution_shows_source(capsys):
@@ -73,12 +211,67 @@ def test_hints_advance_and_solution_shows_source(capsys):
     exercises.hint(ex_id)
     exercises.hint(ex_id)
     out = capsys.readouterr().out
-    assert f"hint 1/" in out and f"hint 2/" in out
+    assert "hint 1/" in out and "hint 2/" in out
     exercises.solution(ex_id)
     assert exercises.get(ex_id).solution.strip() in capsys.readouterr().out
+
+
+def test_learner_errors_quote_jaxs_informative_sentence():
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    x = jax.device_put(jax.numpy.ones((16, 3)), jax.NamedSharding(mesh, jax.P(("host", "device"))))
+    try:
+        jax.shard_map(lambda b: b.sum(0), mesh=mesh, in_specs=jax.P(("host", "device")), out_specs=jax.P())(x)
+    except ValueError as error:
+        text = core.explain(error)
+    assert text.startswith("ValueError: out_specs is P() which implies") and "possibly varying over" in text
+    assert len(text) <= core.ERROR_CHARS + len("ValueError: ") and text.endswith(("}", " …"))
+
+
+def test_numpy_on_a_tracer_says_to_use_jax_numpy():
+    import numpy as np
+
+    try:
+        jax.jit(lambda a: np.asarray(a))(jax.numpy.ones(2))
+    except Exception as error:
+        text = core.explain(error)
+    assert text.startswith("TracerArrayConversionError:") and "use jax.numpy (jnp)" in text
+    assert "http" not in text
+
+
+def test_long_messages_are_cut_between_words_and_lose_their_urls():
+    error = ValueError("first words " + "abcdefgh " * 60 + "\nSee https://docs.jax.dev/en/latest/errors.html")
+    text = core.explain(error)
+    assert text.endswith("abcdefgh …") and "http" not in text and len(text) <= core.ERROR_CHARS + 12
+
+
+def test_forms_name_the_type_they_want():
+    with pytest.raises(core.Mistake, match="expected a tuple of 4 whole numbers"):
+        forms.ints(4, like="(1, 2, 3, 4)")(jax.numpy.array([8.0, 2.0, 4.0, 3.0]))
+    with pytest.raises(core.Mistake, match="expected a PartitionSpec such as P"):
+        forms.spec("P('host')")(("host", "device"))
 
 
 def test_every_registered_exercise_is_in_exactly_one_notebook():
     placed = [exercise_id(c) for p in course_notebooks() for c in read(p).cells if exercise_id(c)]
     assert sorted(placed, key=str) == sorted(set(placed), key=str), "an exercise appears twice"
     assert set(placed) == set(IDS), f"in registry only: {set(IDS) - set(placed)}; in notebooks only: {set(placed) - set(IDS)}"
+
+
+def test_a_process_exercise_judges_what_each_real_host_printed():
+    from helpers.exercises import Kernel, ProcessExercise
+
+    own = "def my_rows(host, hosts):\n    return [2 * host, 2 * host + 1]\n"
+    same = "def my_rows(host, hosts):\n    return [0, 1]\n"
+    exercise = ProcessExercise(
+        id="99.1", title="each host's own rows", answer_name="my_rows", solution=own, hints=("a", "b"),
+        kernel=Kernel(devices=8),
+        driver=("from helpers.launch import initialize\ninitialize()\n{answer}\nimport json\n"
+                "print(json.dumps(my_rows(jax.process_index(), jax.process_count())))\n"),
+        meshes=((2, 1), (3, 1)), wrong={same: "every host read host 0's rows"})
+    exercise.judge(own)
+    with pytest.raises(core.Mistake, match="every host read host 0's rows"):
+        exercise.judge(same)
+    with pytest.raises(core.Mistake, match=r"your function raised ZeroDivisionError: division by zero on host 0"):
+        exercise.judge("def my_rows(host, hosts):\n    return 1 / 0\n")
+    with pytest.raises(core.NotAttempted):
+        exercise.judge("def my_rows(host, hosts):\n    raise NotImplementedError\n")

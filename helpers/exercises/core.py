@@ -1,16 +1,19 @@
-"""The exercise machinery: a registry, verdicts that name the mistake, hints and solutions.
+"""The exercise machinery: a registry, the kernel check, verdicts, hints and solutions.
 
-An exercise's reference solution is *source code*: the cell a learner would write. The
-same text is what `solution(id)` shows, what the solved-notebook test injects, and (run in
-a fresh namespace) what `reference(id)` returns, so there is one source of truth.
+An exercise's reference solution is *source code*: the cell a learner would write. The same
+text is what `solution(id)` shows, what the solved-notebook test injects, and (run in a fresh
+namespace) what `reference(id)` returns. The kinds of exercise (value, spec, program, process)
+live in `helpers.exercises.kinds`; this module only knows that an exercise can `judge`.
 """
 from __future__ import annotations
 
+import os
+import re
 import signal
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Union
 
 PRELUDE = """\
 import numpy as np
@@ -20,41 +23,93 @@ from jax import P
 from jax.sharding import Mesh, NamedSharding
 """
 TIME_LIMIT_S = 10.0
+ERROR_CHARS = 220  # the most of a learner's exception a verdict quotes
+
+Message = Union[str, Callable[..., str]]  # a message, or a function of the answer that writes one
 
 
 class Mistake(Exception):
-    """Raised by a judge: the answer is wrong, and the message says how."""
+    """The answer is wrong, and the message says how; `detail` (a few lines) shows what it did."""
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail
 
 
 class NotAttempted(Exception):
     """Raised when the answer is still the untouched stub."""
 
 
-class _TooSlow(Exception):
+class _TooSlow(BaseException):  # not an Exception: no `except Exception` may swallow it
     pass
 
 
-@dataclass(frozen=True)
-class WrongAnswer:
-    """A known wrong answer (as source code) and a fragment of the message it must earn."""
+class Outcome(NamedTuple):
+    """A judgement: status 'pass' | 'not-attempted' | 'mistake' | 'set-up', a message, a detail."""
 
-    source: str
+    status: str
     message: str
+    detail: str = ""
 
 
 @dataclass(frozen=True)
+class Kernel:
+    """The set-up a notebook's first cell makes: fake devices and emulated hosts.
+
+    Checked before an answer is judged, so a kernel that skipped its first cell is named as
+    such instead of blaming the answer.
+    """
+
+    devices: int = 8
+    hosts: int = 1  # emulated hosts (helpers.topology.emulate_hosts)
+
+    def problem(self) -> str | None:
+        """What is missing from this kernel's set-up, or None when it is ready."""
+        from helpers.devices import backend_started
+
+        first_cell = f"use_fake_devices({self.devices})"
+        if not backend_started():
+            if os.environ.get("JAX_NUM_CPU_DEVICES") != str(self.devices):
+                return (f"this kernel has not run the notebook's first cell: run it ({first_cell}), "
+                        "then this one")
+            return None if self.hosts == 1 else self._hosts_problem()
+        import jax
+
+        have = jax.device_count()
+        if have != self.devices or jax.default_backend() != "cpu":
+            return (f"the kernel has {have} {jax.default_backend()} device{'s' * (have != 1)}, not "
+                    f"{self.devices}: restart the kernel, run the first cell ({first_cell}), then this one")
+        return self._hosts_problem()
+
+    def _hosts_problem(self) -> str | None:
+        from helpers import topology
+
+        have = topology.num_hosts()
+        if have == self.hosts:
+            return None
+        return (f"the kernel emulates {have} host{'s' * (have != 1)}, not {self.hosts}: run the "
+                f"notebook's first cell (emulate_hosts({self.hosts})), then this one")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Exercise:
-    """One exercise: `judge(answer)` returns None when right and raises Mistake when wrong."""
+    """What every exercise has; a kind (helpers.exercises.kinds) says how it judges."""
 
     id: str
     title: str
     answer_name: str
     solution: str
-    judge: Callable[[Any], None]
     hints: tuple[str, ...]
-    wrong_answers: tuple[WrongAnswer, ...] = ()
-    setup: str = ""
-    garbage: tuple[Any, ...] = field(default=())
+    setup: str = ""  # source the notebook has run before the exercise cell (for reference/tests)
+    kernel: Kernel = Kernel()
+
+    def judge(self, answer: Any) -> None:
+        """Return when `answer` is right; raise Mistake (or NotAttempted) when it is not."""
+        raise NotImplementedError
+
+    def catalogue(self) -> list[tuple[Any, str]]:
+        """(known wrong answer, the exact message it earns): what the tests iterate."""
+        return []
 
     def run_source(self, source: str) -> Any:
         """Run `source` after the prelude and setup; return the answer it defines."""
@@ -75,13 +130,22 @@ def register(exercise: Exercise) -> Exercise:
     return exercise
 
 
+class UnknownExercise(KeyError):
+    """No exercise has this id; the message lists the ids of the notebook it names."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 def get(exercise_id: str) -> Exercise:
-    """The exercise with this id, or a KeyError that lists the known ids."""
-    try:
+    """The exercise with this id, or an UnknownExercise that lists the ids to use."""
+    if isinstance(exercise_id, str) and exercise_id in _REGISTRY:
         return _REGISTRY[exercise_id]
-    except (KeyError, TypeError):
-        known = ", ".join(sorted(_REGISTRY))
-        raise KeyError(f"no exercise {exercise_id!r}; known ids: {known}") from None
+    prefix = re.match(r"\s*(\d+)\.", exercise_id) if isinstance(exercise_id, str) else None
+    notebook = f"{int(prefix.group(1)):02d}." if prefix else None
+    same = [i for i in all_ids() if notebook and i.startswith(notebook)]
+    where = f"notebook {notebook[:-1]} has {', '.join(same)}" if same else f"the ids are {', '.join(all_ids())}"
+    raise UnknownExercise(f"no exercise {exercise_id!r}; {where}")
 
 
 def all_ids() -> list[str]:
@@ -89,10 +153,12 @@ def all_ids() -> list[str]:
     return sorted(_REGISTRY, key=lambda i: tuple(int(p) for p in i.split(".")))
 
 
+# ----------------------------------------------------------------------------- the learner's code
+
 @contextmanager
 def _time_limit(seconds: float):
     """Interrupt the block after `seconds` (main thread only; elsewhere no limit)."""
-    if threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread() or seconds is None:
         yield
         return
 
@@ -108,51 +174,109 @@ def _time_limit(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
+_limit = threading.local()
+
+
+def _guarded(fn: Callable, *args: Any) -> Any:
+    """Run code that calls the learner's, within the time limit; NotImplementedError -> NotAttempted."""
+    try:
+        with _time_limit(getattr(_limit, "seconds", None)):
+            return fn(*args)
+    except NotImplementedError:
+        raise NotAttempted from None
+
+
 def call_learner(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call the learner's function; turn its failures into a Mistake that says what happened."""
+    """Call the learner's function within the time limit; its failures become a Mistake."""
     if not callable(fn):
         raise Mistake(f"expected a function, but got {describe(fn)}")
     try:
-        return fn(*args, **kwargs)
+        return _guarded(lambda: fn(*args, **kwargs))
     except (NotAttempted, Mistake, _TooSlow):
         raise
-    except NotImplementedError:
-        raise NotAttempted from None
-    except Exception as error:  # the learner's code failed: report its last line
-        last_line = (str(error).strip().splitlines() or [""])[-1]
-        raise Mistake(
-            f"your function raised {type(error).__name__}: {last_line}".rstrip(": ")
-        ) from None
+    except Exception as error:  # the learner's code failed: say how, in JAX's words
+        raise Mistake(f"your function raised {explain(error)}") from None
+
+
+def explain(error: BaseException, limit: int = ERROR_CHARS) -> str:
+    """'Type: the informative sentence' of an exception, bounded, never cut mid-word, no URLs."""
+    name = type(error).__name__
+    if name == "TracerArrayConversionError":
+        return (f"{name}: numpy was called on a traced JAX array; inside a function that JAX traces "
+                "(jit, shard_map, grad), use jax.numpy (jnp) instead of numpy (np)")
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", str(error))]
+    paragraphs = [_without_urls(p) for p in paragraphs]
+    paragraphs = [p for p in paragraphs if p]
+    telling = [p for p in paragraphs if " but " in p]  # JAX's sentence that contrasts want and got
+    text = (telling or paragraphs or [""])[0]
+    return f"{name}: {shorten(text, limit)}".rstrip(": ")
+
+
+def _without_urls(text: str) -> str:
+    text = re.sub(r"\(?\b(?:see|See|visit|For more information,? see)?:?\s*https?://\S+\)?\.?", "", text)
+    return text.strip()
+
+
+def shorten(text: str, limit: int = ERROR_CHARS) -> str:
+    """`text` cut at a word boundary to at most `limit` characters, ending with ' …' if cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 2].rsplit(" ", 1)[0].rstrip(",;:")
+    return cut + " …"
 
 
 def describe(value: Any) -> str:
     """A short, learner-friendly description of a value's type (and shape)."""
     shape = getattr(value, "shape", None)
     name = type(value).__name__
-    if shape is not None:
+    if shape is not None and not callable(shape):
         article = "an" if name[0].lower() in "aeiou" else "a"
-        return f"{article} {name} of shape {tuple(shape)}"
-    text = repr(value)
-    return f"{name} {text if len(text) < 40 else text[:37] + '...'}"
+        dtype = getattr(value, "dtype", None)
+        return f"{article} {name} of shape {tuple(shape)}" + (f" and dtype {dtype}" if dtype is not None else "")
+    return f"{name} {shorten(repr(value), 40)}"
+
+
+def say(message: Message, *args: Any) -> str:
+    """A catalogue message as text: call it with `args` when it is a function."""
+    return message(*args) if callable(message) else message
+
+
+# ----------------------------------------------------------------------------- verdicts
+
+NOT_ATTEMPTED = "not attempted yet: edit the exercise cell above, run it, then run this cell again"
+STUB_RAISES = "not attempted yet: your function still raises NotImplementedError"
+
+
+def judge(exercise_id: str, answer: Any, time_limit: float = TIME_LIMIT_S) -> Outcome:
+    """Judge an answer; the one place a pass is decided. Never raises."""
+    exercise = get(exercise_id)
+    if answer is Ellipsis:
+        return Outcome("not-attempted", NOT_ATTEMPTED)
+    problem = exercise.kernel.problem()
+    if problem:
+        return Outcome("set-up", problem)
+    _limit.seconds = time_limit
+    try:
+        exercise.judge(answer)
+    except NotAttempted:
+        return Outcome("not-attempted", STUB_RAISES)
+    except Mistake as mistake:
+        return Outcome("mistake", str(mistake), mistake.detail)
+    except _TooSlow:
+        return Outcome("mistake", f"your answer took more than {time_limit:g} s to check; look for a "
+                                  "loop that never ends")
+    except Exception as error:  # the judge itself failed: not the learner's fault
+        return Outcome("mistake", f"this answer could not be checked ({explain(error)}); compare its "
+                                  "form with the prompt")
+    finally:
+        _limit.seconds = None
+    return Outcome("pass", f"correct: {exercise.title}")
 
 
 def verdict(exercise_id: str, answer: Any, time_limit: float = TIME_LIMIT_S) -> tuple[str, str]:
-    """Judge an answer: ('pass' | 'not-attempted' | 'mistake', message). Never raises."""
-    exercise = get(exercise_id)
-    if answer is Ellipsis:
-        return "not-attempted", "not attempted yet: edit the exercise cell above, run it, then run this cell again"
-    try:
-        with _time_limit(time_limit):
-            exercise.judge(answer)
-    except NotAttempted:
-        return "not-attempted", "not attempted yet: your function still raises NotImplementedError"
-    except Mistake as mistake:
-        return "mistake", str(mistake)
-    except _TooSlow:
-        return "mistake", f"your answer took more than {time_limit:g} s to check; look for a loop that never ends"
-    except Exception as error:  # the judge could not handle this answer
-        return "mistake", f"this answer could not be checked ({type(error).__name__}: {error}); compare its form with the prompt"
-    return "pass", f"correct: {exercise.title}"
+    """(status, message) of `judge`."""
+    outcome = judge(exercise_id, answer, time_limit)
+    return outcome.status, outcome.message
 
 
 class Verdict:
@@ -181,25 +305,33 @@ class Verdict:
 
 
 def check(exercise_id: str, answer: Any) -> Verdict:
-    """Print a one-line verdict for `answer`; the result is truthy when it is right."""
+    """Print a one-line verdict for `answer` (a spec mistake adds what the answer did)."""
     try:
         get(exercise_id)
-    except KeyError as error:
-        print(f"❓ {error.args[0]}")
+    except UnknownExercise as error:
+        print(f"❓ {error}")
         return Verdict(False)
-    status, message = verdict(exercise_id, answer)
+    status, message, detail = judge(exercise_id, answer)
     if status == "pass":
         print(f"✅ {exercise_id} {message}")
     elif status == "not-attempted":
         print(f"⏳ {exercise_id} {message}")
+    elif status == "set-up":
+        print(f"⚠️ {exercise_id} cannot be checked yet: {message}")
     else:
         print(f"❌ {exercise_id} not yet: {message}. (hint('{exercise_id}') helps)")
+        if detail:
+            print("   your answer does this:\n" + "\n".join("   " + line for line in detail.splitlines()))
     return Verdict(status == "pass")
 
 
 def hint(exercise_id: str) -> None:
     """Print the next hint for an exercise."""
-    hints = get(exercise_id).hints
+    try:
+        hints = get(exercise_id).hints
+    except UnknownExercise as error:
+        print(f"❓ {error}")
+        return
     shown = min(_hints_shown.get(exercise_id, 0), len(hints) - 1)
     _hints_shown[exercise_id] = shown + 1
     last = " (that is the last hint; solution('%s') shows an answer)" % exercise_id if shown == len(hints) - 1 else ""
@@ -208,7 +340,11 @@ def hint(exercise_id: str) -> None:
 
 def solution(exercise_id: str) -> None:
     """Print a reference solution: the cell you could have written."""
-    exercise = get(exercise_id)
+    try:
+        exercise = get(exercise_id)
+    except UnknownExercise as error:
+        print(f"❓ {error}")
+        return
     print(f"# A solution for {exercise_id} ({exercise.title}):\n{exercise.solution.strip()}")
 
 

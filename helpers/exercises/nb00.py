@@ -2,7 +2,8 @@
 import os
 import re
 
-from helpers.exercises.core import Exercise, Mistake, WrongAnswer, call_learner, describe, register
+from helpers.exercises.kinds import Judged, WrongAnswer
+from helpers.exercises.core import Mistake, call_learner, describe, register
 
 _RUN_KEYS = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
 _FLAG = "--xla_force_host_platform_device_count"
@@ -67,7 +68,7 @@ def _judge_host_env(host_env) -> None:
                           f"loopback address: '127.0.0.1:{{port}}', here '127.0.0.1:{port}'")
 
 
-register(Exercise(
+register(Judged(
     id="00.1",
     title="the environment of one host process",
     answer_name="host_env",
@@ -83,7 +84,7 @@ def host_env(host_id, num_hosts, devices_per_host, port):
         "JAX_PROCESS_ID": str(host_id),
     }
 ''',
-    judge=_judge_host_env,
+    judged_by=_judge_host_env,
     hints=(
         "Each process is started separately, so its JAX_NUM_CPU_DEVICES (or XLA_FLAGS) only describes "
         "the devices of that one process.",
@@ -177,12 +178,12 @@ def _judge_host_view(view) -> None:
     raise Mistake(f"not quite: {view} is not what the last host sees; recount each of the four")
 
 
-register(Exercise(
+register(Judged(
     id="00.2",
     title="what the last host of a 4 x 2 run sees",
     answer_name="last_host_view",
     solution="last_host_view = (8, 2, 4, 3)  # device_count, local_device_count, process_count, process_index",
-    judge=_judge_host_view,
+    judged_by=_judge_host_view,
     hints=(
         "'local' means this process's own devices; the unqualified counts cover the whole run.",
         "There are 4 processes with 2 devices each, and indices start at 0.",

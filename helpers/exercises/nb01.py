@@ -3,7 +3,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from helpers.exercises.core import Exercise, Mistake, WrongAnswer, call_learner, describe, register
+from helpers.exercises.kinds import Judged, WrongAnswer
+from helpers.exercises.core import Kernel
+
+KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
+from helpers.exercises.core import Mistake, call_learner, describe, register
 
 
 def _ids(devices) -> list:
@@ -61,8 +65,8 @@ def _judge_build_mesh(build_mesh) -> None:
                       "devices in the order you were given them")
 
 
-register(Exercise(
-    id="01.1",
+register(Judged(
+    id="01.1", kernel=KERNEL,
     title="a (host, device) mesh from a list of devices",
     answer_name="build_mesh",
     solution='''
@@ -71,7 +75,7 @@ def build_mesh(devices, num_hosts):
     grid = np.array(devices).reshape(num_hosts, len(devices) // num_hosts)
     return Mesh(grid, ("host", "device"))
 ''',
-    judge=_judge_build_mesh,
+    judged_by=_judge_build_mesh,
     hints=(
         "Turn the list into a numpy array and reshape it into a grid with one row per host; "
         "then give the two axes their names with Mesh(grid, names).",
@@ -150,12 +154,12 @@ def _judge_host1_cells(answer) -> None:
                   "shuffled.devices and look for them")
 
 
-register(Exercise(
-    id="01.2",
+register(Judged(
+    id="01.2", kernel=KERNEL,
     title="the cells of host 1's devices in a shuffled mesh",
     answer_name="host1_cells",
     solution="host1_cells = [(0, 1), (0, 3), (1, 1), (1, 3)]  # shuffled.devices is [[0 4 1 5] [2 6 3 7]]",
-    judge=_judge_host1_cells,
+    judged_by=_judge_host1_cells,
     hints=(
         "Work out the device grid step by step: reshape(2, 4) gives [[0 1 2 3] [4 5 6 7]]; "
         "what do .T and then reshape(2, 4) make of it?",
@@ -211,12 +215,12 @@ def _judge_follow(answer) -> None:
     raise Mistake(f"you left out {missing[0]}: " + _WHY[missing[0]])
 
 
-register(Exercise(
-    id="01.3",
+register(Judged(
+    id="01.3", kernel=KERNEL,
     title="which meshes have a 'host' axis that follows the hosts",
     answer_name="follows_hosts",
     solution='follows_hosts = {"A", "B", "D"}',
-    judge=_judge_follow,
+    judged_by=_judge_follow,
     hints=(
         "For each mesh, write down its device grid, then take the devices at host=0 and those at "
         "host=1. The axis follows the hosts when each group is one host's devices, and the two groups "
@@ -261,12 +265,12 @@ def _judge_small_mesh_hosts(answer) -> None:
     raise Mistake(f"not quite: {rows}. make_mesh((2, 2), ...) uses devices 0, 1, 2, 3; which host owns those?")
 
 
-register(Exercise(
-    id="01.4",
+register(Judged(
+    id="01.4", kernel=KERNEL,
     title="the hosts behind jax.make_mesh((2, 2), ...) on 2 hosts x 4 devices",
     answer_name="small_mesh_hosts",
     solution="small_mesh_hosts = [[0, 0], [0, 0]]  # devices 0-3: the first 4 of jax.devices(), all host 0's",
-    judge=_judge_small_mesh_hosts,
+    judged_by=_judge_small_mesh_hosts,
     hints=(
         "make_mesh needs only 2 x 2 = 4 devices. Which 4 of the 8 does it take?",
         "It takes them from the start of jax.devices(), in order, whatever the axes are called.",

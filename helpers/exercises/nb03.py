@@ -3,7 +3,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from helpers.exercises.core import Exercise, Mistake, WrongAnswer, describe, register
+from helpers.exercises.kinds import Judged, WrongAnswer
+from helpers.exercises.core import Kernel
+
+KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
+from helpers.exercises.core import Mistake, describe, register
 from helpers.exercises.judges import placement, require_shape, require_spec
 
 # ------------------------------------------------------------------ 03.1 the inferred global shape
@@ -44,12 +48,12 @@ def _judge_global_shapes(answer: Any) -> None:
                   "the hosts' rows are stacked")
 
 
-register(Exercise(
-    id="03.1",
+register(Judged(
+    id="03.1", kernel=KERNEL,
     title="the global shapes JAX infers from two hosts' (16, 4) batches",
     answer_name="global_shapes",
     solution="global_shapes = ((32, 4), (32, 4), (16, 4), (16, 4))  # 'host' named: the hosts' rows stack",
-    judge=_judge_global_shapes,
+    judged_by=_judge_global_shapes,
     hints=(
         "JAX never sees the other host's data; it works the global shape out from the spec: along a "
         "dimension split over 'host', each host's rows are different rows.",
@@ -89,7 +93,7 @@ def _host_of_position(device) -> int:
 def _judge_data_spec(answer: Any) -> None:
     from jax import P
 
-    from helpers.viz_text import format_spec
+    from helpers.layout import format_spec
 
     spec = require_spec(answer)
     mesh = _devices_first()
@@ -124,12 +128,12 @@ def _judge_data_spec(answer: Any) -> None:
                   "'device'. Put that axis first in the tuple: the first name is the slow one")
 
 
-register(Exercise(
-    id="03.2",
+register(Judged(
+    id="03.2", kernel=KERNEL,
     title="the batch spec on a devices-first mesh",
     answer_name="data_spec",
     solution='data_spec = P(("device", "host"))  # on this mesh "device" runs over the hosts, so it comes first',
-    judge=_judge_data_spec,
+    judged_by=_judge_data_spec,
     hints=(
         "Find host 0's devices (0-3) in the mesh. Do you leave host 0 by moving along 'device' or "
         "along 'host'?",
@@ -173,12 +177,12 @@ def _judge_accepts(answer: Any) -> None:
     raise Mistake(f"mesh {'ABCD'[wrong]}: " + _MESH_WHY[wrong])
 
 
-register(Exercise(
-    id="03.3",
+register(Judged(
+    id="03.3", kernel=KERNEL,
     title="the meshes host_local_array_to_global_array accepts",
     answer_name="hla2ga_accepts",
     solution="hla2ga_accepts = (True, True, False, True)  # only C splits a host's devices into pieces",
-    judge=_judge_accepts,
+    judged_by=_judge_accepts,
     hints=(
         "Ignore the axis names. For each mesh, mark the cells that hold host 0's devices (0-3). "
         "Do they form one rectangle?",

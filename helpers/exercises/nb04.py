@@ -4,7 +4,8 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from helpers.exercises.core import Exercise, Mistake, WrongAnswer, describe, register
+from helpers.exercises.kinds import Judged, WrongAnswer
+from helpers.exercises.core import Mistake, describe, register
 from helpers.exercises.judges import require_numbers, require_shape
 
 _V8 = (3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 7.0)
@@ -36,12 +37,12 @@ def _judge_centred(answer: Any) -> None:
                   f"{mean:g}")
 
 
-register(Exercise(
+register(Judged(
     id="04.1",
     title="each device's value minus the mean over all devices",
     answer_name="centred",
     solution="centred = [-1.0, -3.0, 0.0, -3.0, 1.0, 5.0, -2.0, 3.0]  # v - mean(v8), and mean(v8) = 32 / 8 = 4",
-    judge=_judge_centred,
+    judged_by=_judge_centred,
     hints=(
         "pmean(v, 'i') gives every device the same number: the mean of v over all 8 devices.",
         "The 8 values add up to 32, so the mean is 4; device i returns v8[i] - 4.",
@@ -78,12 +79,12 @@ def _judge_g_shapes(answer: Any) -> None:
                       "its psum, and out_axes=None adds no device axis")
 
 
-register(Exercise(
+register(Judged(
     id="04.2",
     title="out_axes=1 moves the device axis; out_axes=None drops it",
     answer_name="g_shapes",
     solution="g_shapes = ((5, 8, 2), ())  # (5, 2) per device, stacked as axis 1; one scalar psum",
-    judge=_judge_g_shapes,
+    judged_by=_judge_g_shapes,
     hints=(
         "In the body, a is one (5, 3) slice (in_axes=0 removes the device axis) and w is the whole (3, 2).",
         "out_axes=1 inserts the device axis (size 8) at position 1; out_axes=None inserts none.",
@@ -155,12 +156,12 @@ def _judge_host1(answer: Any) -> None:
                       "device")
 
 
-register(Exercise(
+register(Judged(
     id="04.3",
     title="pmap on several hosts: local shapes, global collectives",
     answer_name="host1",
     solution="host1 = (124.0, [2, 3], (2,))  # psum over all 4 hosts; global positions; local shape",
-    judge=_judge_host1,
+    judged_by=_judge_host1,
     hints=(
         "The collectives and axis_index see all 8 devices of the run; the shapes are each host's own.",
         "psum adds 0+1, 10+11, 20+21 and 30+31 (one pair per host); host 1's 2 devices come after host "

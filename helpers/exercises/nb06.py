@@ -5,7 +5,11 @@ import functools
 import re
 from typing import Any
 
-from helpers.exercises.core import Exercise, Mistake, WrongAnswer, call_learner, describe, register
+from helpers.exercises.kinds import Judged, WrongAnswer
+from helpers.exercises.core import Kernel
+
+KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
+from helpers.exercises.core import Mistake, call_learner, describe, register
 from helpers.exercises.judges import placement, require_spec, splits_host_and_device_apart
 
 DATA = ("host", "device")
@@ -120,8 +124,8 @@ def _judge_specs(answer: Any) -> None:
                       "use P(('host', 'device'))")
 
 
-register(Exercise(
-    id="06.1",
+register(Judged(
+    id="06.1", kernel=KERNEL,
     title="in_axes/out_axes become in_specs/out_specs",
     answer_name="specs",
     setup=_DATA_SETUP,
@@ -129,7 +133,7 @@ register(Exercise(
     (P(), P(DATA), P(DATA)),  # in_axes=(None, 0, 0)
     (P(), P(DATA)),           # out_axes=(None, 0)
 )''',
-    judge=_judge_specs,
+    judged_by=_judge_specs,
     hints=(
         "None (the same on every device) becomes P(); 0 (split over the devices) becomes a spec that "
         "splits dimension 0 over the mesh axes.",
@@ -291,13 +295,13 @@ _PMEAN_GRAD = '''        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
         loss = jax.lax.pmean(loss, DATA)'''
 _GRAD_PMEAN = '''        loss, grads = jax.value_and_grad(lambda p: jax.lax.pmean(loss_fn(p, x, y), DATA))(params)'''
 
-register(Exercise(
-    id="06.2",
+register(Judged(
+    id="06.2", kernel=KERNEL,
     title="a momentum step ported to shard_map, gradient and all",
     answer_name="make_momentum_step",
     setup=_MODEL_SETUP,
     solution=_MOMENTUM_SOLUTION,
-    judge=_judge_momentum,
+    judged_by=_judge_momentum,
     hints=(
         "Translate pmap's in_axes=(None, None, 0, 0) and out_axes=None into in_specs and out_specs, and wrap "
         "the shard_map in jax.jit.",
@@ -380,8 +384,8 @@ def _judge_sq_body(sq_body: Any) -> None:
                   f"shape {got.shape} and differs from pmap's per-device sums of squares")
 
 
-register(Exercise(
-    id="06.3",
+register(Judged(
+    id="06.3", kernel=KERNEL,
     title="a rank-preserving body: one sum per device, shape (1,)",
     answer_name="sq_body",
     setup=_DATA_SETUP,
@@ -390,7 +394,7 @@ def sq_body(block):
     """One device's block of the global batch -> its sum of squares, shape (1,)."""
     return jnp.sum(block**2).reshape(1)  # a kept axis of length 1: 8 blocks glue into (8,)
 ''',
-    judge=_judge_sq_body,
+    judged_by=_judge_sq_body,
     hints=(
         "The block is 2-D, (B, F). Sum everything, then give the scalar one axis of length 1.",
         "jnp.sum(block ** 2) is a scalar; .reshape(1) or [None] makes it (1,). keepdims=True would keep "
@@ -466,8 +470,8 @@ def _judge_noise(noisy_body: Any) -> None:
                   "jax.random.uniform(jax.random.fold_in(key, jax.lax.axis_index(('host', 'device'))), block.shape)")
 
 
-register(Exercise(
-    id="06.4",
+register(Judged(
+    id="06.4", kernel=KERNEL,
     title="per-device randomness that matches pmap's",
     answer_name="noisy_body",
     setup=_DATA_SETUP,
@@ -477,7 +481,7 @@ def noisy_body(key, block):
     device_key = jax.random.fold_in(key, jax.lax.axis_index(DATA))  # 0..7, host by host, as in pmap
     return block + jax.random.uniform(device_key, block.shape)
 ''',
-    judge=_judge_noise,
+    judged_by=_judge_noise,
     hints=(
         "pmap_noise folds the device's position along 'batch' into the key. What numbers the devices the "
         "same way on the (host, device) mesh?",

@@ -1,5 +1,9 @@
 """Exercises of notebook 07: data-parallel training across hosts (07.1, the fix, is defined last)."""
-from helpers.exercises.core import Exercise, Mistake, WrongAnswer, describe, register
+from helpers.exercises.kinds import Judged, WrongAnswer
+from helpers.exercises.core import Kernel
+
+KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
+from helpers.exercises.core import Mistake, describe, register
 from helpers.exercises.judges import require_spec
 
 
@@ -28,12 +32,12 @@ def _judge_device5_rows(answer) -> None:
                   "take blocks in mesh order: host 0's devices 0-3, then host 1's 4-7")
 
 
-register(Exercise(
-    id="07.2",
+register(Judged(
+    id="07.2", kernel=KERNEL,
     title="device 5 holds rows 160..191 of the global batch",
     answer_name="device5_rows",
     solution="device5_rows = (160, 192)  # host 1's rows are 128..255; its second device gets 160..191",
-    judge=_judge_device5_rows,
+    judged_by=_judge_device5_rows,
     hints=(
         "The global array puts host 0's 128 rows first, then host 1's 128 rows.",
         "Within a host, the 4 devices split the host's rows in order, 32 each.",
@@ -84,12 +88,12 @@ def _judge_equal_copies(answer) -> None:
                   "(the axis named in pmean), and which devices see the same data")
 
 
-register(Exercise(
-    id="07.3",
+register(Judged(
+    id="07.3", kernel=KERNEL,
     title="with P('device') each host's devices agree, the hosts do not",
     answer_name="equal_copies",
     solution="equal_copies = [[0, 1, 2, 3], [4, 5, 6, 7]]  # one group per host",
-    judge=_judge_equal_copies,
+    judged_by=_judge_equal_copies,
     hints=(
         "The gradient is averaged with pmean over 'device' only. Which devices does that average "
         "connect?",
@@ -171,12 +175,12 @@ def _judge_fix(answer) -> None:
         raise Mistake("the global array is not the reference batch row for row")
 
 
-register(Exercise(
-    id="07.1",
+register(Judged(
+    id="07.1", kernel=KERNEL,
     title="P(('host', 'device')), averaged over ('host', 'device'): one model, all the data",
     answer_name="fix",
     solution="fix = (P(('host', 'device')), ('host', 'device'))  # split over both, average over both",
-    judge=_judge_fix,
+    judged_by=_judge_fix,
     hints=(
         "The batch axis (axis 0) must be split 8 ways, so both mesh axes take part; several mesh "
         "axes on one array axis go together in a tuple, in mesh order.",

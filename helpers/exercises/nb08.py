@@ -1,7 +1,8 @@
 """Exercises of notebook 08: real multi-process runs."""
 import numbers
 
-from helpers.exercises.core import Exercise, Mistake, WrongAnswer, call_learner, describe, register
+from helpers.exercises.kinds import Judged, WrongAnswer
+from helpers.exercises.core import Mistake, call_learner, describe, register
 
 # ------------------------------------------------------------------ 08.1 the host-local loader
 
@@ -97,7 +98,7 @@ def _judge_loader(load_my_rows) -> None:
         raise Mistake(f"for {case} host {host} should read rows {want}, but your loader read {got}")
 
 
-register(Exercise(
+register(Judged(
     id="08.1",
     title="a host-local loader: one contiguous block of each step's global batch",
     answer_name="load_my_rows",
@@ -112,7 +113,7 @@ def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
     rows = (first + np.arange(per_host)) % len(data_x)
     return data_x[rows], data_y[rows]
 ''',
-    judge=_judge_loader,
+    judged_by=_judge_loader,
     hints=(
         "Step s's global batch is the global_batch rows that start at row s * global_batch; "
         "split it into num_hosts equal, contiguous blocks.",
@@ -192,12 +193,12 @@ def _judge_gather_shapes(answer) -> None:
         raise Mistake(f"{copies} is not what stacking 2 hosts' 97 values gives")
 
 
-register(Exercise(
+register(Judged(
     id="08.2",
     title="process_allgather: (256,) for the global errors, (2, 97) for the hosts' numpy arrays",
     answer_name="gathered_shapes",
     solution="gathered_shapes = ((256,), (2, 97))  # the global array whole; one row per host",
-    judge=_judge_gather_shapes,
+    judged_by=_judge_gather_shapes,
     hints=(
         "errors is a global jax.Array of shape (256,); tiled=True reassembles exactly that.",
         "mine is plain numpy, this host's own data; without tiled=True the hosts' arrays are "
@@ -234,12 +235,12 @@ def _judge_seed_count(answer) -> None:
                   "host passes has 128 rows")
 
 
-register(Exercise(
+register(Judged(
     id="08.3",
     title="with P('device') each host gathers 128 errors: the global array is one host's batch",
     answer_name="errors_gathered",
     solution="errors_gathered = 128  # P('device'): the global array is one host's 128 rows",
-    judge=_judge_seed_count,
+    judged_by=_judge_seed_count,
     hints=(
         "With P('device'), what global shape does make_array_from_process_local_data give to a "
         "host's (128, 4) batch? (Notebook 03, section 2.)",

@@ -1,5 +1,9 @@
 """Exercises of notebook 09: tensor parallelism inside a host, data parallelism across hosts."""
-from helpers.exercises.core import Exercise, Mistake, WrongAnswer, call_learner, describe, register
+from helpers.exercises.kinds import Judged, WrongAnswer
+from helpers.exercises.core import Kernel
+
+KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
+from helpers.exercises.core import Mistake, call_learner, describe, register
 from helpers.exercises.judges import require_spec
 
 # ------------------------------------------------------------------ 09.1 specs for 2-D parallelism
@@ -58,8 +62,8 @@ def _judge_tp_specs(answer) -> None:
         raise Mistake(f"{specs['w2']} does not split w2's 16 rows over 'device'")
 
 
-register(Exercise(
-    id="09.1",
+register(Judged(
+    id="09.1", kernel=KERNEL,
     title="batch over 'host', hidden units over 'device'",
     answer_name="tp_specs",
     solution='''tp_specs = {
@@ -67,7 +71,7 @@ register(Exercise(
     "w1": P(None, "device"),  # each device: 4 of the 16 hidden units...
     "w2": P("device", None),  # ...and the 4 rows of w2 that multiply them
 }''',
-    judge=_judge_tp_specs,
+    judged_by=_judge_tp_specs,
     hints=(
         "The 16 hidden units are what gets split: they are w1's columns and w2's rows.",
         "Tensor-parallel collectives run in every layer, so their axis should stay inside a host; "
@@ -153,8 +157,8 @@ def _judge_tp_forward(tp_forward) -> None:
     raise Mistake("the predictions differ from the model's tanh(x @ w1 + b1) @ w2 + b2")
 
 
-register(Exercise(
-    id="09.2",
+register(Judged(
+    id="09.2", kernel=KERNEL,
     title="tensor-parallel forward: partial products, psum over 'device', then b2",
     answer_name="tp_forward",
     solution='''
@@ -164,7 +168,7 @@ def tp_forward(p, x):
     partial = hidden @ p["w2"]                     # f32[rows, 1]: their share of the output
     return jax.lax.psum(partial, "device") + p["b2"]
 ''',
-    judge=_judge_tp_forward,
+    judged_by=_judge_tp_forward,
     hints=(
         "Each device computes its hidden units' contribution to the output; the output is the "
         "sum of the 4 contributions of one host's devices.",
@@ -218,12 +222,12 @@ def _judge_typeof(answer) -> None:
     raise Mistake(f"{answer!r} is not the type of h; write float32[rows@axis,columns@axis]")
 
 
-register(Exercise(
-    id="09.3",
+register(Judged(
+    id="09.3", kernel=KERNEL,
     title="jax.typeof(h) is float32[256@host,16@device]",
     answer_name="h_type",
     solution='h_type = "float32[256@host,16@device]"  # rows from x (host), columns from w1 (device)',
-    judge=_judge_typeof,
+    judged_by=_judge_typeof,
     hints=(
         "typeof writes the global shape and, after each dimension, @ and the mesh axis that "
         "splits it.",

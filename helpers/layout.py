@@ -1,4 +1,4 @@
-"""Where each piece of a sharded array lives: as data, and as deterministic text.
+"""The layout model: where each piece of a sharded array lives, as data and as deterministic text.
 
 Placement comes only from JAX (`NamedSharding(mesh, spec).devices_indices_map(shape)`);
 this module checks the request first so a learner gets a plain ValueError with the fix,
