@@ -38,7 +38,7 @@ __all__ = ["run", "initialize", "main", "RunResult", "HostResult", "LaunchError"
 
 _PORT_ATTEMPTS = 3
 _POLL_SECONDS = 0.02
-_SAME_MOMENT = 1.0  # hosts failing within this many seconds of each other failed together
+_SAME_MOMENT = 2.0  # hosts failing within this many seconds of each other failed together
 # What the coordinator prints when its port is already taken (jaxlib 0.10.2 then crashes).
 _BIND_FAILURE = re.compile(r"Failed to add port to server|[Aa]ddress already in use")
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -301,15 +301,18 @@ def _child_env(host: int, hosts: int, devices_per_host: int, port: int,
     return env
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own session/group
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
+def _kill_groups(procs: list[subprocess.Popen]) -> None:
+    """SIGKILL every process group at once (no host outlives another by a wait), then reap them."""
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # each child leads its own session/group
+        except (ProcessLookupError, PermissionError):
+            pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 class _Host:
@@ -466,8 +469,7 @@ def _attempt(cmd: list[str], hosts: int, devices_per_host: int, limits: _Limits,
         _ask_where([h for h in started if h.proc.poll() is None
                     and SCRIPT_ENDED not in "".join(h.err)])
     finally:  # on KeyboardInterrupt too: no host may outlive the run
-        for h in started:  # also kills anything the script left behind in its group
-            _kill_group(h.proc)
+        _kill_groups([h.proc for h in started])  # and anything the scripts left behind
         for h in started:
             h.finish()
     for i, s in enumerate(status):

@@ -28,7 +28,9 @@ _STDERR_NOISE = re.compile(
     r"|\*\*\* Check failure stack trace: \*\*\*"
     r"|\s*@\s+0x[0-9a-f]+\s"  # native stack frames
     r"|\[Gloo\] Rank \d+ is connected"
-    r"|\[helpers\.launch\] the script ended)"
+    r"|\[helpers\.launch\] the script ended"
+    r"|(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):"  # a stack dump the
+    r'|  File "[^"]*", line \d+ in )'  # launcher asked for (its frames have no comma)
 )
 
 
@@ -105,7 +107,7 @@ class HostResult:
     """One host's (process's) outcome."""
 
     host: int
-    status: str  # "ok", "failed", "stopped" (because another host failed), "timed out"
+    status: str  # "ok", "failed", "stopped" (because another host failed), "timed out" (or stalled)
     returncode: int | None  # None when the launcher stopped it
     stdout: str  # the script's stdout, gloo chatter removed
     stderr: str  # what the script's Python code wrote to stderr (a traceback, warnings)
@@ -153,6 +155,8 @@ class HostResult:
         """'host 1 (failed, exit code 1)' and the like."""
         if self.status == "failed":
             return f"host {self.host} (failed, {describe_exit(self.returncode)})"
+        if self.status == "timed out":
+            return f"host {self.host} ({'at the exit barrier' if self.script_ended else 'still running'})"
         return f"host {self.host}" + ("" if self.ok else f" ({self.status})")
 
 
