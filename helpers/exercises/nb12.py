@@ -19,7 +19,9 @@ MYSTERY = Path(__file__).resolve().parents[2] / "notebooks" / "scripts" / "myste
 
 def _outcome(result) -> Any:
     """What a failed or hung run did, in words that do not depend on timing or line numbers."""
-    failed = [h for h in result.hosts if h.status == "failed"]
+    # a host whose collective lost its peer (gloo) failed because another host died first
+    failed = sorted((h for h in result.hosts if h.status == "failed"),
+                    key=lambda h: ("Gloo" in h.error_tail(), h.host))
     if failed:
         host = failed[0]
         tail = host.error_tail(3).strip().splitlines()
@@ -40,16 +42,26 @@ class RealRunExercise(ProcessExercise):
 
     stall: float = 5.0
 
+    def judge(self, answer: Any) -> None:
+        self._source(answer)  # a stub or a non-function is told before any process starts
+        super().judge(answer)
+
     def output_of_answer(self, answer: Any, layout) -> Any:
-        if not isinstance(answer, str) and not callable(answer):
+        return self._launch(self._source(answer), layout)
+
+    def _source(self, answer: Any) -> str:
+        """The answer's source: a function from a cell, one made from a known source, or text."""
+        if isinstance(answer, str):
+            source = answer
+        elif callable(answer):
+            source = self._source_of(answer)
+        else:
             raise Mistake(f"expected a function {self.answer_name}(...), defined with def in a cell")
-        source = answer if isinstance(answer, str) else self._source_of(answer)
         if re.search(r"^\s*raise NotImplementedError", source, re.MULTILINE):
             raise NotAttempted
-        return self._launch(source, layout)
+        return source
 
     def _source_of(self, fn) -> str:
-        """The source of a function from a cell, or of one made from a known source (the reference)."""
         import inspect
         import textwrap
 
