@@ -614,8 +614,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="fake CPU devices in each process (default 4)")
     p.add_argument("--timeout", type=float, default=120,
                    help="stop every host after this many seconds (default 120)")
-    p.add_argument("--stall", type=float, default=None, metavar="SECONDS",
-                   help="stop when every host has printed and none prints for this long")
     p.add_argument("--verbose", action="store_true",
                    help="also show JAX/gloo log lines")
     p.add_argument("script")
@@ -651,7 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         result = _launch(path.resolve(), opts.args, hosts=opts.hosts,
-                         devices_per_host=opts.devices_per_host, limits=_Limits(opts.timeout, stall=opts.stall),
+                         devices_per_host=opts.devices_per_host, limits=_Limits(opts.timeout),
                          display={}, on_line=on_line, on_retry=on_retry,
                          verbose=opts.verbose)
     except KeyboardInterrupt:

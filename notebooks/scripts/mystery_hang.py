@@ -1,6 +1,6 @@
 """A training loop on 3 hosts that hangs (notebook 12, exercise 12.3): don't read it before the exercise.
 
-    python -m helpers.launch --hosts 3 --devices-per-host 1 --stall 2 notebooks/scripts/mystery_hang.py
+    python -m helpers.launch --hosts 3 --devices-per-host 1 --timeout 20 notebooks/scripts/mystery_hang.py
 """
 from helpers.launch import initialize
 
