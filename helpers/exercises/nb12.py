@@ -25,10 +25,22 @@ def _outcome(result) -> Any:
     if failed:
         host = failed[0]
         tail = host.error_tail(3).strip().splitlines()
-        return Raised(f"host {host.host} failed: {tail[-1] if tail else 'no error message'}")
+        text = f"host {host.host} failed: {tail[-1] if tail else 'no error message'}"
+        return Raised(text, text)
     states = [f"host {h.host} " + ("had ended its script" if h.script_ended else "was still running")
               for h in result.hosts]
-    return Raised("the run hung: " + "; ".join(states))
+    text = "the run hung: " + "; ".join(states)
+    return Raised(text, text)
+
+
+def _hung(case) -> str:
+    return (f"{case.got.text}. A host waited in a collective that another host did not call: "
+            "every host must make the same collectives, in the same order")
+
+
+def _any_hang(example: str) -> Rule:
+    """A rule for every run that hangs in a way the catalogue does not name; `example` does."""
+    return Rule(lambda raw: raw.startswith("the run hung"), example=example, say=_hung)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +74,7 @@ class RealRunExercise(ProcessExercise):
         return source
 
     def _source_of(self, fn) -> str:
+        """A function's source from its cell, or the known source (solution, catalogue) it was made from."""
         import inspect
         import textwrap
 
@@ -69,7 +82,7 @@ class RealRunExercise(ProcessExercise):
             return textwrap.dedent(inspect.getsource(fn))
         except (OSError, TypeError):
             pass
-        for known in (self.solution, *self.wrong):
+        for known in (self.solution, *self.wrong, *(r.example for r in self.errors + self.checks)):
             made = self.run_source(known)
             if getattr(made, "__code__", None) is not None and \
                     getattr(fn, "__code__", None) is not None and \
@@ -116,7 +129,7 @@ _LOG_DRIVER = _JOIN + (
     "    lines.append(log_line(step, x))\n"
     "# what each host logged: None, or the number its line ends with (nan if none)\n"
     "import re\n"
-    "logged = [None if line is None else float((re.findall(r'-?[0-9.]+', str(line)) or ['nan'])[-1])\n"
+    "logged = [None if line is None else float((re.findall(r'-?\\d+(?:\\.\\d+)?', str(line)) or ['nan'])[-1])\n"
     "          for line in lines]\n"
     "print(json.dumps(logged))\n")
 
@@ -161,6 +174,10 @@ register(RealRunExercise(
         _LOG_LOCAL_MEAN: "that is the mean of host 0's own rows; the line should report the "
                          "mean of the whole global array",
     },
+    errors=(_any_hang('def log_line(step, x):\n'
+                 '    if jax.process_index() == 1:\n'
+                 '        jnp.mean(x).block_until_ready()\n'
+                 '    return None\n'),),
     hints=(
         "`jnp.mean(x)` on a global array is a collective: it finishes only when every host has "
         "called it.",
@@ -217,6 +234,10 @@ register(RealRunExercise(
             f"a host ran out of data ({case.got.text}): your count is more batches than some "
             "host has. Host 0's count, or the largest, is not one every host can run"),
     },
+    errors=(_any_hang('def steps_together(my_batches):\n'
+                 '    if jax.process_index() == 0:\n'
+                 '        multihost_utils.sync_global_devices("counting")\n'
+                 '    return 1\n'),),
     hints=(
         "Every host must run the same number of steps, and no host can run more steps than it "
         "has batches.",
