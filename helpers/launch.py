@@ -6,13 +6,20 @@ or, from a notebook, `run("train.py", hosts=2, devices_per_host=4)`. Host i is a
 with D fake CPU devices; the script calls `helpers.launch.initialize()` first, which joins the
 run (jax.distributed, coordinator on 127.0.0.1, gloo collectives). The same script also runs
 under mpirun/srun (initialize falls back to JAX's cluster auto-detection) or alone.
+
+The launcher is also the tool that explains a broken run: a host that fails (exception,
+non-zero exit status, signal) stops the others at once, and the result says for every host
+how it ended or which line of the script it was at, and the last line it printed.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import faulthandler
 import io
 import os
 import re
+import runpy
 import signal
 import socket
 import subprocess
@@ -20,24 +27,36 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
 from helpers.devices import DEVICE_COUNT_FLAG
-from helpers.launch_result import HostResult, LaunchError, RunResult, clean_stderr, clean_stdout
+from helpers.launch_result import (SCRIPT_ENDED, HostResult, LaunchError, RunResult, clean_stderr,
+                                   clean_stdout, describe_exit, hosts_text)
 
 __all__ = ["run", "initialize", "main", "RunResult", "HostResult", "LaunchError"]
 
 _PORT_ATTEMPTS = 3
 _POLL_SECONDS = 0.02
+_SAME_MOMENT = 2.0  # hosts failing within this many seconds of each other failed together
 # What the coordinator prints when its port is already taken (jaxlib 0.10.2 then crashes).
 _BIND_FAILURE = re.compile(r"Failed to add port to server|[Aa]ddress already in use")
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
+# Every host runs its script through _host_main (below), which turns its exit into one the
+# launcher sees at once; the script's path and arguments follow.
+_HOST_MAIN = "import helpers.launch as launch; launch._host_main()"
+_DUMP_SIGNAL = signal.SIGUSR1  # asks a host the launcher is about to stop where it is
+_DUMP_WAIT_SECONDS = 2.0
+# One frame of a faulthandler dump: '  File "/path/script.py", line 9 in <module>'.
+_DUMP_FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)',
+                         re.MULTILINE)
 
 
 # ----------------------------------------------------------------------------- child side
 
 _joined_via: str | None = None
+_stdout_moved = False
 
 
 def _cluster_kind() -> str | None:
@@ -96,7 +115,12 @@ def _native_stdout_off_the_pipe(*, to_stderr: bool = False) -> None:
     file descriptor 1, interleaved mid-line with each other and with the script's prints, so
     it cannot be filtered out afterwards. Native stdout goes to /dev/null (to stderr when
     the launcher runs with --verbose, or under a cluster launcher, so nothing is lost there).
+    Only the first call acts: the course launcher's hosts make it before their script starts.
     """
+    global _stdout_moved
+    if _stdout_moved:
+        return
+    _stdout_moved = True
     sys.stdout.flush()
     own = os.dup(1)
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(own, "w")), encoding="utf-8",
@@ -108,6 +132,80 @@ def _native_stdout_off_the_pipe(*, to_stderr: bool = False) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
         os.close(devnull)
+
+
+def _native_stderr_to_log() -> None:
+    """Give Python's stderr its own copy of the pipe; native stderr goes to the launcher's log pipe.
+
+    C++ libraries in jaxlib (absl, gloo, the coordination service) log to file descriptor 2,
+    many lines per record with random ids in them. Kept apart, a host's stderr is what its
+    Python code wrote (a traceback, warnings), and the native log stays available as `log`.
+    """
+    fd = os.environ.pop("HELPERS_LAUNCH_LOG_FD", None)
+    if fd is None:
+        return
+    sys.stderr.flush()
+    own = os.dup(2)
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(own, "w")), encoding="utf-8",
+                                  errors="backslashreplace", line_buffering=True,
+                                  write_through=True)
+    os.dup2(int(fd), 2)
+    os.close(int(fd))
+
+
+def _flush_and_exit(status: int) -> None:
+    """End this process now with `status`, skipping JAX's exit barrier (other hosts may never reach it)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
+def _exit_status(code: object) -> int:
+    """The process exit status `sys.exit(code)` stands for (None: 0, an int: itself, else 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_script_traceback(err: BaseException, script: str) -> None:
+    """Print an uncaught exception as `python script.py` would, without this runner's frames."""
+    tb = err.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != script:
+        tb = tb.tb_next
+    traceback.print_exception(type(err), err, tb)
+
+
+def _host_main() -> None:
+    """Child side of the course launcher: run the script as `__main__`, as `python script.py` would.
+
+    An uncaught exception, or `sys.exit(n)` with n != 0, ends the process at once with its
+    status, so the launcher sees the failure now (at interpreter exit, JAX would first wait for
+    every other host). A host still running at the launcher's timeout prints where it is
+    (faulthandler, on SIGUSR1); one whose script ended says so before JAX's exit barrier.
+    """
+    script, *args = sys.argv[1:]
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(script)
+    _die_with_launcher()
+    _native_stderr_to_log()
+    _native_stdout_off_the_pipe()
+    faulthandler.register(_DUMP_SIGNAL, all_threads=True)
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as done:
+        status = _exit_status(done.code)
+        if status:
+            _flush_and_exit(status)
+    except BaseException as err:  # noqa: BLE001 - an uncaught error of the script
+        _print_script_traceback(err, script)
+        _flush_and_exit(1)
+    print(SCRIPT_ENDED, file=sys.stderr, flush=True)
 
 
 def _wait_for_coordinator(address: str, timeout: float) -> None:
@@ -212,15 +310,18 @@ def _child_env(host: int, hosts: int, devices_per_host: int, port: int,
     return env
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the child leads its own session/group
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
+def _kill_groups(procs: list[subprocess.Popen]) -> None:
+    """SIGKILL every process group at once (no host outlives another by a wait), then reap them."""
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # each child leads its own session/group
+        except (ProcessLookupError, PermissionError):
+            pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 class _Host:
@@ -231,15 +332,26 @@ class _Host:
         self.index = index
         self.out: list[str] = []
         self.err: list[str] = []
-        self.proc = subprocess.Popen(
-            cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, start_new_session=True,
-            text=True, encoding="utf-8", errors="replace", bufsize=1)
+        self.log: list[str] = []
+        self.last_output: float | None = None  # when the script last printed (monotonic)
+        log_read, log_write = os.pipe()  # the host's native log (see _native_stderr_to_log)
+        try:
+            self.proc = subprocess.Popen(
+                cmd, env={**env, "HELPERS_LAUNCH_LOG_FD": str(log_write)},
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(log_write,), start_new_session=True,
+                text=True, encoding="utf-8", errors="replace", bufsize=1)
+        except BaseException:
+            os.close(log_read)
+            raise
+        finally:
+            os.close(log_write)
+        log = open(log_read, encoding="utf-8", errors="replace")
         self.readers = [
-            threading.Thread(target=self._pump, args=(self.proc.stdout, self.out, "stdout", on_line),
-                             daemon=True),
-            threading.Thread(target=self._pump, args=(self.proc.stderr, self.err, "stderr", on_line),
-                             daemon=True),
+            threading.Thread(target=self._pump, args=(stream, sink, name, on_line), daemon=True)
+            for stream, sink, name in ((self.proc.stdout, self.out, "stdout"),
+                                       (self.proc.stderr, self.err, "stderr"),
+                                       (log, self.log, "log"))
         ]
         for t in self.readers:
             t.start()
@@ -247,6 +359,8 @@ class _Host:
     def _pump(self, stream, sink: list[str], name: str, on_line) -> None:
         for line in stream:
             sink.append(line)
+            if name != "log":
+                self.last_output = time.monotonic()
             if on_line is not None:
                 on_line(self.index, name, line)
         stream.close()
@@ -260,104 +374,226 @@ def _tidy(text: str, replacements: dict[str, str]) -> str:
     for old, new in replacements.items():
         text = text.replace(old, new)
     text = re.sub(r"(?:/[^\s\"':]+)*/site-packages/", "site-packages/", text)
-    return text
+    return re.sub(r"(127\.0\.0\.1\]?):\d+", r"\1:<port>", text)
 
 
-def _attempt(cmd: list[str], hosts: int, devices_per_host: int, timeout: float,
-             on_line, verbose: bool) -> tuple[list[_Host], list[str], set[int], bool, int]:
-    """Start the hosts once; stop them all on the first failure or at the timeout."""
+def _ask_where(running: list[_Host]) -> None:
+    """Have each host still running print its Python stack (faulthandler), for `_where`."""
+    marks = {}
+    for h in running:
+        marks[h.index] = len(h.err)
+        try:
+            os.kill(h.proc.pid, _DUMP_SIGNAL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + _DUMP_WAIT_SECONDS
+    waiting = list(running)
+    while waiting and time.monotonic() < deadline:
+        # the runner's own frame, File "<string>", line 1, is the bottom of the main stack
+        waiting = [h for h in waiting if h.proc.poll() is None
+                   and not any('"<string>", line 1 in <module>' in line
+                               for line in h.err[marks[h.index]:])]
+        time.sleep(_POLL_SECONDS)
+
+
+def _where(stderr: str, script: Path) -> str:
+    """'line 9: total = jnp.sum(x)', the script line a stack dump shows a host at ('' if none)."""
+    for frame in _DUMP_FRAME.finditer(stderr):
+        if frame["path"] == str(script):
+            number = int(frame["line"])
+            try:
+                code = script.read_text(encoding="utf-8").splitlines()[number - 1].strip()
+            except (OSError, IndexError):
+                code = ""
+            function = frame["function"]
+            place = f"line {number}" + ("" if function == "<module>" else f" (in {function})")
+            return f"{place}: {code}" if code else place
+    return ""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Limits:
+    """When the launcher stops a run that has not ended by itself."""
+
+    timeout: float  # seconds from the start
+    grace: float = 0.0  # seconds the others get to end by themselves after a host fails
+    stall: float | None = None  # seconds without a printed line, once every host has printed
+
+    def check(self) -> None:
+        if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) \
+                or self.timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds; got {self.timeout!r}")
+        if isinstance(self.grace, bool) or not isinstance(self.grace, (int, float)) \
+                or self.grace < 0:
+            raise ValueError(f"grace must be a number of seconds, 0 or more; got {self.grace!r}")
+        if self.stall is not None and (isinstance(self.stall, bool) or not isinstance(
+                self.stall, (int, float)) or self.stall <= 0):
+            raise ValueError(f"stall must be a positive number of seconds or None; got "
+                             f"{self.stall!r}")
+
+
+def _stalled(started: list[_Host], stall: float | None) -> bool:
+    """Every host has printed (or exited), and none has printed for `stall` seconds."""
+    if stall is None:
+        return False
+    times = [h.last_output for h in started if h.proc.poll() is None]
+    return bool(times) and None not in times and time.monotonic() - max(times) > stall
+
+
+def _attempt(cmd: list[str], hosts: int, devices_per_host: int, limits: _Limits,
+             on_line, verbose: bool) -> tuple[list[_Host], list[str], list[list[int]], str, int]:
+    """Start the hosts once; stop them all `grace` s after the first failure, or at a limit.
+
+    Returns the hosts, their statuses, the failed hosts grouped by when they failed, why the
+    launcher stopped a run that had not failed ('' if it did not) and the coordinator's port.
+    """
     port = _free_port()
     started: list[_Host] = []
     status = ["running"] * hosts
-    failed: set[int] = set()
-    timed_out = False
+    failed_at: dict[int, float] = {}
+    why = ""
     try:
         for i in range(hosts):
             env = _child_env(i, hosts, devices_per_host, port, verbose)
             started.append(_Host(i, cmd, env, on_line))
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + limits.timeout
         while True:
             codes = [h.proc.poll() for h in started]
             for i, code in enumerate(codes):
                 if code is not None and status[i] == "running":
                     status[i] = "ok" if code == 0 else "failed"
                     if code != 0:
-                        failed.add(i)
-            if failed or all(c is not None for c in codes):
+                        if not failed_at:
+                            deadline = min(deadline, time.monotonic() + limits.grace)
+                        failed_at[i] = time.monotonic()
+            if all(c is not None for c in codes):
                 break
             if time.monotonic() > deadline:
-                timed_out = True
+                why = "" if failed_at else f"the {limits.timeout:g} s timeout"
+                break
+            if not failed_at and _stalled(started, limits.stall):
+                why = f"no host printed anything for {limits.stall:g} s"
                 break
             time.sleep(_POLL_SECONDS)
+        _ask_where([h for h in started if h.proc.poll() is None
+                    and SCRIPT_ENDED not in "".join(h.err)])
     finally:  # on KeyboardInterrupt too: no host may outlive the run
-        for h in started:  # also kills anything the script left behind in its group
-            _kill_group(h.proc)
+        _kill_groups([h.proc for h in started])  # and anything the scripts left behind
         for h in started:
             h.finish()
     for i, s in enumerate(status):
         if s == "running":
-            status[i] = "timed out" if timed_out else "stopped"
-    return started, status, failed, timed_out, port
+            status[i] = "timed out" if why else "stopped"
+    return started, status, _failure_groups(failed_at), why, port
 
 
-def _hosts_text(hosts: Sequence[int]) -> str:
-    """'host 1', 'hosts 0 and 1', 'hosts 0, 1 and 2'."""
-    names = [str(h) for h in hosts]
-    if len(names) == 1:
-        return f"host {names[0]}"
-    return f"hosts {', '.join(names[:-1])} and {names[-1]}"
+def _failure_groups(failed_at: dict[int, float]) -> list[list[int]]:
+    """Failed hosts in the order they failed; hosts that failed at the same moment share a group.
+
+    Hosts that fail together (every host raising the same error) come out in the same order
+    in every run, and a slow cascade (one host dies, the others abort later) keeps its order.
+    """
+    groups: list[list[int]] = []
+    start = None
+    for host in sorted(failed_at, key=lambda h: (failed_at[h], h)):
+        if start is None or failed_at[host] - start >= _SAME_MOMENT:
+            groups.append([])
+            start = failed_at[host]
+        groups[-1].append(host)
+    return [sorted(group) for group in groups]
 
 
-def _launch(cmd: list[str], *, hosts: int, devices_per_host: int, timeout: float,
-            display: dict[str, str], on_line=None, on_retry=None,
+def _timeout_message(why: str, results: Sequence[HostResult]) -> str:
+    running = [h.host for h in results if h.status == "timed out" and not h.script_ended]
+    ended = [h.host for h in results if h.status == "timed out" and h.script_ended]
+    exited = [h.host for h in results if h.status == "ok"]
+    parts = []
+    if running:
+        parts.append(f"{hosts_text(running)} {'was' if len(running) == 1 else 'were'} "
+                     "still running")
+    if ended:
+        parts.append(f"{hosts_text(ended)} had ended {'its' if len(ended) == 1 else 'their'} "
+                     "script and waited at JAX's exit barrier for the others")
+    if exited:
+        parts.append(f"{hosts_text(exited)} had exited")
+    return f"stopped after {why}: " + "; ".join(parts)
+
+
+def _failure_message(failed: list[list[int]], results: Sequence[HostResult]) -> str:
+    """'host 1 failed (exit status 3)', then whoever failed after it, then whom the launcher stopped."""
+    def how(group: list[int]) -> str:
+        if len(group) == 1:
+            return f"host {group[0]} ({describe_exit(results[group[0]].returncode)})"
+        return f"{hosts_text(group)} (" + ", ".join(
+            f"host {h}: {describe_exit(results[h].returncode)}" for h in group) + ")"
+
+    stopped = [h.host for h in results if h.status == "stopped"]
+    first, *later = failed
+    message = how(first).replace(" (", " failed (", 1)
+    message += "".join(f", then {how(group)}" for group in later)
+    if stopped:
+        message += f"; the launcher stopped {hosts_text(stopped)}"
+    if any(_BIND_FAILURE.search(h.stderr + h.log) for h in results):
+        message += f" (the coordinator's port was taken {_PORT_ATTEMPTS} times in a row)"
+    return message
+
+
+def _host_command(script: Path, args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-c", _HOST_MAIN, str(script), *map(str, args)]
+
+
+def _launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: int,
+            limits: _Limits, display: dict[str, str], on_line=None, on_retry=None,
             verbose: bool = False) -> RunResult:
     for name, value, low in (("hosts", hosts, 1), ("devices_per_host", devices_per_host, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be a whole number of at least {low}; got {value!r}")
-    if not timeout or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds; got {timeout!r}")
+    limits.check()
+    cmd = _host_command(script, args)
     pids: list[int] = []
     for attempt in range(1, _PORT_ATTEMPTS + 1):
-        started, status, failed, timed_out, port = _attempt(
-            cmd, hosts, devices_per_host, timeout, on_line, verbose)
+        started, status, failed, why, port = _attempt(
+            cmd, hosts, devices_per_host, limits, on_line, verbose)
         pids += [h.proc.pid for h in started]
-        bind_failed = any(_BIND_FAILURE.search("".join(started[i].err)) for i in failed)
+        bind_failed = any(_BIND_FAILURE.search("".join(started[i].err + started[i].log))
+                          for group in failed for i in group)
         if not (bind_failed and attempt < _PORT_ATTEMPTS):
             break
         if on_retry is not None:
             on_retry(port)
     tidy = {f"127.0.0.1:{port}": "<coordinator>", **display}
-    results = tuple(
-        HostResult(host=h.index, status=status[h.index],
-                   returncode=h.proc.returncode if status[h.index] in ("ok", "failed") else None,
-                   stdout=_tidy(clean_stdout("".join(h.out)), tidy),
-                   stderr=_tidy("".join(h.err), tidy))
-        for h in started)
-    stopped = [h.host for h in results if h.status == "stopped"]
-    if timed_out:
-        running = [h.host for h in results if h.status == "timed out"]
-        message = (f"stopped after the {timeout:g} s timeout: {_hosts_text(running)} "
-                   f"{'was' if len(running) == 1 else 'were'} still running (a host waiting "
-                   "in a collective for a host that never arrives looks like this)")
+    results = []
+    for h in started:
+        stderr = "".join(h.err)
+        results.append(HostResult(
+            host=h.index, status=status[h.index],
+            returncode=h.proc.returncode if status[h.index] in ("ok", "failed") else None,
+            stdout=_tidy(clean_stdout("".join(h.out)), tidy), stderr=_tidy(stderr, tidy),
+            log=_tidy("".join(h.log), tidy),
+            script_ended=SCRIPT_ENDED in stderr,
+            where=_tidy(_where(stderr, script), tidy)))
+    if why:
+        message = _timeout_message(why, results)
     elif failed:
-        first = min(failed)
-        code = results[first].returncode
-        others = sorted(failed - {first})
-        message = (f"host {first} failed (exit code {code})"
-                   + (f", and so did {_hosts_text(others)}" if others else "")
-                   + (f"; the launcher stopped {_hosts_text(stopped)}" if stopped else ""))
-        if any(_BIND_FAILURE.search(h.stderr) for h in results):
-            message += f" (the coordinator's port was taken {_PORT_ATTEMPTS} times in a row)"
+        message = _failure_message(failed, results)
     else:
         message = "all hosts finished"
-    return RunResult(hosts=results, devices_per_host=devices_per_host, message=message,
+    return RunResult(hosts=tuple(results), devices_per_host=devices_per_host, message=message,
                      pids=tuple(pids), attempts=attempt)
 
 
 def run(script_path: str | os.PathLike | None = None, *, source: str | None = None,
         hosts: int = 2, devices_per_host: int = 4, timeout: float = 120,
-        args: Sequence[str] = ()) -> RunResult:
-    """Run a script (a file, or Python `source` text) as `hosts` JAX processes; return their outputs."""
+        args: Sequence[str] = (), grace: float = 0.0, stall: float | None = None) -> RunResult:
+    """Run a script (a file, or Python `source` text) as `hosts` JAX processes; return their outputs.
+
+    A host that fails (an uncaught exception, a non-zero `sys.exit`, `os._exit` or a signal)
+    stops the others at once, or after `grace` seconds in which they may end on their own
+    (to see what they make of it). At the `timeout`, or when every host has printed and then
+    none prints for `stall` seconds (a hang), every host still running is stopped.
+    Either way the result says, host by host, how it ended or which line of the script it
+    was at, and the last line it printed.
+    """
     if (script_path is None) == (source is None):
         raise ValueError("pass either a script path or source='...python code...', not both")
     with tempfile.TemporaryDirectory(prefix="helpers-launch-") as tmp:
@@ -371,9 +607,8 @@ def run(script_path: str | os.PathLike | None = None, *, source: str | None = No
                 raise FileNotFoundError(
                     f"no script at {script_path!r} (looked in {os.getcwd()}); check the path")
             display = {str(path): path.name}
-        cmd = [sys.executable, str(path), *map(str, args)]
-        return _launch(cmd, hosts=hosts, devices_per_host=devices_per_host, timeout=timeout,
-                       display=display)
+        return _launch(path, args, hosts=hosts, devices_per_host=devices_per_host,
+                       limits=_Limits(timeout, grace, stall), display=display)
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -405,8 +640,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     lock = threading.Lock()
 
     def on_line(host: int, stream: str, line: str) -> None:
-        if not opts.verbose and (clean_stdout(line) if stream == "stdout"
-                                 else clean_stderr(line)) == "":
+        if not opts.verbose and (stream == "log" or (
+                clean_stdout(line) if stream == "stdout" else clean_stderr(line)) == ""):
             return
         with lock:
             target = sys.stdout if stream == "stdout" else sys.stderr
@@ -422,8 +657,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        result = _launch([sys.executable, str(path.resolve()), *opts.args], hosts=opts.hosts,
-                         devices_per_host=opts.devices_per_host, timeout=opts.timeout,
+        result = _launch(path.resolve(), opts.args, hosts=opts.hosts,
+                         devices_per_host=opts.devices_per_host, limits=_Limits(opts.timeout),
                          display={}, on_line=on_line, on_retry=on_retry,
                          verbose=opts.verbose)
     except KeyboardInterrupt:
@@ -434,6 +669,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(f"[launch] {opts.hosts} hosts x {opts.devices_per_host} devices: {result.message}",
           file=sys.stderr)
+    if not result.ok:
+        for line in result.report():
+            print(f"[launch] {line}", file=sys.stderr)
     if result.ok:
         return 0
     return 124 if any(h.status == "timed out" for h in result.hosts) else 1

@@ -1,5 +1,9 @@
 """Shared by the tests that start real processes: which of them are still running."""
+import time
+
 import psutil
+
+_POLL_SECONDS = 0.05
 
 
 def alive(pids) -> list[int]:
@@ -12,3 +16,15 @@ def alive(pids) -> list[int]:
         except psutil.NoSuchProcess:
             pass
     return out
+
+
+def survivors(pids, within: float = 10.0) -> list[int]:
+    """The pids still running after waiting up to `within` seconds for them all to end.
+
+    Tests assert `not survivors(pids)`: a process that ends a moment late (the kernel reaps
+    a killed group asynchronously) passes, one that outlives the deadline fails.
+    """
+    deadline = time.monotonic() + within
+    while (running := alive(pids)) and time.monotonic() < deadline:
+        time.sleep(_POLL_SECONDS)
+    return running

@@ -1,0 +1,293 @@
+"""Exercises of notebook 12: when hosts disagree (hangs and crashes in real processes)."""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from helpers.exercises import forms
+from helpers.exercises.core import PRELUDE, Kernel, Mistake, NotAttempted, register
+from helpers.exercises.kinds import ProcessExercise, Raised, Rule, ValueExercise
+
+KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
+MYSTERY = Path(__file__).resolve().parents[2] / "notebooks" / "scripts" / "mystery_hang.py"
+
+
+# ------------------------------------------------------------- real runs that may hang
+
+def _outcome(result) -> Any:
+    """What a failed or hung run did, in words that do not depend on timing or line numbers."""
+    # a host whose collective lost its peer (gloo) failed because another host died first
+    failed = sorted((h for h in result.hosts if h.status == "failed"),
+                    key=lambda h: ("Gloo" in h.error_tail(), h.host))
+    if failed:
+        host = failed[0]
+        tail = host.error_tail(3).strip().splitlines()
+        text = f"host {host.host} failed: {tail[-1] if tail else 'no error message'}"
+        return Raised(text, text)
+    states = [f"host {h.host} " + ("had ended its script" if h.script_ended else "was still running")
+              for h in result.hosts]
+    text = "the run hung: " + "; ".join(states)
+    return Raised(text, text)
+
+
+def _hung(case) -> str:
+    return (f"{case.got.text}. A host waited in a collective that another host did not call: "
+            "every host must make the same collectives, in the same order")
+
+
+def _any_hang(example: str) -> Rule:
+    """A rule for every run that hangs in a way the catalogue does not name; `example` does."""
+    return Rule(lambda raw: raw.startswith("the run hung"), example=example, say=_hung)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RealRunExercise(ProcessExercise):
+    """A ProcessExercise whose runs may hang on purpose: the launcher stops a silent run.
+
+    The driver prints a line right after joining, so a run where every host then stays silent
+    for `stall` seconds is a hang, told apart from a crash and judged like any other output.
+    An answer whose source still raises NotImplementedError is not attempted (no run needed).
+    """
+
+    stall: float = 5.0
+
+    def judge(self, answer: Any) -> None:
+        self._source(answer)  # a stub or a non-function is told before any process starts
+        super().judge(answer)
+
+    def output_of_answer(self, answer: Any, layout) -> Any:
+        return self._launch(self._source(answer), layout)
+
+    def _source(self, answer: Any) -> str:
+        """The answer's source: a function from a cell, one made from a known source, or text."""
+        if isinstance(answer, str):
+            source = answer
+        elif callable(answer):
+            source = self._source_of(answer)
+        else:
+            raise Mistake(f"expected a function {self.answer_name}(...), defined with def in a cell")
+        if re.search(r"^\s*raise NotImplementedError", source, re.MULTILINE):
+            raise NotAttempted
+        return source
+
+    def _source_of(self, fn) -> str:
+        """A function's source from its cell, or the known source (solution, catalogue) it was made from."""
+        import inspect
+        import textwrap
+
+        try:
+            return textwrap.dedent(inspect.getsource(fn))
+        except (OSError, TypeError):
+            pass
+        for known in (self.solution, *self.wrong, *(r.example for r in self.errors + self.checks)):
+            made = self.run_source(known)
+            if getattr(made, "__code__", None) is not None and \
+                    getattr(fn, "__code__", None) is not None and \
+                    made.__code__.co_code == fn.__code__.co_code and \
+                    made.__code__.co_consts == fn.__code__.co_consts:
+                return known
+        if "NotImplementedError" in getattr(getattr(fn, "__code__", None), "co_names", ()):
+            raise NotAttempted  # the stub, made from source (not typed in a cell)
+        raise Mistake(f"the source of {self.answer_name} cannot be read; define it with def in a cell")
+
+    def _launch(self, source: str, layout) -> Any:
+        import json
+
+        from helpers.launch import run
+
+        hosts, per_host = layout
+        script = self.driver.replace("{answer}", PRELUDE + self.setup + "\n" + source)
+        result = run(source=script, hosts=hosts, devices_per_host=per_host,
+                     timeout=self.timeout, stall=self.stall)
+        if not result.ok:
+            return _outcome(result)
+        try:
+            return tuple(json.loads(h.stdout.strip().splitlines()[-1]) for h in result.hosts)
+        except (IndexError, ValueError):
+            return Raised("a host printed no result line")
+
+
+_SETUP = "from jax.experimental import multihost_utils\n"
+_JOIN = ("from helpers.launch import initialize\ninitialize()\n"
+         "print('joined', flush=True)\n{answer}\n"
+         "import json\n"
+         "mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ('host', 'device'))\n"
+         "rows = NamedSharding(mesh, P(('host', 'device')))\n"
+         "host = jax.process_index()\n")
+
+
+# ------------------------------------------------------------------ 12.1 host-0 logging
+
+_LOG_DRIVER = _JOIN + (
+    "lines = []\n"
+    "for step in range(3):\n"
+    "    local = np.arange(jax.local_device_count(), dtype=np.float32) + 10 * host + step\n"
+    "    x = jax.make_array_from_process_local_data(rows, local)\n"
+    "    lines.append(log_line(step, x))\n"
+    "# what each host logged: None, or the number its line ends with (nan if none)\n"
+    "import re\n"
+    "logged = [None if line is None else float((re.findall(r'-?\\d+(?:\\.\\d+)?', str(line)) or ['nan'])[-1])\n"
+    "          for line in lines]\n"
+    "print(json.dumps(logged))\n")
+
+LOG_SOLUTION = '''def log_line(step, x):
+    """The line host 0 logs at this step, like 'step 0: mean 5.50'; None on every other host."""
+    mean = float(jnp.mean(x))  # a collective: every host computes it
+    if jax.process_index() == 0:
+        return f"step {step}: mean {mean:.2f}"
+    return None
+'''
+
+_LOG_ON_HOST_0_ONLY = '''def log_line(step, x):
+    if jax.process_index() == 0:
+        return f"step {step}: mean {float(jnp.mean(x)):.2f}"
+    return None
+'''
+
+_LOG_EVERYWHERE = '''def log_line(step, x):
+    return f"step {step}: mean {float(jnp.mean(x)):.2f}"
+'''
+
+_LOG_LOCAL_MEAN = '''def log_line(step, x):
+    mean = float(np.mean([np.asarray(s.data) for s in x.addressable_shards]))
+    if jax.process_index() == 0:
+        return f"step {step}: mean {mean:.2f}"
+    return None
+'''
+
+register(RealRunExercise(
+    id="12.1", kernel=KERNEL,
+    title="every host runs the collective; only host 0 logs",
+    answer_name="log_line",
+    solution=LOG_SOLUTION,
+    driver=_LOG_DRIVER,
+    setup=_SETUP,
+    meshes=((2, 1), (2, 2)),
+    wrong={
+        _LOG_ON_HOST_0_ONLY: "the run hung: host 0 computed the mean, a collective, and waited for "
+                             "host 1, which skipped it. Compute the mean on every host; only "
+                             "the returning of the line belongs under the if",
+        _LOG_EVERYWHERE: "every host returns a line; the other hosts should return None",
+        _LOG_LOCAL_MEAN: "that is the mean of host 0's own rows; the line should report the "
+                         "mean of the whole global array",
+    },
+    errors=(_any_hang('def log_line(step, x):\n'
+                 '    if jax.process_index() == 1:\n'
+                 '        jnp.mean(x).block_until_ready()\n'
+                 '    return None\n'),),
+    hints=(
+        "`jnp.mean(x)` on a global array is a collective: it finishes only when every host has "
+        "called it.",
+        "Compute the mean first, on every host; then decide, with jax.process_index(), who returns "
+        "the line.",
+    ),
+))
+
+
+# ------------------------------------------------------------------ 12.2 uneven epochs
+
+_EPOCH_DRIVER = _JOIN + (
+    "my_batches = 5 - 2 * host  # host 0 has 5 batches, host 1 has 3, host 2 has 1\n"
+    "data = [np.full(jax.local_device_count(), 10.0 * host + b, np.float32) for b in range(my_batches)]\n"
+    "steps = steps_together(my_batches)\n"
+    "means = []\n"
+    "for step in range(int(steps)):\n"
+    "    x = jax.make_array_from_process_local_data(rows, data[step])\n"
+    "    means.append(round(float(jnp.mean(x)), 4))\n"
+    "print(json.dumps([int(steps), means]))\n")
+
+EPOCH_SOLUTION = '''from jax.experimental import multihost_utils
+
+
+def steps_together(my_batches):
+    """How many steps every host runs this epoch: the fewest batches any host has."""
+    every_count = multihost_utils.process_allgather(np.int32(my_batches))  # one per host
+    return int(every_count.min())
+'''
+
+_EPOCH_OWN_COUNT = '''def steps_together(my_batches):
+    return my_batches
+'''
+
+_EPOCH_HOST_0_COUNT = '''from jax.experimental import multihost_utils
+
+
+def steps_together(my_batches):
+    return int(multihost_utils.broadcast_one_to_all(np.int32(my_batches)))
+'''
+
+register(RealRunExercise(
+    id="12.2", kernel=KERNEL,
+    title="every host runs the fewest batches any host has, so the epoch ends together",
+    answer_name="steps_together",
+    solution=EPOCH_SOLUTION,
+    driver=_EPOCH_DRIVER,
+    setup=_SETUP,
+    meshes=((2, 1), (3, 1)),
+    wrong={
+        _EPOCH_OWN_COUNT: "the run hung: each host ran its own number of steps, so host 1 finished "
+                          "while host 0 waited in a collective of a step host 1 never ran",
+        _EPOCH_HOST_0_COUNT: lambda case: (
+            f"a host ran out of data ({case.got.text}): your count is more batches than some "
+            "host has. Host 0's count, or the largest, is not one every host can run"),
+    },
+    errors=(_any_hang('def steps_together(my_batches):\n'
+                 '    if jax.process_index() == 0:\n'
+                 '        multihost_utils.sync_global_devices("counting")\n'
+                 '    return 1\n'),),
+    hints=(
+        "Every host must run the same number of steps, and no host can run more steps than it "
+        "has batches.",
+        "multihost_utils.process_allgather(np.int32(my_batches)) gives every host every host's "
+        "count, one per host.",
+    ),
+))
+
+
+# ------------------------------------------------------------------ 12.3 read the logs
+
+def _mystery_answer() -> tuple[int, int]:
+    """(the host the others wait for, the step they wait in), from the script's own settings."""
+    tree = ast.parse(MYSTERY.read_text(encoding="utf-8"))
+    settings = {t.id: ast.literal_eval(node.value) for node in tree.body
+                if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)
+                and t.id in ("STEPS", "CORRUPT")}
+    (skipper, _), = settings["CORRUPT"].items()
+    # the skipper makes one collective fewer: the others wait in their last step
+    return skipper, settings["STEPS"] - 1
+
+
+register(ValueExercise(
+    id="12.3", kernel=KERNEL,
+    title="hosts 0 and 2 wait in step 4 for host 1, which skipped a batch and finished early",
+    answer_name="stuck",
+    solution="stuck = (1, 4)  # host 1 skipped step 2, so its steps 3 and 4 met the others' 2 and 3",
+    form=forms.tuple_of(forms.whole("a host"), forms.whole("a step"),
+                        like="(0, 1)", what="(the host the others wait for, the step they wait in)"),
+    right=_mystery_answer,
+    wrong={
+        (1, 2): "host 1 went wrong at step 2, but nobody waited there: every host kept going. "
+                "Compare the losses the hosts print for steps 2 to 4",
+        (1, 3): "step 3 finished on every host (each printed a loss for it); look for the step "
+                "no host 0 or host 2 line reports",
+        (0, 4): "host 0 is one of the hosts that wait, not the one they wait for",
+        (2, 4): "host 2 is one of the hosts that wait, not the one they wait for",
+    },
+    rules=(
+        Rule(lambda a: a[0] not in (0, 1, 2), example=(3, 4),
+             say="the run has 3 hosts: 0, 1 and 2"),
+        Rule(lambda a: a[0] == 1, example=(1, 5),
+             say="the host is right; now the step: the last loss hosts 0 and 2 print is of step 3"),
+    ),
+    otherwise="read the three columns again: which host printed something the others did not, "
+              "and where do the others stop?",
+    hints=(
+        "A collective does not know about steps: it pairs each host's first call with the others' "
+        "first, the second with the second, and so on.",
+        "Host 1 printed 'skipped' for step 2 and made no collective there. Its step 3 then met the "
+        "other hosts' step 2: the losses match. Count what each host has left afterwards.",
+    ),
+))
