@@ -1,0 +1,414 @@
+"""Exercises of notebook 13: collective puzzles, judged by what they compute and what they send.
+
+Each puzzle is a program exercise: the learner's per-device body runs under shard_map on two
+(host, device) meshes with different device counts and is compared with the reference (and the
+catalogued wrong programs). Once the numbers are right, `TrafficRule`s read the compiled
+program (`helpers.traffic`) on the first mesh: which collectives it uses, and how many bytes
+cross hosts compared with the flat psum.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from jax import P
+
+from helpers.exercises.core import Kernel, Mistake, register
+from helpers.exercises.kinds import ProgramExercise
+
+KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
+DATA = ("host", "device")
+MESHES = ((2, 4), (3, 2))  # 8 devices on 2 hosts, 6 devices on 3 hosts
+SETUP = 'DATA = ("host", "device")\n'
+
+
+# ----------------------------------------------------------------------------- inputs and runs
+
+def _grads(mesh):
+    """Seeded whole-number gradients: one row of 2n numbers per device (64 bytes on 8 devices)."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+
+    n = mesh.size
+    data = np.random.default_rng(1300 + n).integers(-5, 6, size=(n, 2 * n)).astype(np.float32)
+    return jax.device_put(data, NamedSharding(mesh, P(DATA)))
+
+
+def _batch(mesh):
+    """A seeded (2n, 2n) batch split by rows: each device holds 2 whole rows."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding
+
+    n = mesh.size
+    data = np.random.default_rng(1310 + n).normal(size=(2 * n, 2 * n)).astype(np.float32)
+    return jax.device_put(data, NamedSharding(mesh, P(DATA, None)))
+
+
+def _allreduce_program(body, mesh):
+    import jax
+
+    return jax.shard_map(body, mesh=mesh, in_specs=P(DATA), out_specs=P(DATA)), _grads(mesh)
+
+
+def _reshard_program(body, mesh):
+    import jax
+
+    return jax.shard_map(body, mesh=mesh, in_specs=P(DATA, None), out_specs=P(None, DATA)), _batch(mesh)
+
+
+def _runner(program: Callable) -> Callable:
+    def run(body, mesh):
+        import numpy as np
+
+        fn, x = program(body, mesh)
+        return np.asarray(fn(x))
+    return run
+
+
+def _report(program: Callable, body, mesh):
+    from helpers.traffic import hosts_along, traffic
+
+    fn, x = program(body, mesh)
+    return traffic(fn, x, host_of=hosts_along(mesh))
+
+
+def _flat(block):
+    import jax
+
+    return jax.lax.psum(block, DATA)
+
+
+# ----------------------------------------------------------------------------- traffic rules
+
+@dataclass(frozen=True)
+class TrafficRule:
+    """A mistake seen in the compiled program: `when(yours, flat)` on two traffic reports."""
+
+    when: Callable[..., bool]
+    say: Callable[..., str]
+    example: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PuzzleExercise(ProgramExercise):
+    """A program exercise whose right numbers must also come from the right collectives.
+
+    `program(body, mesh)` returns (the shard_map to compile, its input); `traffic` rules are
+    tried in order on the first mesh, and a mistake shows the learner's traffic table.
+    """
+
+    program: Callable
+    traffic: tuple[TrafficRule, ...] = ()
+
+    def judge(self, answer: Any) -> None:
+        super().judge(answer)
+        if not self.traffic:
+            return
+        mesh = self.make_case(self.meshes[0])
+        yours = _report(self.program, answer, mesh)
+        flat = _report(_allreduce_program, _flat, mesh)
+        for rule in self.traffic:
+            if rule.when(yours, flat):
+                raise Mistake(rule.say(yours, flat), yours.text())
+
+    def catalogue(self) -> list[tuple[Any, str]]:
+        mesh = self.make_case(self.meshes[0])
+        flat = _report(_allreduce_program, _flat, mesh)
+        extra = [(rule.example, rule.say(_report(self.program, self.run_source(rule.example), mesh), flat))
+                 for rule in self.traffic]
+        return super().catalogue() + extra
+
+
+def _kinds(report) -> set[str]:
+    return set(report.kinds())
+
+
+def _b(n) -> str:
+    from helpers.traffic import format_bytes
+
+    return format_bytes(n)
+
+
+def _body(lines: str, name: str) -> str:
+    """A catalogued program: `def name(block):` with these lines as its body."""
+    indented = "\n".join("    " + line for line in lines.strip().splitlines())
+    return f"def {name}(block):\n{indented}\n"
+
+
+# ----------------------------------------------------------------------------- 13.1
+
+def _two_steps(lines: str) -> str:
+    return _body(lines, "allreduce_two_steps")
+
+
+register(PuzzleExercise(
+    id="13.1", kernel=KERNEL, setup=SETUP, meshes=MESHES,
+    title="an all-reduce is a reduce-scatter, then an all-gather",
+    answer_name="allreduce_two_steps",
+    solution='''
+def allreduce_two_steps(block):
+    """The sum of every device's block, from psum_scatter and all_gather."""
+    piece = jax.lax.psum_scatter(block, DATA, scatter_dimension=1, tiled=True)  # (1, F / n): my piece of the sum
+    return jax.lax.all_gather(piece, DATA, axis=1, tiled=True)  # (1, F): every piece, in order
+''',
+    run=_runner(_allreduce_program), program=_allreduce_program,
+    wrong={
+        _two_steps('''
+piece = jax.lax.psum_scatter(block, "device", scatter_dimension=1, tiled=True)
+return jax.lax.all_gather(piece, "device", axis=1, tiled=True)'''):
+            "your sums cover the devices of one host only: name both mesh axes, DATA = ('host', 'device'), "
+            "in both collectives",
+        _two_steps('''
+return jax.lax.psum_scatter(block, DATA, scatter_dimension=1, tiled=True)'''):
+            "each device returns only its own piece of the sum (1/n of it): gather the pieces back with "
+            "all_gather",
+        _two_steps('''
+piece = jax.lax.psum_scatter(block, DATA, scatter_dimension=1, tiled=True)
+return jax.lax.all_gather(piece, DATA, axis=0, tiled=True)'''):
+            "your all_gather glues the pieces along dimension 0 (rows); the pieces are columns of the sum: "
+            "gather along axis=1",
+        _two_steps('''
+piece = jax.lax.psum_scatter(block, DATA, scatter_dimension=1, tiled=True)
+return jax.lax.all_gather(piece, DATA, axis=1)'''):
+            "without tiled=True, all_gather stacks the pieces along a new axis instead of gluing them into "
+            "one row: pass tiled=True",
+        _two_steps('''
+piece = jax.lax.psum_scatter(block, DATA, scatter_dimension=0, tiled=True)
+return jax.lax.all_gather(piece, DATA, axis=0, tiled=True)'''):
+            "a block has a single row, so dimension 0 cannot be cut into one piece per device: scatter along "
+            "dimension 1, the gradient's numbers",
+    },
+    traffic=(
+        TrafficRule(
+            lambda yours, flat: "all-reduce" in _kinds(yours),
+            lambda yours, flat: "the numbers are right, but your program still runs an all-reduce (a psum): "
+                                "build it from psum_scatter and all_gather only",
+            _two_steps("return jax.lax.psum(block, DATA)")),
+        TrafficRule(
+            lambda yours, flat: "reduce-scatter" not in _kinds(yours),
+            lambda yours, flat: f"the numbers are right, but no psum_scatter: your program sends "
+                                f"{_b(yours.across_hosts + yours.inside_hosts)} in all, psum {_b(flat.across_hosts + flat.inside_hosts)}. "
+                                "Sum with psum_scatter first, so each device gathers only summed pieces",
+            _two_steps("return jnp.sum(jax.lax.all_gather(block, DATA), axis=0)")),
+    ),
+    hints=(
+        "psum_scatter(block, DATA, scatter_dimension=1, tiled=True) gives each device one piece of the sum; "
+        "which collective puts the pieces back together?",
+        "all_gather(piece, DATA, axis=1, tiled=True) glues the pieces of every device in order, along the same "
+        "dimension you scattered.",
+    ),
+))
+
+
+# ----------------------------------------------------------------------------- 13.2
+
+def _ring(lines: str) -> str:
+    return _body(lines, "ring_allreduce")
+
+
+register(PuzzleExercise(
+    id="13.2", kernel=KERNEL, setup=SETUP, meshes=MESHES,
+    title="a ring all-reduce: n - 1 steps of ppermute",
+    answer_name="ring_allreduce",
+    solution='''
+def ring_allreduce(block):
+    """The sum of every device's block, passed around a ring with ppermute."""
+    n = jax.lax.axis_size(DATA)
+    right = [(i, (i + 1) % n) for i in range(n)]
+    total, message = block, block
+    for _ in range(n - 1):  # after n - 1 steps every block has visited every device once
+        message = jax.lax.ppermute(message, DATA, right)  # forward what arrived last
+        total = total + message
+    return total
+''',
+    run=_runner(_allreduce_program), program=_allreduce_program,
+    wrong={
+        _ring('''
+n = jax.lax.axis_size(DATA)
+total, message = block, block
+for _ in range(n):
+    message = jax.lax.ppermute(message, DATA, [(i, (i + 1) % n) for i in range(n)])
+    total = total + message
+return total'''):
+            lambda case: f"one step too many: after {case.devices - 1} steps on {case.devices} devices every block "
+                         "has arrived once; one more step brings your own block back and adds it twice",
+        _ring('''
+n = jax.lax.axis_size(DATA)
+total = block
+for _ in range(n - 1):
+    total = total + jax.lax.ppermute(block, DATA, [(i, (i + 1) % n) for i in range(n)])
+return total'''):
+            "you send your own block at every step, so you keep receiving your neighbour's; forward the message "
+            "you just received, so that each block travels on around the ring",
+        _ring('''
+n = jax.lax.axis_size("device")
+total, message = block, block
+for _ in range(n - 1):
+    message = jax.lax.ppermute(message, "device", [(i, (i + 1) % n) for i in range(n)])
+    total = total + message
+return total'''):
+            "your ring runs inside each host only (over 'device'): the sums miss the other hosts. Make the ring "
+            "over DATA = ('host', 'device')",
+        _ring('''
+total, message = block, block
+for _ in range(7):
+    message = jax.lax.ppermute(message, DATA, [(i, (i + 1) % 8) for i in range(8)])
+    total = total + message
+return total'''):
+            lambda case: f"your ring assumes 8 devices; the check's second mesh has {case.devices}. Ask "
+                         "jax.lax.axis_size(DATA) for the number of devices",
+    },
+    traffic=(
+        TrafficRule(
+            lambda yours, flat: _kinds(yours) - {"collective-permute"} != set(),
+            lambda yours, flat: "the numbers are right, but your program uses "
+                                f"{', '.join(sorted(_kinds(yours) - {'collective-permute'}))}: build the ring "
+                                "from ppermute alone",
+            _ring("return jax.lax.psum(block, DATA)")),
+    ),
+    hints=(
+        "Keep two values: the running total, and the message you pass on. At each step, ppermute the "
+        "message one place to the right and add what arrives to the total.",
+        "With n = jax.lax.axis_size(DATA) devices, the pairs [(i, (i + 1) % n) for i in range(n)] make a "
+        "ring, and n - 1 steps bring every other device's block to you exactly once.",
+    ),
+))
+
+
+# ----------------------------------------------------------------------------- 13.3
+
+def _to_features(lines: str) -> str:
+    return _body(lines, "batch_to_features")
+
+
+register(PuzzleExercise(
+    id="13.3", kernel=KERNEL, setup=SETUP, meshes=MESHES,
+    title="all_to_all reshards rows into columns, each piece straight to its owner",
+    answer_name="batch_to_features",
+    solution='''
+def batch_to_features(block):
+    """This device's rows in, this device's columns (of every row) out, with all_to_all."""
+    # (R, F): cut the columns into n pieces, send piece k to device k, stack what arrives as rows
+    return jax.lax.all_to_all(block, DATA, split_axis=1, concat_axis=0, tiled=True)  # (R * n, F / n)
+''',
+    run=_runner(_reshard_program), program=_reshard_program,
+    wrong={
+        _to_features("return jax.lax.all_to_all(block, DATA, split_axis=0, concat_axis=1, tiled=True)"):
+            "you cut the rows and glue columns; it is the other way round: split_axis=1 (the features you "
+            "hand out), concat_axis=0 (the rows you collect)",
+        _to_features("return jax.lax.all_to_all(block, DATA, split_axis=1, concat_axis=1, tiled=True)"):
+            "you glue the pieces you receive side by side (concat_axis=1); they are other devices' rows: "
+            "stack them with concat_axis=0",
+        _to_features('return jax.lax.all_to_all(block, "device", split_axis=1, concat_axis=0, tiled=True)'):
+            "your all_to_all runs inside each host only (over 'device'); the rows of the other hosts never "
+            "arrive. Use DATA = ('host', 'device')",
+        _to_features("return jax.lax.all_to_all(block, DATA, split_axis=1, concat_axis=0)"):
+            "without tiled=True, all_to_all needs the split dimension to be exactly n long and stacks on a "
+            "new axis: pass tiled=True",
+    },
+    traffic=(
+        TrafficRule(
+            lambda yours, flat: "all-gather" in _kinds(yours),
+            lambda yours, flat: f"the numbers are right, but you gather the whole batch on every device and keep "
+                                f"a slice: {_b(yours.across_hosts)} cross hosts. all_to_all sends each device only "
+                                "the piece it keeps",
+            _to_features('''
+full = jax.lax.all_gather(block, DATA, axis=0, tiled=True)
+width = full.shape[1] // jax.lax.axis_size(DATA)
+return jax.lax.dynamic_slice_in_dim(full, jax.lax.axis_index(DATA) * width, width, axis=1)''')),
+        TrafficRule(
+            lambda yours, flat: _kinds(yours) != {"all-to-all"},
+            lambda yours, flat: f"the numbers are right, but your program runs {', '.join(sorted(_kinds(yours))) or 'no collective'}: "
+                                "this puzzle is one all_to_all",
+            _to_features('''
+n, me = jax.lax.axis_size(DATA), jax.lax.axis_index(DATA)
+rows, width = block.shape[0], block.shape[1] // n
+everything = jax.lax.dynamic_update_slice_in_dim(jnp.zeros((rows * n, block.shape[1])), block, me * rows, axis=0)
+everything = jax.lax.psum(everything, DATA)
+return jax.lax.dynamic_slice_in_dim(everything, me * width, width, axis=1)''')),
+    ),
+    hints=(
+        "all_to_all(block, DATA, split_axis, concat_axis, tiled=True): which dimension do you hand out to "
+        "the other devices, and along which do you stack what you receive?",
+        "Hand out the features (split_axis=1) and stack the rows you receive (concat_axis=0): block (R, F) "
+        "becomes (R * n, F / n).",
+    ),
+))
+
+
+# ----------------------------------------------------------------------------- 13.4
+
+def _hier(lines: str) -> str:
+    return _body(lines, "hierarchical_allreduce")
+
+
+register(PuzzleExercise(
+    id="13.4", kernel=KERNEL, setup=SETUP, meshes=MESHES,
+    title="a hierarchical all-reduce sends only a piece across hosts",
+    answer_name="hierarchical_allreduce",
+    solution='''
+def hierarchical_allreduce(block):
+    """The sum of every device's block: inside each host, then across hosts, then back."""
+    piece = jax.lax.psum_scatter(block, "device", scatter_dimension=1, tiled=True)  # inside: my host's sum of my piece
+    piece = jax.lax.psum(piece, "host")  # across: device d of every host adds up piece d
+    return jax.lax.all_gather(piece, "device", axis=1, tiled=True)  # inside: the whole sum again
+''',
+    run=_runner(_allreduce_program), program=_allreduce_program,
+    wrong={
+        _hier('''
+piece = jax.lax.psum_scatter(block, "device", scatter_dimension=1, tiled=True)
+return jax.lax.psum(piece, "host")'''):
+            "each device returns only its piece of the sum: finish with an all_gather over 'device' inside "
+            "the host",
+        _hier('''
+piece = jax.lax.psum_scatter(block, "device", scatter_dimension=1, tiled=True)
+piece = jax.lax.psum(piece, "device")
+return jax.lax.all_gather(piece, "device", axis=1, tiled=True)'''):
+            "your second step adds over 'device' again, inside the host: the other hosts' gradients never "
+            "arrive. The step across hosts is over 'host'",
+        _hier('''
+piece = jax.lax.psum_scatter(block, "device", scatter_dimension=1, tiled=True)
+piece = jax.lax.psum(piece, DATA)
+return jax.lax.all_gather(piece, "device", axis=1, tiled=True)'''):
+            "your second step adds the pieces over both axes, so different pieces of one host get added "
+            "together; device d must meet only device d of the other hosts: psum over 'host'",
+        _hier('''
+piece = jax.lax.psum_scatter(block, "device", scatter_dimension=1, tiled=True)
+piece = jax.lax.psum(piece, "host")
+return jax.lax.all_gather(piece, "host", axis=1, tiled=True)'''):
+            "your last step gathers over 'host', but the pieces were cut over 'device': gather them back "
+            "over 'device', inside the host",
+    },
+    traffic=(
+        TrafficRule(
+            lambda yours, flat: yours.kinds() == ["all-reduce"] and len(yours.collectives[0].groups) == 1,
+            lambda yours, flat: "that is the flat psum itself, one ring over all devices: split it into the three "
+                                "steps (inside, across, back)",
+            _hier("return jax.lax.psum(block, DATA)")),
+        TrafficRule(
+            lambda yours, flat: "reduce-scatter" not in _kinds(yours) and yours.across_hosts >= flat.across_hosts,
+            lambda yours, flat: f"the numbers are right, but {_b(yours.across_hosts)} cross hosts, more than the "
+                                f"flat psum's {_b(flat.across_hosts)}: after a psum inside the host every device "
+                                "holds the whole gradient, and each sends all of it across. Scatter first "
+                                "(psum_scatter), so only a piece crosses",
+            _hier('return jax.lax.psum(jax.lax.psum(block, "device"), "host")')),
+        TrafficRule(
+            lambda yours, flat: yours.across_hosts >= flat.across_hosts,
+            lambda yours, flat: f"the numbers are right, but {_b(yours.across_hosts)} cross hosts, not fewer than "
+                                f"the flat psum's {_b(flat.across_hosts)}: reduce inside each host first (over "
+                                "'device'), then cross hosts with the smaller piece",
+            _hier('''
+piece = jax.lax.psum_scatter(block, "host", scatter_dimension=1, tiled=True)
+piece = jax.lax.psum(piece, "device")
+return jax.lax.all_gather(piece, "host", axis=1, tiled=True)''')),
+    ),
+    hints=(
+        "Step 1 is puzzle 13.1's first step, but over 'device' only; step 3 is its second step, over 'device' "
+        "only. What runs in between, and over which axis?",
+        "psum_scatter over 'device' (scatter_dimension=1), then psum over 'host', then all_gather over "
+        "'device' (axis=1), each with tiled=True where it applies.",
+    ),
+))
+

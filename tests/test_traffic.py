@@ -1,0 +1,333 @@
+"""The traffic counter: replica groups read from JAX's compiled programs, checked against what
+the collectives actually did when run, on several meshes and device orders; the cost model's
+arithmetic; and clear errors for what it cannot count."""
+from fractions import Fraction
+from itertools import combinations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import P
+from jax.sharding import Mesh, NamedSharding
+
+from helpers import traffic as T
+
+DEVICES = np.array(jax.devices())
+ORDERS = {
+    "make_mesh": None,
+    "interleaved": [0, 4, 1, 5, 2, 6, 3, 7],
+    "shuffled": [3, 0, 6, 1, 7, 2, 5, 4],
+}
+SHAPES = {(2, 4): ("host", "device"), (4, 2): ("host", "device"), (2, 2, 2): ("a", "b", "c")}
+MESHES = [(shape, order) for shape in SHAPES for order in ORDERS]
+
+
+def build_mesh(shape, order):
+    names = SHAPES[shape]
+    if order is None:
+        return jax.make_mesh(shape, names)
+    return Mesh(DEVICES[ORDERS[order]].reshape(shape), names)
+
+
+def axis_subsets(names):
+    return [s for k in range(1, len(names) + 1) for s in combinations(names, k)]
+
+
+def ids_per_device(mesh):
+    """A global (N,) int array whose element on device d is d.id, one element per device."""
+    spec = P(tuple(mesh.axis_names))
+    ids = np.array([d.id for d in mesh.devices.flat], dtype=np.int32)
+    return jax.device_put(ids, NamedSharding(mesh, spec)), spec
+
+
+def by_device(out, mesh):
+    """Each device's block of a shard_map output that keeps one block per device."""
+    return {s.device: np.asarray(s.data) for s in out.addressable_shards}
+
+
+def only(found, kind):
+    chosen = [c for c in found if c.kind == kind]
+    assert len(chosen) == 1, [c.kind for c in found]
+    return chosen[0]
+
+
+@pytest.mark.parametrize("shape,order", MESHES, ids=[f"{s}-{o}" for s, o in MESHES])
+def test_device_assignment_is_the_mesh_order(shape, order):
+    mesh = build_mesh(shape, order)
+    x, spec = ids_per_device(mesh)
+    compiled = T.compile_program(jax.shard_map(lambda b: b + 1, mesh=mesh, in_specs=spec, out_specs=spec), x)
+    assert T.device_assignment(compiled) == list(mesh.devices.flat)
+
+
+@pytest.mark.parametrize("shape,order", MESHES, ids=[f"{s}-{o}" for s, o in MESHES])
+def test_all_reduce_groups_are_the_devices_psum_really_adds(shape, order):
+    mesh = build_mesh(shape, order)
+    x, spec = ids_per_device(mesh)
+    for axes in axis_subsets(mesh.axis_names):
+        fn = jax.shard_map(lambda b: jax.lax.psum(2 ** b, axes), mesh=mesh, in_specs=spec, out_specs=spec)
+        ran = by_device(fn(x), mesh)
+        really = {frozenset(i for i in range(8) if int(v[0]) >> i & 1) for v in ran.values()}
+        parsed = only(T.collectives(fn, x), "all-reduce")
+        assert {frozenset(g) for g in T.groups_as_ids(parsed)} == really, axes
+        for d, v in ran.items():  # each device is in the group whose sum it received
+            group = next(g for g in parsed.groups if d in g)
+            assert int(v[0]) == sum(2 ** g.id for g in group)
+
+
+@pytest.mark.parametrize("shape,order", MESHES, ids=[f"{s}-{o}" for s, o in MESHES])
+def test_all_gather_groups_list_devices_in_the_order_jax_gathers_them(shape, order):
+    mesh = build_mesh(shape, order)
+    x, spec = ids_per_device(mesh)
+    for axes in axis_subsets(mesh.axis_names):
+        fn = jax.shard_map(lambda b: jax.lax.all_gather(b, axes, tiled=True), mesh=mesh, in_specs=spec,
+                           out_specs=spec)
+        ran = by_device(fn(x), mesh)
+        parsed = only(T.collectives(fn, x), "all-gather")
+        for d, gathered in ran.items():
+            group = next(g for g in parsed.groups if d in g)
+            assert [g.id for g in group] == gathered.tolist(), axes
+
+
+@pytest.mark.parametrize("shape,order", MESHES, ids=[f"{s}-{o}" for s, o in MESHES])
+def test_permute_pairs_are_who_really_sent_to_whom(shape, order):
+    mesh = build_mesh(shape, order)
+    x, spec = ids_per_device(mesh)
+    for axes in axis_subsets(mesh.axis_names):
+        n = int(np.prod([mesh.shape[a] for a in axes]))
+        perm = [(i, (i + 1) % n) for i in range(n)]
+        fn = jax.shard_map(lambda b: jax.lax.ppermute(b, axes, perm), mesh=mesh, in_specs=spec, out_specs=spec)
+        ran = by_device(fn(x), mesh)
+        parsed = only(T.collectives(fn, x), "collective-permute")
+        assert sorted(T.groups_as_ids(parsed)) == sorted((int(v[0]), d.id) for d, v in ran.items()), axes
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_reduce_scatter_and_all_to_all_groups_on_a_host_device_mesh(order):
+    mesh = build_mesh((2, 4), order)
+    spec = P(("host", "device"))
+    x = jax.device_put(np.arange(8 * 8, dtype=np.float32).reshape(8, 8), NamedSharding(mesh, spec))
+    expected = {frozenset(d.id for d in row) for row in mesh.devices}  # the 'device' axis: one mesh row
+    scatter = jax.shard_map(lambda b: jax.lax.psum_scatter(b, "device", scatter_dimension=1, tiled=True),
+                            mesh=mesh, in_specs=spec, out_specs=spec)
+    to_all = jax.shard_map(lambda b: jax.lax.all_to_all(b, "device", 1, 0, tiled=True),
+                           mesh=mesh, in_specs=spec, out_specs=spec)
+    for fn, kind in ((scatter, "reduce-scatter"), (to_all, "all-to-all")):
+        parsed = only(T.collectives(fn, x), kind)
+        assert {frozenset(g) for g in T.groups_as_ids(parsed)} == expected
+
+
+def test_a_fori_loop_counts_each_iteration():
+    mesh = jax.make_mesh((8,), ("all",))
+    x = jax.device_put(jnp.ones((8, 4)), NamedSharding(mesh, P("all")))
+    perm = [(i, (i + 1) % 8) for i in range(8)]
+
+    def ring(b):
+        return jax.lax.fori_loop(0, 5, lambda i, m: jax.lax.ppermute(m, "all", perm), b)
+
+    fn = jax.shard_map(ring, mesh=mesh, in_specs=P("all"), out_specs=P("all"))
+    (permute,) = T.collectives(fn, x)
+    assert permute.repeats == 5
+    report = T.traffic(fn, x, host_of=lambda d: d.id // 4)
+    assert report.inside_hosts + report.across_hosts == 5 * 8 * 16  # 5 steps, 8 sends of 16 bytes
+
+
+def test_a_loop_of_unknown_length_is_refused_with_a_reason():
+    mesh = jax.make_mesh((8,), ("all",))
+    x = jax.device_put(jnp.ones((8, 4)), NamedSharding(mesh, P("all")))
+    perm = [(i, (i + 1) % 8) for i in range(8)]
+
+    def until_big(b):
+        return jax.lax.while_loop(lambda m: jnp.sum(m) < 100.0, lambda m: 2 * jax.lax.ppermute(m, "all", perm), b)
+
+    fn = jax.shard_map(until_big, mesh=mesh, in_specs=P("all"), out_specs=P("all"), check_vma=False)
+    with pytest.raises(ValueError, match="fixed trip count"):
+        T.collectives(fn, x)
+
+
+# ----------------------------------------------------------------------------- the cost model
+D = jax.devices()
+
+
+def test_ring_all_reduce_cost_per_hop():
+    c = T.Collective("all-reduce", "ar", "psum", 64, (tuple(D[:4]), tuple(D[4:])))
+    hops = c.transfers()
+    assert len(hops) == 8 and {t.nbytes for t in hops} == {Fraction(2 * 3, 4) * 64}
+    assert [(t.source.id, t.target.id) for t in hops[:4]] == [(0, 1), (1, 2), (2, 3), (3, 0)]
+
+
+def test_flat_and_hierarchical_all_reduce_by_hand():
+    hosts = {d: d.id // 4 for d in D}
+    flat = T.Traffic((T.Collective("all-reduce", "a", "psum", 64, (tuple(D),)),), hosts)
+    assert flat.across_hosts == 2 * Fraction(14, 8) * 64  # hops 3->4 and 7->0, 2*(8-1)/8 * B each
+    assert flat.inside_hosts + flat.across_hosts == 2 * 7 * 64
+    hier = T.Traffic((
+        T.Collective("reduce-scatter", "r", "psum_scatter", 16, (tuple(D[:4]), tuple(D[4:]))),
+        T.Collective("all-reduce", "a", "psum", 16, tuple((D[i], D[i + 4]) for i in range(4))),
+        T.Collective("all-gather", "g", "all_gather", 64, (tuple(D[:4]), tuple(D[4:]))),
+    ), hosts)
+    assert hier.across_hosts == 4 * 2 * 16  # 4 pairs, 2 hops, (2*(2-1)/2) * 16 bytes each
+    assert hier.inside_hosts == 2 * (4 * 3 * 16) + 2 * (4 * Fraction(3, 4) * 64)
+    assert hier.across_hosts < flat.across_hosts
+
+
+def test_permute_and_all_to_all_are_direct():
+    hosts = {d: d.id // 4 for d in D}
+    permute = T.Collective("collective-permute", "p", "ppermute", 8, (), ((D[0], D[4]), (D[1], D[1]), (D[2], D[3])))
+    to_all = T.Collective("all-to-all", "t", "all_to_all", 32, ((D[0], D[1], D[4], D[5]),))
+    report = T.Traffic((permute, to_all), hosts)
+    assert report.split(permute) == (8, 8)  # the self-send is free
+    assert report.split(to_all) == (4 * 8, 8 * 8)  # 12 sends of 32/4 bytes; 8 of them change host
+
+
+def test_groups_of_one_move_nothing():
+    c = T.Collective("all-reduce", "a", "psum", 64, tuple((d,) for d in D))
+    assert c.transfers() == []
+
+
+# ----------------------------------------------------------------------------- parsing details
+def test_iota_replica_groups():
+    assert T.replica_groups("replica_groups=[2,4]<=[8], dims", 8) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert T.replica_groups("replica_groups=[4,2]<=[2,4]T(1,0), x", 8) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert T.replica_groups("replica_groups={}, to_apply=%add", 4) == [[0, 1, 2, 3]]
+
+
+def test_shape_bytes():
+    assert T.shape_bytes("f32[1,8]{1,0}") == 32
+    assert T.shape_bytes("(f32[1,1]{1,0}, bf16[4]{0}, /*index=2*/s8[3])") == 4 + 8 + 3
+    assert T.shape_bytes("f32[]") == 4
+    with pytest.raises(ValueError, match="unknown element type"):
+        T.shape_bytes("q99[2]")
+
+
+def test_text_that_is_not_hlo_is_refused():
+    with pytest.raises(ValueError, match="not the text of a compiled HLO module"):
+        T.parse_collectives("hello", list(D))
+
+
+def test_async_collectives_are_refused_not_miscounted():
+    hlo = ("HloModule m, num_partitions=2\n\nENTRY %main (p: f32[4]) -> f32[4] {\n"
+           "  %p = f32[4]{0} parameter(0)\n"
+           "  %s = (f32[4]{0}, f32[4]{0}) all-reduce-start(%p), replica_groups={{0,1}}, to_apply=%add\n"
+           "  ROOT %d = f32[4]{0} all-reduce-done(%s)\n}\n")
+    with pytest.raises(ValueError, match="asynchronous"):
+        T.parse_collectives(hlo, list(D[:2]))
+
+
+def test_a_group_naming_a_missing_device_is_refused():
+    hlo = ("HloModule m, num_partitions=2\n\nENTRY %main (p: f32[4]) -> f32[4] {\n"
+           "  ROOT %a = f32[4]{0} all-reduce(%p), replica_groups={{0,5}}, to_apply=%add\n}\n")
+    with pytest.raises(ValueError, match="runs on 2 devices"):
+        T.parse_collectives(hlo, list(D[:2]))
+
+
+def test_no_collectives_no_traffic():
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    x = jax.device_put(jnp.ones((8, 2)), NamedSharding(mesh, P(("host", "device"))))
+    report = T.traffic(jax.shard_map(lambda b: 2 * b, mesh=mesh, in_specs=P(("host", "device")),
+                                     out_specs=P(("host", "device"))), x)
+    assert report.collectives == () and report.across_hosts == 0
+    assert "no collectives" in str(report)
+
+
+def test_hosts_along_reads_the_mesh_axis():
+    mesh = build_mesh((2, 4), "interleaved")
+    host_of = T.hosts_along(mesh)
+    assert [host_of(d) for d in mesh.devices.flat] == [0] * 4 + [1] * 4
+    with pytest.raises(ValueError, match="no axis 'rack'"):
+        T.hosts_along(mesh, "rack")
+
+
+def test_the_report_table_is_deterministic():
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    spec = P(("host", "device"))
+    x = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, spec))
+    fn = jax.shard_map(lambda b: jax.lax.psum(b, ("host", "device")), mesh=mesh, in_specs=spec, out_specs=spec)
+    text = str(T.traffic(fn, x, host_of=T.hosts_along(mesh)))
+    assert text == str(T.traffic(fn, x, host_of=T.hosts_along(mesh)))
+    assert "all-reduce" in text and "psum" in text and "224 B" in text and "672 B" in text
+
+
+def test_an_unrolled_loop_folds_into_one_row_with_the_same_totals():
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    spec = P(("host", "device"))
+    x = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, spec))
+    right = [(i, (i + 1) % 8) for i in range(8)]
+
+    def ring(b):
+        total = b
+        for _ in range(7):
+            b = jax.lax.ppermute(b, ("host", "device"), right)
+            total = total + b
+        return total
+
+    report = T.traffic(jax.shard_map(ring, mesh=mesh, in_specs=spec, out_specs=spec), x, host_of=T.hosts_along(mesh))
+    assert len(report.collectives) == 7
+    (folded,) = report.folded()
+    assert folded.repeats == 7
+    assert T.Traffic((folded,), report.hosts).across_hosts == report.across_hosts == 7 * 2 * 64
+    assert "collective-permute x7" in str(report) and "collective-permute x7" in T.compare({"ring": report})
+
+
+def test_busiest_link_and_busiest_host():
+    hosts = {d: d.id // 4 for d in D}
+    two_steps = T.Traffic((
+        T.Collective("all-reduce", "a", "psum", 64, (tuple(D[:4]), tuple(D[4:]))),
+        T.Collective("all-reduce", "b", "psum", 64, tuple((D[i], D[i + 4]) for i in range(4))),
+    ), hosts)
+    assert two_steps.busiest_link_across() == 64  # each pair: one hop of 2*(2-1)/2 * 64 each way
+    assert two_steps.busiest_host_across() == 4 * 64  # 4 devices of a host each send 64 bytes out
+    table = T.compare({"two psums": two_steps})
+    assert table.splitlines()[2].split()[-4:] == ["64", "B", "256", "B"]  # max per link, max per host
+
+
+def test_the_picture_has_one_row_per_folded_collective():
+    from helpers.traffic_viz import draw_traffic
+
+    hosts = {d: d.id // 4 for d in D}
+    permute = T.Collective("collective-permute", "p", "ppermute", 8, (), ((D[3], D[4]),))
+    report = T.Traffic((permute, permute, T.Collective("all-gather", "g", "all_gather", 32, (tuple(D),))), hosts)
+    assert len(draw_traffic(report).axes) == 2
+    assert len(draw_traffic(T.Traffic((), {})).axes) == 0
+
+
+def test_a_trip_count_is_read_wherever_backend_config_sits():
+    hlo = ("HloModule m, num_partitions=2\n\n"
+           "%body (p: f32[4]) -> f32[4] {\n"
+           "  %p = f32[4]{0} parameter(0)\n"
+           "  ROOT %c = f32[4]{0} collective-permute(%p), channel_id=1, source_target_pairs={{0,1},{1,0}}\n}\n\n"
+           "%cond (p: f32[4]) -> pred[] {\n  ROOT %t = pred[] constant(true)\n}\n\n"
+           "ENTRY %main (p: f32[4]) -> f32[4] {\n"
+           "  %p = f32[4]{0} parameter(0)\n"
+           '  ROOT %w = f32[4]{0} while(%p), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"3"}}, '
+           'metadata={op_name="jit(f)/while"}\n}\n')
+    (permute,) = T.parse_collectives(hlo, list(D[:2]))
+    assert permute.repeats == 3 and T.groups_as_ids(permute) == [(0, 1), (1, 0)]
+
+
+@pytest.mark.parametrize("shape", [(2, 4), (4, 2), (3, 2)])
+def test_the_hierarchical_all_reduce_sends_fewer_bytes_across_hosts_than_the_flat_one(shape):
+    mesh = jax.make_mesh(shape, ("host", "device"), devices=jax.devices()[: shape[0] * shape[1]])
+    spec = P(("host", "device"))
+    n = mesh.size
+    x = jax.device_put(jnp.ones((n, 2 * n)), NamedSharding(mesh, spec))
+
+    def hierarchical(b):
+        piece = jax.lax.psum_scatter(b, "device", scatter_dimension=1, tiled=True)
+        return jax.lax.all_gather(jax.lax.psum(piece, "host"), "device", axis=1, tiled=True)
+
+    def run(body):
+        return T.traffic(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec), x, host_of=T.hosts_along(mesh))
+
+    flat, hier = run(lambda b: jax.lax.psum(b, ("host", "device"))), run(hierarchical)
+    hosts, per_host, nbytes = shape[0], shape[1], 2 * n * 4
+    assert flat.across_hosts == hosts * Fraction(2 * (n - 1), n) * nbytes  # one crossing hop per host
+    assert hier.across_hosts == 2 * (hosts - 1) * nbytes  # D rings of H, each hop 2(H-1)/H * B/D
+    assert hier.across_hosts < flat.across_hosts
+    assert hier.busiest_link_across() < flat.busiest_link_across()
+
+
+def test_a_report_draws_itself_in_a_notebook():
+    hosts = {d: d.id // 4 for d in D}
+    report = T.Traffic((T.Collective("all-reduce", "a", "psum", 64, (tuple(D),)),), hosts)
+    assert report._repr_png_().startswith(b"\x89PNG")
