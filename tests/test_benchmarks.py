@@ -121,6 +121,35 @@ def test_the_gradient_trap_is_caught_before_anything_is_timed(variants):
         train_step.check_agreement(trapped, steps=2)
 
 
+def test_a_flax_step_that_trains_on_one_hosts_rows_is_caught(variants):
+    import jax
+    from flax import nnx
+
+    from helpers import nnx_model
+
+    right = variants[train_step.NNX_MESH]
+    graphdef, _ = nnx_model.abstract_state()
+    placement = jax.tree.map(lambda a: a.sharding, right.start[0])  # as notebook 10 places it
+
+    def one_hosts_rows(state, x, y):  # the mistake: the loss of host 0's half of the batch
+        model, optimizer = nnx.merge(graphdef, state)
+        half = x.shape[0] // 2
+        loss, grads = nnx.value_and_grad(nnx_model.loss_fn)(model, x[:half], y[:half])
+        optimizer.update(model, grads)
+        return nnx.state((model, optimizer)), loss
+
+    wrong = dict(variants)
+    wrong[train_step.NNX_MESH] = train_step.Variant(
+        right.name, jax.jit(one_hosts_rows, out_shardings=(placement, None)), right.start, unplace=right.unplace,
+        reference=train_step.NNX_SINGLE)
+    assert right.reference == train_step.NNX_SINGLE  # AdamW is checked against AdamW
+    with pytest.raises(train_step.DisagreementError,
+                       match=r"after 2 steps .*: Flax NNX \+ Optax, mesh by [\d.e+-]+\. The"):
+        train_step.check_agreement(wrong, steps=2)
+    with pytest.raises(ValueError, match="references .* are not among the variants"):
+        train_step.check_agreement({train_step.NNX_MESH: right}, steps=1)
+
+
 def test_a_wrong_program_stops_the_run_through_the_worker():
     with pytest.raises(measure.WrongProgram, match="^parameters differ by 8x$"):
         measure.run_worker("tests.test_benchmarks:refuses", 1, timeout=120)
@@ -134,8 +163,9 @@ def _train_results(ratio: float) -> measure.Results:
         train["batches"][str(batch)] = {
             "first_step": {v: 0.3 for v in train_step.VARIANTS},
             "differences": {"single device": 0.0, "pmap": 1.2e-7, "shard_map": 2.4e-7,
-                            "jit, Explicit mesh": 1e-7}}
-        for v, t in zip(train_step.VARIANTS, (1e-4, 1e-3, ratio * 1e-3, 1.1e-3)):
+                            "jit, Explicit mesh": 1e-7, train_step.NNX_SINGLE: 0.0,
+                            train_step.NNX_MESH: 2e-7}}
+        for v, t in zip(train_step.VARIANTS, (1e-4, 1e-3, ratio * 1e-3, 1.1e-3, 2e-3, 2.6e-3)):
             results.add(measure.record(train_step.step_name(batch, v), [t, t * 1.1, t * 0.9]))
     results.sections["course"] = {"train": train}
     return results
@@ -148,6 +178,9 @@ def test_the_report_states_the_ratio_and_the_agreement_per_batch():
                        r"(\S+)$", text, re.M)
     assert found == [("10", "2.4e-07")] * 2
     assert "**Global batch 32768**" in text
+    assert "| 32 | Flax NNX + Optax, mesh | 300 ms | 2.6 ms (2.34–2.86) | 2.60× | 2e-07 |" in text
+    assert re.findall(r"^Flax NNX \+ Optax step on the mesh / on one device: (\S+)x$", text,
+                      re.M) == ["1.30"] * 2
 
 
 def test_one_explorer_redraw_is_timed():
