@@ -186,7 +186,8 @@ def readme_block(results) -> str:
         "`make bench` measures the course on your machine and writes "
         "[BENCHMARKS.md](BENCHMARKS.md): how long each notebook's Run All takes, the test "
         "suite, the explorer's redraw, the launcher, and what the course teaches (one train "
-        "step written four ways and checked against each other, assembling global batches). "
+        "step written six ways and checked against each other, assembling global batches, "
+        "Orbax checkpoints, Grain loaders, flat and hierarchical all-reduces). "
         f"Last measured on {facts['machine']['CPUs'].split()[0]} CPUs, {when}"
         + (", quick run" if facts.get("quick") else "")
         + (f", while the machine was shared and busy (load average {load_at_start(facts):.1f}"

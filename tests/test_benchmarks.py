@@ -8,8 +8,8 @@ from helpers.devices import use_fake_devices
 
 use_fake_devices(8)
 
-from benchmarks import (compare, course, explorer, learner, measure, report,  # noqa: E402
-                        run, testsuite, train_step)
+from benchmarks import (checkpoints, collectives, compare, course, explorer,  # noqa: E402
+                        learner, loaders, measure, report, run, testsuite, train_step)
 from tools import course_table  # noqa: E402
 
 
@@ -234,3 +234,60 @@ def test_a_wrong_program_stops_make_bench_and_the_report_says_why(tmp_path, monk
     assert run.chosen_sections("5,learner") == ["learner", "course"]
     with pytest.raises(SystemExit, match="unknown section 'nine'"):
         run.chosen_sections("nine")
+
+
+QUICK = types.SimpleNamespace(quick=True)
+
+
+def test_orbax_saves_on_2x4_and_restores_on_4x2_in_quick_mode():
+    results = _results()
+    checkpoints.measure(results, QUICK)
+    data = results.sections["checkpoints"]
+    assert data["sizes"] == [str(s) for s in checkpoints.QUICK["sizes"]]
+    assert data["bytes"]["256"] == 3 * 256 * 256 * 4 and 0 < data["bytes"]["course"] < 4096
+    for what in ("save", "restore"):
+        assert len(results.values(checkpoints.bench_name(what, "course"))) == 1
+    text = checkpoints.render(results)
+    assert "| notebook 10's train state (" in text and "| 256 × 256 float32 × 3 (768 KiB) |" in text
+    assert "restore on 4 × 2" in text and "every number came back" in text
+
+
+def test_grain_and_numpy_loaders_are_timed_per_host_in_quick_mode():
+    results = _results()
+    loaders.measure(results, QUICK)
+    assert results.sections["loaders"]["rows_per_host"] == {"256": 128}
+    for loader in loaders.LOADERS:
+        for stage in loaders.STAGES:
+            assert len(results.values(loaders.bench_name(256, loader, stage))) == 1
+    text = loaders.render(results)
+    assert text.count("| 256 (128 per host) |") == 2 and "Grain `HostLoader`" in text
+
+
+def test_flat_and_hierarchical_all_reduce_beside_the_cost_model_in_quick_mode():
+    results = _results()
+    collectives.measure(results, QUICK)
+    costs = results.sections["collectives"]["costs"]
+    cols = collectives.QUICK["columns"][0]
+    flat, hier = (costs[collectives.cost_key(2, 4, cols, n)] for n in collectives.PROGRAMS)
+    assert flat["collectives"] == ["all-reduce"]
+    assert hier["collectives"] == ["reduce-scatter", "all-reduce", "all-gather"]
+    assert hier["across"] < flat["across"]  # the point of the hierarchical all-reduce
+    text = collectives.render(results)
+    assert "| 2 × 4 | 1.0 KiB | hierarchical | reduce-scatter, all-reduce, all-gather |" in text
+
+
+def test_a_host_that_saw_a_wrong_result_stops_the_run(tmp_path, monkeypatch):
+    script = tmp_path / "wrong.py"
+    script.write_text("import sys\nfrom helpers.launch import initialize\ninitialize()\n"
+                      "print('WRONG host 0: the state restored from step 1 differs', flush=True)\n"
+                      "sys.exit(3)\n", encoding="utf-8")
+    monkeypatch.setattr(measure, "STACK_SCRIPT", script)
+    with pytest.raises(measure.WrongProgram, match="^host 0: the state restored from step 1"):
+        measure.run_stack("ckpt_restore", 1, 1, timeout=120)
+
+
+def test_every_section_has_a_quick_mode_and_runs_before_the_test_suite():
+    assert [s.KEY for s in run.SECTIONS][5:] == ["checkpoints", "loaders", "collectives"]
+    assert run.ORDER[-1] == "tests" and set(run.ORDER) == {s.KEY for s in run.SECTIONS}
+    for section in (checkpoints, loaders, collectives):
+        assert section.QUICK.keys() == section.FULL.keys()
