@@ -109,6 +109,22 @@ class Results:
         return results
 
 
+def overlay(base: Results, later: Results) -> Results:
+    """`base` with every section `later` measured taken from `later` (a partial rerun).
+
+    The report keeps `base`'s machine facts and says which sections come from which run.
+    """
+    merged = Results(dict(base.facts), dict(base.sections), dict(base.benchmarks))
+    merged.sections.update(later.sections)
+    merged.benchmarks.update(later.benchmarks)
+    merged.facts["later_runs"] = list(base.facts.get("later_runs", [])) + [{
+        "stamp": later.facts["stamp"], "sections": sorted(later.sections),
+        "date": later.facts["machine"]["date"], "flags": later.facts.get("flags", ""),
+        "load": later.facts["machine"].get("load average at start (1/5/15 min)", "n/a"),
+        "spent": later.facts.get("spent", {}), "duration": later.facts.get("duration")}]
+    return merged
+
+
 def run_worker(target: str, devices: int, timeout: float = 600,
                **kwargs) -> tuple[list[pyperf.Benchmark], dict]:
     """Run `target` ('module:function') in a fresh Python with `devices` fake CPU devices.

@@ -291,3 +291,21 @@ def test_every_section_has_a_quick_mode_and_runs_before_the_test_suite():
     assert run.ORDER[-1] == "tests" and set(run.ORDER) == {s.KEY for s in run.SECTIONS}
     for section in (checkpoints, loaders, collectives):
         assert section.QUICK.keys() == section.FULL.keys()
+
+
+def test_a_partial_rerun_is_rendered_over_the_full_run(tmp_path):
+    old, new = _train_results(1.0), _train_results(1.5)
+    new.facts.update(stamp="NEW", machine={"CPUs": "2", "date": "D", "load average at start "
+                                           "(1/5/15 min)": "1.00 / 1.00 / 1.00"},
+                     flags="--only 5", spent={"5": 30.0})
+    old.sections["explorer"] = {"renders": 2, "meshes": {}}
+    merged = measure.overlay(old, new)
+    name = train_step.step_name(32, "shard_map")
+    assert merged.median(name) == pytest.approx(1.5e-3) and "explorer" in merged.sections
+    assert old.median(name) == pytest.approx(1e-3)  # the runs themselves are left alone
+    train_only = types.SimpleNamespace(KEY="course", TITLE="Train", render=course.render_train)
+    text = report.render_report(merged, [train_only])
+    assert ("Section 1 comes from a later run on the same machine, `benchmarks/results/NEW.json`"
+            " (D, flags `--only 5`, load average at start 1.00 / 1.00 / 1.00); there the time "
+            "went: section 5 30 s.") in text
+    assert "shard_map step / pmap step: 1.50x" in text
