@@ -98,7 +98,7 @@ def measure(results, opts) -> None:
 
 
 def _kib(nbytes: float) -> str:
-    return f"{nbytes / 1024:,.1f} KiB" if nbytes >= 1024 else f"{nbytes:,.0f} B"
+    return f"{nbytes / 1024:,.4g} KiB" if nbytes >= 1024 else f"{nbytes:,.0f} B"
 
 
 def render(results) -> str:

@@ -98,7 +98,7 @@ def ckpt_save(directory: str, sizes: list, reps: int) -> None:
 
     from helpers import stack_ckpt
 
-    m, out = mesh(), {"save": {}, "bytes": {}}
+    m, out = mesh(), {"save": {}, "bytes": {}, "arrays": {}}
     for size in sizes:
         state, _, _ = train_state(size, m)
         manager = ocp.CheckpointManager(f"{directory}/{size}")
@@ -109,6 +109,7 @@ def ckpt_save(directory: str, sizes: list, reps: int) -> None:
             times.append(seconds)
         manager.close()
         out["save"][str(size)], out["bytes"][str(size)] = times[1:], state_bytes(state)
+        out["arrays"][str(size)] = len(jax.tree.leaves(state))
     report(**out)
 
 

@@ -71,4 +71,5 @@ def render(results) -> str:
         f"global batches {' and '.join(map(str, data['batches']))}. The numpy loader slices "
         f"consecutive rows of the table in one call; Grain fetches its rows one record at a "
         f"time through its shuffled index (`ArrayRecords.__getitem__` is Python, called once "
-        f"per record) and then stacks them: that per-record work is what the shuffle costs.")
+        f"per record) and then stacks them, so its examples per second barely change with the "
+        f"batch while the numpy loader's grow with it.")
