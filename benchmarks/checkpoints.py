@@ -43,17 +43,18 @@ def measure(results, opts) -> None:
     results.sections[KEY] = measure_sizes(results, **(QUICK if opts.quick else FULL))
 
 
-def _size_text(size: str, nbytes: int, arrays: int) -> str:
+def _size_text(size: str, nbytes: int, arrays: int | None) -> str:
     what = "notebook 10's train state" if size == COURSE else f"{size} × 256 float32 × 3"
     amount = (f"{nbytes:,} B" if nbytes < 2**10 else f"{nbytes / 2**10:.3g} KiB"
               if nbytes < 2**20 else f"{nbytes / 2**20:.3g} MiB")
-    return f"{what} ({arrays} arrays, {amount})"
+    return f"{what} ({amount})" if arrays is None else f"{what} ({arrays} arrays, {amount})"
 
 
 def render(results) -> str:
     data = results.sections[KEY]
     bench = lambda what, size: results.benchmarks[bench_name(what, size)]  # noqa: E731
-    rows = [[_size_text(size, data["bytes"][size], data["arrays"][size]),
+    arrays = data.get("arrays", {})  # runs before 2026-11-30T09:37Z did not count them
+    rows = [[_size_text(size, data["bytes"][size], arrays.get(size)),
              fmt_bench(bench("save", size)),
              fmt_bench(bench("restore", size))] for size in data["sizes"]]
     table = md_table(["train state (size)", f"save on {SAVE_MESH[0]} × {SAVE_MESH[1]}",

@@ -161,10 +161,14 @@ def render_report(results, sections) -> str:
         out += ["", "Where the time went: " + ", ".join(
             f"section {n} {fmt_s(t)}" for n, t in sorted(facts["spent"].items())) + "."]
     numbers = {s.KEY: n for n, s in enumerate(sections, start=1)}
-    for later in facts.get("later_runs", []):
-        which = ", ".join(str(numbers[k]) for k in sorted(later["sections"], key=numbers.get))
+    later_runs = facts.get("later_runs", [])
+    for i, later in enumerate(later_runs):  # a section shows the last run that measured it
+        kept = set(later["sections"]).difference(*(r["sections"] for r in later_runs[i + 1:]))
+        if not kept:
+            continue
+        which = ", ".join(str(numbers[k]) for k in sorted(kept, key=numbers.get))
         spent = ", ".join(f"section {n} {fmt_s(t)}" for n, t in sorted(later["spent"].items()))
-        plural = len(later["sections"]) > 1
+        plural = len(kept) > 1
         out += ["", f"Section{'s' if plural else ''} {which} come{'' if plural else 's'} from a "
                     f"later run on the same machine, "
                     f"`benchmarks/results/{later['stamp']}.json` ({later['date']}, flags "

@@ -310,3 +310,5 @@ def test_a_partial_rerun_is_rendered_over_the_full_run(tmp_path):
             " (D, flags `--only 5`, load average at start 1.00 / 1.00 / 1.00); there the time "
             "went: section 5 30 s.") in text
     assert "shard_map step / pmap step: 1.50x" in text
+    twice = report.render_report(measure.overlay(merged, new), [train_only])
+    assert twice.count("from a later run") == 1  # a section names only the run it shows
