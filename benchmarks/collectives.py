@@ -1,4 +1,4 @@
-"""Section 8: notebook 13's hierarchical all-reduce against the flat psum, timed beside the cost model.
+"""Section 8: notebook 13's hierarchical all-reduce against the flat psum, beside the cost model.
 
 The times come from real runs (benchmarks/launched_stack.py allreduce) on 2 x 4 and 4 x 2,
 where crossing hosts means crossing processes (gloo over localhost); both programs must give
@@ -7,7 +7,7 @@ programs, counted in one process with 8 fake devices (`cost_model`, run by `run_
 """
 from __future__ import annotations
 
-from benchmarks.measure import log, record, run_stack, run_worker
+from benchmarks.measure import log, record, run_stack, run_worker, slowest
 from benchmarks.report import fmt_bench, md_table
 
 KEY = "collectives"
@@ -87,8 +87,8 @@ def measure_allreduce(results, meshes: list, columns: list[int], reps: int) -> d
         lines = run_stack("allreduce", hosts, devices, columns=columns, reps=reps)
         for cols in columns:
             for name in PROGRAMS:
-                times = [max(reps) for reps in zip(*(l["time"][f"{cols}/{name}"] for l in lines))]
-                results.add(record(bench_name(hosts, devices, cols, name), times))
+                results.add(record(bench_name(hosts, devices, cols, name),
+                                   slowest(lines, "time", f"{cols}/{name}")))
     return {"meshes": [list(m) for m in meshes], "columns": columns, "reps": reps,
             "costs": costs}
 

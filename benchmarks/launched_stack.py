@@ -3,7 +3,8 @@
     ckpt_save OPTS     save train states of growing size with Orbax (helpers.stack_ckpt)
     ckpt_restore OPTS  restore them onto this run's mesh, and check every number came back
     loaders OPTS       examples per second per host: notebook 07's numpy loader against
-                       notebook 11's Grain HostLoader, each feeding make_array_from_process_local_data
+                       notebook 11's Grain HostLoader, each then feeding
+                       make_array_from_process_local_data
     allreduce OPTS     the flat psum against the hierarchical all-reduce of notebook 13
 
 OPTS is one JSON object. Every host prints one line `BENCH {json}`; a wrong result (a restored
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `benchmarks` from this checkout
-from benchmarks import collectives  # noqa: E402
+from benchmarks import checkpoints, collectives  # noqa: E402
 from helpers.launch import initialize  # noqa: E402
 
 initialize()
@@ -30,7 +31,6 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 AXES = ("host", "device")
-COURSE = "course"  # the size label of notebook 10's own train state
 COLUMNS = 256  # width of every leaf of a synthetic train state
 
 
@@ -72,7 +72,7 @@ def train_state(size, on_mesh):
 
     from helpers import nnx_model
 
-    if size == COURSE:
+    if size == checkpoints.COURSE:
         shardings = nnx_model.state_shardings(on_mesh)
         state = jax.jit(lambda: nnx.state(nnx_model.create(nnx_model.SEED)),
                         out_shardings=shardings)()

@@ -1,6 +1,6 @@
 """Measure the course on this machine, keep the raw results, and write BENCHMARKS.md (`make bench`).
 
-    python -m benchmarks.run                 # everything: under 10 minutes on a 2-core laptop
+    python -m benchmarks.run                 # everything (budget: 10 minutes, 2-core laptop)
     python -m benchmarks.run --quick         # fewer repetitions of everything, for development
     python -m benchmarks.run --skip-tests    # without the (long) test-suite section
     python -m benchmarks.run --only 1,5 --notebooks 00,02 --output /tmp/b.md --results-dir /tmp/r

@@ -140,8 +140,8 @@ def test_a_flax_step_that_trains_on_one_hosts_rows_is_caught(variants):
 
     wrong = dict(variants)
     wrong[train_step.NNX_MESH] = train_step.Variant(
-        right.name, jax.jit(one_hosts_rows, out_shardings=(placement, None)), right.start, unplace=right.unplace,
-        reference=train_step.NNX_SINGLE)
+        right.name, jax.jit(one_hosts_rows, out_shardings=(placement, None)), right.start,
+        unplace=right.unplace, reference=train_step.NNX_SINGLE)
     assert right.reference == train_step.NNX_SINGLE  # AdamW is checked against AdamW
     with pytest.raises(train_step.DisagreementError,
                        match=r"after 2 steps .*: Flax NNX \+ Optax, mesh by [\d.e+-]+\. The"):
@@ -178,7 +178,8 @@ def test_the_report_states_the_ratio_and_the_agreement_per_batch():
                        r"(\S+)$", text, re.M)
     assert found == [("10", "2.4e-07")] * 2
     assert "**Global batch 32768**" in text
-    assert "| 32 | Flax NNX + Optax, mesh | 300 ms | 2.6 ms (2.34–2.86) | 2.60× | 2e-07 |" in text
+    row = "| 32 | Flax NNX + Optax, mesh | 300 ms | 2.6 ms (2.34–2.86) | 2.60× | 2e-07 |"
+    assert row in text
     assert re.findall(r"^Flax NNX \+ Optax step on the mesh / on one device: (\S+)x$", text,
                       re.M) == ["1.30"] * 2
 
