@@ -85,6 +85,13 @@ def ratio_line(results, batch: str) -> str:
     return f"shard_map step / pmap step: {ratio:.2f}x"
 
 
+def nnx_ratio_line(results, batch: str) -> str:
+    """'Flax NNX + Optax step on the mesh / on one device: 1.30x' (medians of one run)."""
+    ratio = (results.median(train_step.step_name(int(batch), train_step.NNX_MESH))
+             / results.median(train_step.step_name(int(batch), train_step.NNX_SINGLE)))
+    return f"Flax NNX + Optax step on the mesh / on one device: {ratio:.2f}x"
+
+
 def agreement_line(train: dict, batch: str) -> str:
     """'parameters after 10 steps, largest difference from single device: 1.2e-07'."""
     largest = max(train["batches"][batch]["differences"].values())
@@ -108,8 +115,10 @@ def render_train(results) -> str:
                        f"largest parameter difference after {train['check_steps']} steps"],
                       rows, "rlrrrr")]
     for batch in batches:
-        parts.append(f"**Global batch {batch}**\n\n{ratio_line(results, batch)}\n\n"
-                     f"{agreement_line(train, batch)}")
+        lines = [f"**Global batch {batch}**", ratio_line(results, batch)]
+        if train_step.NNX_MESH in train["variants"]:
+            lines.append(nnx_ratio_line(results, batch))
+        parts.append("\n\n".join(lines + [agreement_line(train, batch)]))
     n = len(results.values(train_step.step_name(int(batches[0]), "pmap")))
     cpus = results.facts["machine"]["CPUs"].split()[0]
     parts.append(
@@ -117,20 +126,25 @@ def render_train(results) -> str:
         f"devices, written as the course writes it: `jax.jit` on one device; `jax.pmap` with "
         f"`pmean` of the gradients over its axis; `jax.shard_map` on a `('host', 'device')` mesh "
         f"with `check_vma` on, taking the gradient of the `pmean`'d loss (notebook 06's fix of "
-        f"the gradient trap); and `jax.jit` under `jax.set_mesh` on an Explicit mesh, where the "
-        f"shardings are in the inputs' types and XLA adds the all-reduce. **Every variant is "
-        f"checked before it is timed:** after {train['check_steps']} steps from the same start, "
-        f"its parameters must equal the single-device reference's within "
-        f"{train['tolerance']:g}, or the benchmark stops with an error instead of timing a wrong "
-        f"program (the last column is that check, the worst of every process). Each time is "
+        f"the gradient trap); `jax.jit` under `jax.set_mesh` on an Explicit mesh, where the "
+        f"shardings are in the inputs' types and XLA adds the all-reduce; and notebook 10's "
+        f"Flax NNX model with Optax AdamW, once as its single-device reference "
+        f"(`nnx_model.reference_step`, an `nnx.jit`) and once as the `jax.jit` step on the "
+        f"`('host', 'device')` mesh with the state placed by `nnx_model.state_shardings` (AdamW "
+        f"moments split over `'device'`). **Every variant is checked before it is timed:** "
+        f"after {train['check_steps']} steps from the same start, its parameters must equal its "
+        f"single-device reference's within {train['tolerance']:g} (the SGD variants: single "
+        f"device's; the Flax mesh step: the Flax single-device step's), or the benchmark stops "
+        f"with an error instead of timing a wrong program (the last column is that check, the "
+        f"worst of every process). Each time is "
         f"pyperf's: {train['processes']} worker processes (pyperf's runs, each timing the "
         f"variants in a different order), each one warm-up and then values that are the mean of "
         f"{train['loops']} steps, {n} values in all, waiting for every step as a loop that logs "
         f"its loss does; the ratios are of medians from the same run. **The "
         f"{train['devices']} fake devices share this machine's {cpus} cores, so these "
         f"ratios show overhead, not speedup:** splitting a batch here adds dispatch and "
-        f"all-reduce work and no compute. The Flax NNX + Optax step of notebook 10 joins these "
-        f"variants once that notebook exists.")
+        f"all-reduce work and no compute. The Flax single-device step also pays NNX's "
+        f"Python-side bookkeeping (merging the graph and the state) on every call.")
     return "\n\n".join(parts)
 
 

@@ -109,6 +109,22 @@ class Results:
         return results
 
 
+def overlay(base: Results, later: Results) -> Results:
+    """`base` with every section `later` measured taken from `later` (a partial rerun).
+
+    The report keeps `base`'s machine facts and says which sections come from which run.
+    """
+    merged = Results(dict(base.facts), dict(base.sections), dict(base.benchmarks))
+    merged.sections.update(later.sections)
+    merged.benchmarks.update(later.benchmarks)
+    merged.facts["later_runs"] = list(base.facts.get("later_runs", [])) + [{
+        "stamp": later.facts["stamp"], "sections": sorted(later.sections),
+        "date": later.facts["machine"]["date"], "flags": later.facts.get("flags", ""),
+        "load": later.facts["machine"].get("load average at start (1/5/15 min)", "n/a"),
+        "spent": later.facts.get("spent", {}), "duration": later.facts.get("duration")}]
+    return merged
+
+
 def run_worker(target: str, devices: int, timeout: float = 600,
                **kwargs) -> tuple[list[pyperf.Benchmark], dict]:
     """Run `target` ('module:function') in a fresh Python with `devices` fake CPU devices.
@@ -135,3 +151,35 @@ def run_worker(target: str, devices: int, timeout: float = 600,
                                f"(exit {proc.returncode}):\n{tail}")
         benchmarks = pyperf.BenchmarkSuite.load(str(out)).get_benchmarks() if out.exists() else []
         return benchmarks, json.loads(lines[-1][len("RESULT "):])
+
+
+STACK_SCRIPT = ROOT / "benchmarks" / "launched_stack.py"
+
+
+def run_stack(mode: str, hosts: int, devices_per_host: int, timeout: float = 300,
+              **opts) -> list[dict]:
+    """Every host's `BENCH` facts from `launched_stack.py MODE` run as real JAX processes.
+
+    WrongProgram if a host printed `WRONG ...` (a measured program computed the wrong thing).
+    """
+    from helpers.launch import run
+
+    result = run(STACK_SCRIPT, hosts=hosts, devices_per_host=devices_per_host,
+                 args=[mode, json.dumps(opts)], timeout=timeout)
+    wrong = [line[len("WRONG "):] for text in result.stdout for line in text.splitlines()
+             if line.startswith("WRONG ")]
+    if wrong:
+        raise WrongProgram(wrong[0])
+    result.check()
+    return [json.loads(line[len("BENCH "):]) for text in result.stdout
+            for line in text.splitlines() if line.startswith("BENCH ")]
+
+
+def slowest(lines: list[dict], *keys: str) -> list[float]:
+    """Per repetition, the slowest host's time at lines[h][keys[0]][keys[1]]...: a run's time."""
+    def values(line):
+        for key in keys:
+            line = line[key]
+        return line
+
+    return [max(reps) for reps in zip(*(values(line) for line in lines))]

@@ -1,6 +1,7 @@
 """BENCHMARKS.md and the README's Benchmarks block, rendered from a run's results.
 
     python -m benchmarks.report benchmarks/results/STAMP.json   # re-render without measuring
+    python -m benchmarks.report OLD.json NEW.json   # NEW's sections (a partial rerun) over OLD's
 
 Holds the text helpers every section's `render` uses (tables, durations, spreads) and the
 machine facts a report starts with. Each section module renders its own part.
@@ -159,6 +160,20 @@ def render_report(results, sections) -> str:
     if facts.get("spent"):
         out += ["", "Where the time went: " + ", ".join(
             f"section {n} {fmt_s(t)}" for n, t in sorted(facts["spent"].items())) + "."]
+    numbers = {s.KEY: n for n, s in enumerate(sections, start=1)}
+    later_runs = facts.get("later_runs", [])
+    for i, later in enumerate(later_runs):  # a section shows the last run that measured it
+        kept = set(later["sections"]).difference(*(r["sections"] for r in later_runs[i + 1:]))
+        if not kept:
+            continue
+        which = ", ".join(str(numbers[k]) for k in sorted(kept, key=numbers.get))
+        spent = ", ".join(f"section {n} {fmt_s(t)}" for n, t in sorted(later["spent"].items()))
+        plural = len(kept) > 1
+        out += ["", f"Section{'s' if plural else ''} {which} come{'' if plural else 's'} from a "
+                    f"later run on the same machine, "
+                    f"`benchmarks/results/{later['stamp']}.json` ({later['date']}, flags "
+                    f"`{later['flags'] or '(none)'}`, load average at start {later['load']}); "
+                    f"there the time went: {spent}."]
     for number, section in enumerate(sections, start=1):
         out += ["", f"## {number}. {section.TITLE}", ""]
         if section.KEY in results.sections:
@@ -186,7 +201,8 @@ def readme_block(results) -> str:
         "`make bench` measures the course on your machine and writes "
         "[BENCHMARKS.md](BENCHMARKS.md): how long each notebook's Run All takes, the test "
         "suite, the explorer's redraw, the launcher, and what the course teaches (one train "
-        "step written four ways and checked against each other, assembling global batches). "
+        "step written six ways and checked against each other, assembling global batches, "
+        "Orbax checkpoints, Grain loaders, flat and hierarchical all-reduces). "
         f"Last measured on {facts['machine']['CPUs'].split()[0]} CPUs, {when}"
         + (", quick run" if facts.get("quick") else "")
         + (f", while the machine was shared and busy (load average {load_at_start(facts):.1f}"
@@ -208,19 +224,22 @@ def update_readme(text: str, block: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """Re-render BENCHMARKS.md (and the README block) from a saved run."""
-    from benchmarks.measure import Results
+    """Re-render BENCHMARKS.md (and the README block) from a saved run, or several overlaid."""
+    from benchmarks.measure import Results, overlay
     from benchmarks.run import SECTIONS
 
-    if len(argv) != 1:
-        print("usage: python -m benchmarks.report benchmarks/results/STAMP.json", file=sys.stderr)
+    if not argv:
+        print("usage: python -m benchmarks.report benchmarks/results/STAMP.json [LATER.json ...]",
+              file=sys.stderr)
         return 2
     results = Results.load(Path(argv[0]))
+    for later in argv[1:]:
+        results = overlay(results, Results.load(Path(later)))
     OUTPUT.write_text(render_report(results, SECTIONS), encoding="utf-8")
     if "learner" in results.sections and not results.sections["learner"].get("selection"):
         README.write_text(update_readme(README.read_text(encoding="utf-8"),
                                         readme_block(results)), encoding="utf-8")
-    print(f"wrote {OUTPUT.name} from {argv[0]}")
+    print(f"wrote {OUTPUT.name} from {', '.join(argv)}")
     return 0
 
 

@@ -1,12 +1,13 @@
 """Measure the course on this machine, keep the raw results, and write BENCHMARKS.md (`make bench`).
 
-    python -m benchmarks.run                 # everything: under 10 minutes on a 2-core laptop
+    python -m benchmarks.run                 # everything (budget: 10 minutes, 2-core laptop)
     python -m benchmarks.run --quick         # fewer repetitions of everything, for development
     python -m benchmarks.run --skip-tests    # without the (long) test-suite section
     python -m benchmarks.run --only 1,5 --notebooks 00,02 --output /tmp/b.md --results-dir /tmp/r
 
-One module per section (learner, testsuite, explorer, launcher, course), each with KEY, TITLE,
-`measure(results, opts)` and `render(results)`. Raw results go to benchmarks/results/STAMP.json
+One module per section (learner, testsuite, explorer, launcher, course, checkpoints, loaders,
+collectives), each with KEY, TITLE, `measure(results, opts)` and `render(results)`; with
+--quick, each measures less (its QUICK settings, or fewer repetitions). Raw results go to benchmarks/results/STAMP.json
 (pyperf) and STAMP.report.json; report.py renders them. The parent process never imports JAX:
 anything that needs a device count of its own runs in a worker process or under helpers.launch.
 A program that computes the wrong thing (a train-step variant whose parameters leave the
@@ -25,16 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python benchmarks/run.py`
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import course, explorer, launcher, learner, report, testsuite  # noqa: E402
+from benchmarks import (checkpoints, collectives, course, explorer, launcher,  # noqa: E402
+                        learner, loaders, report, testsuite)
 from benchmarks.measure import RESULTS, Results, WrongProgram, log  # noqa: E402
 
-SECTIONS = [learner, testsuite, explorer, launcher, course]
-# Part II adds one module per measurement to SECTIONS, each with KEY, TITLE, measure, render:
-# checkpoints (Orbax save and restore against the state's size, 2 x 4 -> 4 x 2), loaders (a
-# Grain per-host loader + make_array_from_process_local_data against notebook 07's numpy
-# loader, examples per second per host) and puzzles (hierarchical vs flat all-reduce, measured
-# beside the cost model). The Flax NNX + Optax step joins train_step.VARIANTS.
-ORDER = ["learner", "explorer", "launcher", "course", "tests"]  # the long test suite last
+SECTIONS = [learner, testsuite, explorer, launcher, course, checkpoints, loaders, collectives]
+ORDER = ["learner", "explorer", "launcher", "course", "checkpoints", "loaders", "collectives",
+         "tests"]  # the long test suite last
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="1 repetition of everything and fewer redraws/steps (development)")
     p.add_argument("--skip-tests", action="store_true", help="skip the test-suite section")
     p.add_argument("--only", default="",
-                   help="comma-separated sections: numbers 1-5 or "
+                   help=f"comma-separated sections: numbers 1-{len(SECTIONS)} or "
                         + ",".join(s.KEY for s in SECTIONS))
     p.add_argument("--notebooks", default="",
                    help="comma-separated notebook numbers for section 1, e.g. 00,03 (default: all)")

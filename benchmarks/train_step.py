@@ -11,8 +11,16 @@ wrong program.
                         pmean'd loss (notebook 06's fix of the gradient trap)
     jit, Explicit mesh  jax.jit of the global step under jax.set_mesh on an Explicit mesh; the
                         shardings are in the inputs' types and XLA adds the all-reduce (nb 09)
+    Flax NNX, single device
+                        notebook 10's reference: `helpers.nnx_model.reference_step` (nnx.jit,
+                        AdamW through nnx.Optimizer) on one device
+    Flax NNX + Optax, mesh
+                        notebook 10's distributed step: jax.jit of merge -> value_and_grad ->
+                        optimizer.update -> state on the ('host', 'device') mesh, the state
+                        placed by `nnx_model.state_shardings` (AdamW moments split over 'device')
 
-The Flax NNX + Optax step of notebook 10 joins `VARIANTS` here once that notebook exists.
+The Flax variants train with AdamW, not SGD, so the Flax mesh step is checked against its own
+single-device reference (`Variant.reference`), the others against "single device".
 Needs 8 (or any even number of) fake devices, set before JAX starts.
 """
 from __future__ import annotations
@@ -22,7 +30,8 @@ from typing import Any, Callable
 
 AXES = ("host", "device")
 TOLERANCE = 1e-5  # largest |parameter difference| from single device that counts as agreement
-VARIANTS = ("single device", "pmap", "shard_map", "jit, Explicit mesh")
+NNX_SINGLE, NNX_MESH = "Flax NNX, single device", "Flax NNX + Optax, mesh"
+VARIANTS = ("single device", "pmap", "shard_map", "jit, Explicit mesh", NNX_SINGLE, NNX_MESH)
 
 
 class DisagreementError(AssertionError):
@@ -34,10 +43,11 @@ class Variant:
     """A compiled-on-first-call step and the state it starts from, placed as it needs."""
 
     name: str
-    step: Callable  # (params, x, y) -> (params, loss)
+    step: Callable  # (params, x, y) -> (params, loss); "params" is the whole train state
     start: tuple  # (params, x, y) on the variant's devices
-    unplace: Callable  # params as the variant holds them -> one copy, as numpy
+    unplace: Callable  # params as the variant holds them -> {name: one copy, as numpy}
     context: Callable | None = None  # a context manager factory the step must run under
+    reference: str = "single device"  # the variant whose parameters this one must reproduce
 
     def run(self, steps: int, state: tuple | None = None) -> tuple:
         """`steps` steps from `state` (default: the start); returns (params, x, y) after them."""
@@ -125,6 +135,8 @@ def build_variants(global_batch: int, names: tuple[str, ...] = VARIANTS) -> dict
         return Variant("jit, Explicit mesh", jax.jit(global_step), start,
                        context=lambda: jax.set_mesh(mesh), unplace=as_numpy)
     builders["jit, Explicit mesh"] = explicit_variant
+    builders[NNX_SINGLE] = lambda: _nnx_variant(NNX_SINGLE, x, y, mesh=None)
+    builders[NNX_MESH] = lambda: _nnx_variant(NNX_MESH, x, y, mesh=jax.make_mesh((2, n // 2), AXES))
 
     unknown = set(names) - set(builders)
     if unknown:
@@ -132,15 +144,64 @@ def build_variants(global_batch: int, names: tuple[str, ...] = VARIANTS) -> dict
     return {name: builders[name]() for name in names}
 
 
+def _nnx_variant(name: str, x, y, mesh) -> Variant:
+    """Notebook 10's AdamW step: its reference on one device (mesh None), or on `mesh`."""
+    import jax
+    from flax import nnx
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from helpers import nnx_model
+
+    graphdef, _ = nnx_model.abstract_state()
+
+    def params(state):
+        return nnx_model.params_of(nnx.merge(graphdef, state)[0])
+
+    def create():
+        return nnx.state(nnx_model.create(nnx_model.SEED))
+
+    if mesh is None:  # nnx_model.reference_step on one device, as reference_losses runs it
+        device = jax.devices()[0]
+
+        def reference(state, xb, yb):
+            model, optimizer = nnx.merge(graphdef, state, copy=True)  # leave `state` as it was
+            loss = nnx_model.reference_step(model, optimizer, xb, yb)
+            return nnx.state((model, optimizer)), loss
+
+        with jax.default_device(device):
+            start = (jax.jit(create)(), *jax.device_put((x, y), device))
+        return Variant(name, reference, start, unplace=params, reference=name)
+
+    shardings = nnx_model.state_shardings(mesh)
+    replicated, batch = NamedSharding(mesh, P()), NamedSharding(mesh, P(AXES))
+
+    def mesh_step(state, xb, yb):  # notebook 10 / train_stack.py's step
+        model, optimizer = nnx.merge(graphdef, state)
+        loss, grads = nnx.value_and_grad(nnx_model.loss_fn)(model, xb, yb)
+        optimizer.update(model, grads)
+        return nnx.state((model, optimizer)), loss
+
+    start = (jax.jit(create, out_shardings=shardings)(), jax.device_put(x, batch),
+             jax.device_put(y, batch))
+    return Variant(name, jax.jit(mesh_step, out_shardings=(shardings, replicated)), start,
+                   unplace=params, reference=NNX_SINGLE)
+
+
 def largest_differences(variants: dict[str, Variant], steps: int) -> dict[str, float]:
-    """Each variant's largest |parameter - single device's parameter| after `steps` steps."""
+    """Each variant's largest |parameter - its reference's parameter| after `steps` steps.
+
+    A reference variant (its `reference` is itself) differs by 0 by definition.
+    """
     import numpy as np
 
-    reference = variants["single device"]
-    ref = reference.unplace(reference.run(steps)[0])
+    missing = {v.reference for v in variants.values()} - set(variants)
+    if missing:
+        raise ValueError(f"the variants' references {sorted(missing)} are not among the variants")
+    after = {name: v.unplace(v.run(steps)[0]) for name, v in variants.items()}
     out = {}
     for name, variant in variants.items():
-        got = variant.unplace(variant.run(steps)[0])
+        got, ref = after[name], after[variant.reference]
         out[name] = max(float(np.max(np.abs(got[k] - ref[k]))) for k in ref)
     return out
 
@@ -152,7 +213,7 @@ def check_agreement(variants: dict[str, Variant], steps: int,
     wrong = {name: d for name, d in differences.items() if not d <= tolerance}  # NaN is wrong
     if wrong:
         raise DisagreementError(
-            f"after {steps} steps these variants' parameters differ from the single-device "
+            f"after {steps} steps these variants' parameters differ from their single-device "
             f"reference by more than {tolerance:g}: "
             + ", ".join(f"{name} by {d:.3g}" for name, d in wrong.items())
             + ". The benchmark would time a wrong program; fix the variant first.")

@@ -8,8 +8,8 @@ from helpers.devices import use_fake_devices
 
 use_fake_devices(8)
 
-from benchmarks import (compare, course, explorer, learner, measure, report,  # noqa: E402
-                        run, testsuite, train_step)
+from benchmarks import (checkpoints, collectives, compare, course, explorer,  # noqa: E402
+                        learner, loaders, measure, report, run, testsuite, train_step)
 from tools import course_table  # noqa: E402
 
 
@@ -121,6 +121,35 @@ def test_the_gradient_trap_is_caught_before_anything_is_timed(variants):
         train_step.check_agreement(trapped, steps=2)
 
 
+def test_a_flax_step_that_trains_on_one_hosts_rows_is_caught(variants):
+    import jax
+    from flax import nnx
+
+    from helpers import nnx_model
+
+    right = variants[train_step.NNX_MESH]
+    graphdef, _ = nnx_model.abstract_state()
+    placement = jax.tree.map(lambda a: a.sharding, right.start[0])  # as notebook 10 places it
+
+    def one_hosts_rows(state, x, y):  # the mistake: the loss of host 0's half of the batch
+        model, optimizer = nnx.merge(graphdef, state)
+        half = x.shape[0] // 2
+        loss, grads = nnx.value_and_grad(nnx_model.loss_fn)(model, x[:half], y[:half])
+        optimizer.update(model, grads)
+        return nnx.state((model, optimizer)), loss
+
+    wrong = dict(variants)
+    wrong[train_step.NNX_MESH] = train_step.Variant(
+        right.name, jax.jit(one_hosts_rows, out_shardings=(placement, None)), right.start,
+        unplace=right.unplace, reference=train_step.NNX_SINGLE)
+    assert right.reference == train_step.NNX_SINGLE  # AdamW is checked against AdamW
+    with pytest.raises(train_step.DisagreementError,
+                       match=r"after 2 steps .*: Flax NNX \+ Optax, mesh by [\d.e+-]+\. The"):
+        train_step.check_agreement(wrong, steps=2)
+    with pytest.raises(ValueError, match="references .* are not among the variants"):
+        train_step.check_agreement({train_step.NNX_MESH: right}, steps=1)
+
+
 def test_a_wrong_program_stops_the_run_through_the_worker():
     with pytest.raises(measure.WrongProgram, match="^parameters differ by 8x$"):
         measure.run_worker("tests.test_benchmarks:refuses", 1, timeout=120)
@@ -134,8 +163,9 @@ def _train_results(ratio: float) -> measure.Results:
         train["batches"][str(batch)] = {
             "first_step": {v: 0.3 for v in train_step.VARIANTS},
             "differences": {"single device": 0.0, "pmap": 1.2e-7, "shard_map": 2.4e-7,
-                            "jit, Explicit mesh": 1e-7}}
-        for v, t in zip(train_step.VARIANTS, (1e-4, 1e-3, ratio * 1e-3, 1.1e-3)):
+                            "jit, Explicit mesh": 1e-7, train_step.NNX_SINGLE: 0.0,
+                            train_step.NNX_MESH: 2e-7}}
+        for v, t in zip(train_step.VARIANTS, (1e-4, 1e-3, ratio * 1e-3, 1.1e-3, 2e-3, 2.6e-3)):
             results.add(measure.record(train_step.step_name(batch, v), [t, t * 1.1, t * 0.9]))
     results.sections["course"] = {"train": train}
     return results
@@ -148,6 +178,10 @@ def test_the_report_states_the_ratio_and_the_agreement_per_batch():
                        r"(\S+)$", text, re.M)
     assert found == [("10", "2.4e-07")] * 2
     assert "**Global batch 32768**" in text
+    row = "| 32 | Flax NNX + Optax, mesh | 300 ms | 2.6 ms (2.34–2.86) | 2.60× | 2e-07 |"
+    assert row in text
+    assert re.findall(r"^Flax NNX \+ Optax step on the mesh / on one device: (\S+)x$", text,
+                      re.M) == ["1.30"] * 2
 
 
 def test_one_explorer_redraw_is_timed():
@@ -201,3 +235,81 @@ def test_a_wrong_program_stops_make_bench_and_the_report_says_why(tmp_path, monk
     assert run.chosen_sections("5,learner") == ["learner", "course"]
     with pytest.raises(SystemExit, match="unknown section 'nine'"):
         run.chosen_sections("nine")
+
+
+QUICK = types.SimpleNamespace(quick=True)
+
+
+def test_orbax_saves_on_2x4_and_restores_on_4x2_in_quick_mode():
+    results = _results()
+    checkpoints.measure(results, QUICK)
+    data = results.sections["checkpoints"]
+    assert data["sizes"] == [str(s) for s in checkpoints.QUICK["sizes"]]
+    assert data["bytes"]["256"] == 3 * 256 * 256 * 4 and 0 < data["bytes"]["course"] < 4096
+    for what in ("save", "restore"):
+        assert len(results.values(checkpoints.bench_name(what, "course"))) == 1
+    text = checkpoints.render(results)
+    assert "| notebook 10's train state (" in text
+    assert "| 256 × 256 float32 × 3 (3 arrays, 768 KiB) |" in text
+    assert "restore on 4 × 2" in text and "every number came back" in text
+
+
+def test_grain_and_numpy_loaders_are_timed_per_host_in_quick_mode():
+    results = _results()
+    loaders.measure(results, QUICK)
+    assert results.sections["loaders"]["rows_per_host"] == {"256": 128}
+    for loader in loaders.LOADERS:
+        for stage in loaders.STAGES:
+            assert len(results.values(loaders.bench_name(256, loader, stage))) == 1
+    text = loaders.render(results)
+    assert text.count("| 256 (128 per host) |") == 2 and "Grain `HostLoader`" in text
+
+
+def test_flat_and_hierarchical_all_reduce_beside_the_cost_model_in_quick_mode():
+    results = _results()
+    collectives.measure(results, QUICK)
+    costs = results.sections["collectives"]["costs"]
+    cols = collectives.QUICK["columns"][0]
+    flat, hier = (costs[collectives.cost_key(2, 4, cols, n)] for n in collectives.PROGRAMS)
+    assert flat["collectives"] == ["all-reduce"]
+    assert hier["collectives"] == ["reduce-scatter", "all-reduce", "all-gather"]
+    assert hier["across"] < flat["across"]  # the point of the hierarchical all-reduce
+    text = collectives.render(results)
+    assert "| 2 × 4 | 1 KiB | hierarchical | reduce-scatter, all-reduce, all-gather |" in text
+
+
+def test_a_host_that_saw_a_wrong_result_stops_the_run(tmp_path, monkeypatch):
+    script = tmp_path / "wrong.py"
+    script.write_text("import sys\nfrom helpers.launch import initialize\ninitialize()\n"
+                      "print('WRONG host 0: the state restored from step 1 differs', flush=True)\n"
+                      "sys.exit(3)\n", encoding="utf-8")
+    monkeypatch.setattr(measure, "STACK_SCRIPT", script)
+    with pytest.raises(measure.WrongProgram, match="^host 0: the state restored from step 1"):
+        measure.run_stack("ckpt_restore", 1, 1, timeout=120)
+
+
+def test_every_section_has_a_quick_mode_and_runs_before_the_test_suite():
+    assert [s.KEY for s in run.SECTIONS][5:] == ["checkpoints", "loaders", "collectives"]
+    assert run.ORDER[-1] == "tests" and set(run.ORDER) == {s.KEY for s in run.SECTIONS}
+    for section in (checkpoints, loaders, collectives):
+        assert section.QUICK.keys() == section.FULL.keys()
+
+
+def test_a_partial_rerun_is_rendered_over_the_full_run(tmp_path):
+    old, new = _train_results(1.0), _train_results(1.5)
+    new.facts.update(stamp="NEW", machine={"CPUs": "2", "date": "D", "load average at start "
+                                           "(1/5/15 min)": "1.00 / 1.00 / 1.00"},
+                     flags="--only 5", spent={"5": 30.0})
+    old.sections["explorer"] = {"renders": 2, "meshes": {}}
+    merged = measure.overlay(old, new)
+    name = train_step.step_name(32, "shard_map")
+    assert merged.median(name) == pytest.approx(1.5e-3) and "explorer" in merged.sections
+    assert old.median(name) == pytest.approx(1e-3)  # the runs themselves are left alone
+    train_only = types.SimpleNamespace(KEY="course", TITLE="Train", render=course.render_train)
+    text = report.render_report(merged, [train_only])
+    assert ("Section 1 comes from a later run on the same machine, `benchmarks/results/NEW.json`"
+            " (D, flags `--only 5`, load average at start 1.00 / 1.00 / 1.00); there the time "
+            "went: section 5 30 s.") in text
+    assert "shard_map step / pmap step: 1.50x" in text
+    twice = report.render_report(measure.overlay(merged, new), [train_only])
+    assert twice.count("from a later run") == 1  # a section names only the run it shows
