@@ -296,7 +296,7 @@ def mean_error(errors):
     return float(multihost_utils.process_allgather(errors, tiled=True).mean())
 ''',
     driver=_MEAN_DRIVER,
-    meshes=((2, 1), (2, 2)),  # (hosts, devices per host): 2 real processes each
+    meshes=((2, 2), (2, 1)),  # (hosts, devices per host); 2 devices first, where one block is not a host's part
     timeout=90.0,
     wrong={
         _mean("float(np.mean([np.asarray(s.data) for s in errors.addressable_shards]))"):
