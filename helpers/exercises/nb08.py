@@ -257,21 +257,23 @@ import json
 mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ("host", "device"))
 sharding = NamedSharding(mesh, P(("host", "device")))
 out = []
-for seed in (0, 1):  # two global arrays of errors, each spread over every host's devices
-    everything = np.random.default_rng(seed).uniform(size=4 * jax.device_count()).astype(np.float32)
-    share = len(everything) // jax.process_count()
-    mine = everything[jax.process_index() * share:(jax.process_index() + 1) * share]
-    errors = jax.make_array_from_process_local_data(sharding, mine)
+for padding in (2, 3):  # two global batches; the last `padding` rows (all on the last host) are filler
+    n = 4 * jax.device_count()
+    every_error = np.random.default_rng(padding).uniform(size=n).astype(np.float32)
+    every_mask = (np.arange(n) < n - padding).astype(np.float32)
+    share = n // jax.process_count()
+    mine = slice(jax.process_index() * share, (jax.process_index() + 1) * share)
+    errors, mask = (jax.make_array_from_process_local_data(sharding, a[mine]) for a in (every_error, every_mask))
     try:
-        out.append(round(float(mean_error(errors)), 5))
+        out.append(round(float(mean_error(errors, mask)), 5))
     except Exception as error:  # reported as this host's result, so the judge can name it
         out.append(f"{type(error).__name__}: {str(error).splitlines()[0][:160]}")
 print(json.dumps(out))
 '''
 
 
-def _mean(body: str, imports: str = "") -> str:
-    return f"{imports}def mean_error(errors):\n    return {body}\n"
+def _mean(body: str) -> str:
+    return f"def mean_error(errors, mask):\n    return {body}\n"
 
 
 def _raised(case) -> tuple[int, str] | None:
@@ -287,42 +289,42 @@ def _hosts_disagree(case) -> bool:
 
 register(_OnEveryHost(
     id="08.4", kernel=KERNEL,
-    title="a global result read on every host: the same number everywhere",
+    title="a global masked mean read on every host: the same number everywhere",
     answer_name="mean_error",
     setup="from jax.experimental import multihost_utils\n",
     solution='''
-def mean_error(errors):
-    """The mean of a global array spread over every host, as a float, the same on every host."""
-    return float(multihost_utils.process_allgather(errors, tiled=True).mean())
+def mean_error(errors, mask):
+    """The mean of the real rows' errors (mask 1) of global arrays spread over every host, the same on every host."""
+    return float(jnp.sum(errors * mask) / jnp.sum(mask))  # jit-compiled sums over every device of every host
 ''',
     driver=_MEAN_DRIVER,
     meshes=((2, 2), (2, 1)),  # (hosts, devices per host); 2 devices first, where one block is not a host's part
     timeout=90.0,
     wrong={
-        _mean("float(np.mean([np.asarray(s.data) for s in errors.addressable_shards]))"):
-            "each host printed the mean of its own shards: addressable_shards holds only this process's part of "
-            "the array, so the hosts disagree. Gather the whole array first (process_allgather(errors, "
-            "tiled=True)), or let JAX compute the mean over every device (jnp.mean)",
-        _mean("float(np.asarray(errors.addressable_data(0)).mean())"):
-            "each host printed the mean of one device's block (addressable_data(0)), a few of the errors only: "
-            "gather the whole array first, or take jnp.mean of the global array",
-        _mean("float(np.asarray(errors).mean())"):
-            "np.asarray(errors) fails on every host: the array spans devices of both processes, and a process "
-            "can only read its own. Use process_allgather(errors, tiled=True), or jnp.mean(errors)",
-        _mean("float(jnp.sum(errors) / jax.local_device_count())"):
-            "you divide the global sum by this host's device count: jnp.sum adds every host's errors, so divide "
-            "by their number, errors.size (or take jnp.mean)",
+        _mean("float(jnp.mean(errors))"):
+            "your mean counts the padding rows: weigh each error by mask and divide by the number of real rows",
+        _mean("float(jnp.sum(errors * mask) / errors.size)"):
+            "you divide by every row, padding included: divide by the number of real rows, jnp.sum(mask)",
+        _mean("float(sum(np.sum(np.asarray(e.data) * np.asarray(m.data)) for e, m in "
+              "zip(errors.addressable_shards, mask.addressable_shards)) / "
+              "sum(np.sum(np.asarray(m.data)) for m in mask.addressable_shards))"):
+            "each host printed the mean of its own rows: addressable_shards holds only this process's part of the "
+            "arrays, so the hosts disagree. Sum over the global arrays (jnp.sum), or gather them first "
+            "(process_allgather(..., tiled=True))",
+        _mean("float(np.sum(np.asarray(errors) * np.asarray(mask)) / np.sum(np.asarray(mask)))"):
+            "np.asarray(errors) fails on every host: the array spans devices of both processes, and a process can "
+            "only read its own. Use jnp.sum on the global arrays, or process_allgather(..., tiled=True)",
     },
     families=(Rule(lambda case: _raised(case) is not None, example=_mean("errors.mean_of_all()"),
                    say=lambda case: "on host {}, your function raised {}".format(*_raised(case))),
-              Rule(_hosts_disagree, example=_mean("float(np.mean(np.asarray(errors.addressable_shards[-1].data)))"),
-                   say="the hosts printed different numbers: each read only part of the array. A global result must "
-                       "be the same on every host: gather it, or let a jitted computation reduce it"),),
-    otherwise="every host printed the same number, but it is not the mean of all the errors",
+              Rule(_hosts_disagree,
+                   example=_mean("float(np.mean(np.asarray(errors.addressable_data(0))))"),
+                   say="the hosts printed different numbers: each read only part of the arrays. A global result "
+                       "must be the same on every host: reduce the global arrays, or gather them first"),),
+    otherwise="every host printed the same number, but it is not the mean error of the real rows",
     hints=(
-        "Each process holds only its own shards of errors. Which call gives every host the whole array, or "
-        "which computation reduces over every device of every host?",
-        "multihost_utils.process_allgather(errors, tiled=True) returns the whole global array as numpy on every "
-        "host; float(jnp.mean(errors)) works too.",
+        "Each process holds only its own shards. jnp.sum of a global array adds over every device of every host, "
+        "and its result is replicated: every host can read it.",
+        "The mean over real rows is sum(errors * mask) / sum(mask), both sums over the whole global arrays.",
     ),
 ))
