@@ -2,6 +2,8 @@
 import os
 import re
 
+import numpy as np
+
 from helpers.devices import DEVICE_COUNT_FLAG
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Message, Mistake, describe, register, say
@@ -150,35 +152,48 @@ def host_env(host_id, num_hosts, devices_per_host, port):
 ))
 
 
-# ------------------------------------------------------------------ 00.2 what the last host sees
+# ------------------------------------------------------------------ 00.2 a global count where a per-host one belongs
 
-# 4 hosts x 2 devices, the last host: the notebook's real run is 2 x 4, so it shows the
-# pattern without giving this answer away.
-HOSTS, PER_HOST = 4, 2
+HOSTS, PER_HOST, BATCH = 2, 4, 64
+
+
+def share_of(batch: np.ndarray, device_count: int, process_index: int) -> np.ndarray:
+    """The notebook's buggy line, as host `process_index` of a run with `device_count` devices runs it."""
+    return batch.reshape(device_count, -1)[process_index]
+
+
+def _what_the_hosts_take() -> tuple[int, int, int]:
+    """(host 1's first row, its last row, rows no host takes) on 2 hosts x 4 devices."""
+    batch = np.arange(BATCH)
+    taken = [share_of(batch, HOSTS * PER_HOST, host) for host in range(HOSTS)]
+    return int(taken[1][0]), int(taken[1][-1]), BATCH - len(set(np.concatenate(taken).tolist()))
+
 
 register(ValueExercise(
     id="00.2", kernel=KERNEL,
-    title="what the last host of a 4 x 2 run sees",
-    answer_name="last_host_view",
-    solution="last_host_view = (8, 2, 4, 3)  # device_count, local_device_count, process_count, process_index",
-    form=forms.ints(4, like="(1, 2, 3, 4)", lists=False),
-    right=lambda: (HOSTS * PER_HOST, PER_HOST, HOSTS, HOSTS - 1),
-    wrong={(8, 4, 2, 1): "that is what host 1 of the 2 x 4 run sees; this run has 4 hosts of 2 devices each"},
+    title="a global count where a per-host one belongs: which rows each host takes",
+    answer_name="host1_rows",
+    solution="host1_rows = (8, 15, 48)  # reshape(8, -1): 8 blocks of 8 rows; the 2 hosts take blocks 0 and 1",
+    form=forms.ints(3, like="(0, 7, 0)", what="(host 1's first row, its last row, rows no host takes)"),
+    right=_what_the_hosts_take,
+    wrong={
+        (32, 63, 0): "that is what the line was meant to do: split the batch into one block per host. It splits it "
+                     "into one block per device of the whole run, jax.device_count(), and each host takes one block",
+        (4, 7, 56): "jax.device_count() counts the devices of every host (8 here), not this host's 4",
+        (16, 31, 32): "jax.device_count() is 8, so reshape(8, -1) makes 8 blocks of 8 rows, not 4 of 16",
+    },
     rules=(
-        Rule(lambda v: v[0] == PER_HOST, example=(2, 2, 4, 3),
-             say="jax.device_count() counts the devices of ALL hosts (4 x 2), not just this host's"),
-        Rule(lambda v: v[1] == HOSTS * PER_HOST, example=(8, 8, 4, 3),
-             say="jax.local_device_count() counts only the devices this process drives: 2"),
-        Rule(lambda v: v[2] != HOSTS, example=(8, 2, 1, 3),
-             say="jax.process_count() is the number of processes in the run: one per host, so 4"),
-        Rule(lambda v: v[3] == HOSTS, example=(8, 2, 4, 4),
-             say="process indices count from 0: the last of 4 hosts is process 3"),
-        Rule(lambda v: v[3] == 0, example=(8, 2, 4, 0),
-             say="0 is the first host's index; the last of 4 hosts is process 3"),
+        Rule(lambda v: v[1] - v[0] + 1 != BATCH // (HOSTS * PER_HOST), example=(8, 16, 48),
+             say="reshape(jax.device_count(), -1) makes blocks of 64 / 8 = 8 rows; first and last are both "
+                 "included"),
+        Rule(lambda v: v[0] != 8, example=(0, 7, 48),
+             say="host 1 takes block jax.process_index() = 1, counted from 0"),
     ),
-    otherwise=lambda v: f"not quite: {v} is not what the last host sees; recount each of the four",
+    otherwise="host 1's rows are right, but count again how many rows the 2 hosts leave out",
     hints=(
-        "'local' means this process's own devices; the unqualified counts cover the whole run.",
-        "There are 4 processes with 2 devices each, and indices start at 0.",
+        "Two hosts run the same line. On each, jax.device_count() counts the devices of the whole run and "
+        "jax.process_index() is the host's own index.",
+        "reshape(8, -1) makes 8 blocks of 8 rows; host h takes block h. How many rows are in the blocks nobody "
+        "takes?",
     ),
 ))

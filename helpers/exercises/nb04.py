@@ -12,40 +12,78 @@ from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import Rule, ValueExercise
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
-_V8 = (3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 7.0)
-_MEAN, _SUM = sum(_V8) / 8, sum(_V8)
 
 
-# ------------------------------------------------------------------ 04.1 centre(v8)
+# ------------------------------------------------------------------ 04.1 which copies stay equal
+
+STATE_NAMES = ("w", "b", "step", "mean_x", "mean_all")
+
+
+def train_body(state, x):
+    """The notebook's pmap step: one device's copy of the state, its own 4 examples."""
+    g_w = jax.grad(lambda w: jnp.mean((w * x - 1.0) ** 2))(state["w"])
+    g_b = jax.grad(lambda b: jnp.mean((x + b) ** 2))(state["b"])
+    return {
+        "w": state["w"] - 0.1 * jax.lax.pmean(g_w, "i"),
+        "b": state["b"] - 0.1 * g_b,
+        "step": state["step"] + 1,
+        "mean_x": 0.9 * state["mean_x"] + 0.1 * jnp.mean(x),
+        "mean_all": 0.9 * state["mean_all"] + 0.1 * jax.lax.pmean(jnp.mean(x), "i"),
+    }
+
+
+def start_state() -> dict:
+    """8 identical copies of the state, stacked along a leading device axis, as pmap code replicates it."""
+    one = {"w": 0.5, "b": 0.0, "step": 0, "mean_x": 0.0, "mean_all": 0.0}
+    return {k: jnp.full((8,), v, jnp.int32 if k == "step" else jnp.float32) for k, v in one.items()}
+
+
+def batches() -> jax.Array:
+    """Each device's own 4 examples: the rows differ from device to device."""
+    return jnp.asarray(np.random.default_rng(4).normal(size=(8, 4)), jnp.float32)
+
 
 @functools.cache
-def _centred() -> tuple[float, ...]:
-    """The notebook's centre(v8), run by JAX."""
-    centre = jax.pmap(lambda v: v - jax.lax.pmean(v, "i"), axis_name="i")
-    return tuple(centre(jnp.array(_V8)).tolist())
+def _equal_after_step() -> tuple[bool, ...]:
+    """For each entry of the state: are the 8 copies still equal after one step? Run by JAX."""
+    new = jax.pmap(train_body, axis_name="i")(start_state(), batches())
+    return tuple(bool(np.all(np.asarray(new[k]) == np.asarray(new[k])[0])) for k in STATE_NAMES)
 
+
+def _says(entry: str, equal: bool):
+    i = STATE_NAMES.index(entry)
+    return lambda v: v[i] == equal
+
+
+_OWN = "comes from this device's own 4 examples, and nothing averages it over the devices"
 
 register(ValueExercise(
     id="04.1", kernel=KERNEL,
-    title="each device's value minus the mean over all devices",
-    answer_name="centred",
-    solution="centred = [-1.0, -3.0, 0.0, -3.0, 1.0, 5.0, -2.0, 3.0]  # v - mean(v8), and mean(v8) = 32 / 8 = 4",
-    form=forms.numbers(8, "the 8 outputs of centre(v8)"),
-    right=_centred,
+    title="which copies of the state stay equal after a pmap step",
+    answer_name="still_equal",
+    solution="still_equal = (True, False, True, False, True)  # w, b, step, mean_x, mean_all",
+    form=forms.booleans(5, like="(False, True, False, True, False)", what="one per entry (w, b, step, mean_x, mean_all)"),
+    right=_equal_after_step,
     wrong={
-        (_MEAN,) * 8: f"that is pmean(v) alone ({_MEAN:g} everywhere); each device then subtracts it from its OWN value v",
-        tuple(v - _SUM for v in _V8): f"you subtracted the sum ({_SUM:g}); pmean is the sum divided by the number "
-                                      "of devices, 8",
-        tuple(_MEAN - v for v in _V8): "the sign is flipped: each device computes v - mean, its own value minus the mean",
-        (0.0,) * 8: "pmean does not overwrite v: it returns the mean, and v is still this device's own value, so the "
-                    "results differ from device to device",
-        _V8: "those are the inputs; each device subtracts the mean of all 8 values from its own",
+        (True,) * 5: "pmap never checks that copies agree: out_axes=0 hands back each device's own result, and two "
+                     "entries are updated from each device's own batch",
     },
-    otherwise=lambda got: "not quite: device {0} holds {1:g}; the mean of the 8 values is {2:g}".format(
-        *next((i, _V8[i], _MEAN) for i in range(8) if abs(got[i] - _centred()[i]) > 1e-6)),
+    rules=(
+        Rule(_says("w", False), example=(False, False, True, False, True),
+             say="w's gradient goes through pmean: every device gets the same average and, from the same w, makes "
+                 "the same update"),
+        Rule(_says("b", True), example=(True, True, True, False, True),
+             say=f"b's update uses g_b, which {_OWN}: the copies of b part after one step"),
+        Rule(_says("step", False), example=(True, False, False, False, True),
+             say="every copy of step starts at 0 and adds 1: the same number on every device"),
+        Rule(_says("mean_x", True), example=(True, False, True, True, True),
+             say=f"mean_x mixes in jnp.mean(x), which {_OWN}"),
+        Rule(_says("mean_all", False), example=(True, False, True, False, False),
+             say="mean_all mixes in pmean(jnp.mean(x)): the mean over all 8 devices, one number they all get"),
+    ),
     hints=(
-        "pmean(v, 'i') gives every device the same number: the mean of v over all 8 devices.",
-        "The 8 values add up to 32, so the mean is 4; device i returns v8[i] - 4.",
+        "The copies start equal. A copy stays equal when everything that updates it is the same on every device.",
+        "A value computed from x alone differs per device; pmean gives every device one common number.",
     ),
 ))
 

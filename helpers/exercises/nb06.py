@@ -1,4 +1,4 @@
-"""Exercises of notebook 06: porting pmap to shard_map (specs, the gradient trap, ranks, RNG)."""
+"""Exercises of notebook 06: porting pmap to shard_map (types and psum, the gradient trap, masked means, RNG)."""
 from __future__ import annotations
 
 import re
@@ -9,12 +9,8 @@ import numpy as np
 from jax import P
 from jax.sharding import NamedSharding
 
-from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, describe, register
-from helpers.exercises.kinds import (
-    ProgramExercise, Rule, Slot, SpecExercise, axes_apart, course_mesh, equations,
-)
-from helpers.layout import format_spec
+from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise, course_mesh, equations
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 DATA = ("host", "device")
@@ -37,77 +33,90 @@ def _placed(mesh, data, spec=P(DATA)):
 
 # --------------------------------------------------------------------------- 06.1
 
-def _split_apart(spec) -> str:
-    split = " and ".join(f"dimension {i} over {e!r}" for i, e in enumerate(spec) if e is not None)
-    return f"{format_spec(spec)} splits {split}; to split dimension 0 over both, group them in one tuple: P(('host', 'device'))"
+_PSUMS = ("psum(w, DATA)", "psum(x, 'device')", "psum(d, DATA)")
 
 
-def _whole_value(spec) -> str:
-    return f"None means every device has the whole value, which is P(), not {format_spec(spec)}"
+def _typed_inputs(mesh):
+    """The notebook's w (1.0 on every device), d (device d of each host holds d) and x (device k holds k)."""
+    return (_placed(mesh, jnp.float32(1.0), P()), _placed(mesh, jnp.arange(4.0), P("device")),
+            _placed(mesh, jnp.arange(8.0)))
 
 
-_SPLIT = {
-    P("device"): "P('device') splits over one host's 4 devices and copies the result across hosts, so each host "
-                 "would hold the same rows. Split over both axes: P(('host', 'device'))",
-    P(("device", "host")): "P(('device', 'host')) numbers the devices device-first, unlike pmap's host-by-host "
-                           "order: write P(('host', 'device'))",
-    P("host"): "P('host') splits over the 2 hosts only; in_axes=0 / out_axes=0 give every device its own slice: "
-               "P(('host', 'device'))",
-}
-_GROUP = (Rule(axes_apart, _split_apart, example=P("host", "device")),)
-_NOT_PMAPS = "{} does not split dimension 0 over every device in pmap's order; use P(('host', 'device'))"
+def _device0_gets(which: int) -> float | None:
+    """What device 0 gets from one of the three psums, run by JAX; None when JAX refuses to trace it."""
+    mesh = course_mesh((2, 4))
+    sums = (lambda w, d, x: jax.lax.psum(w, DATA), lambda w, d, x: jax.lax.psum(x, "device"),
+            lambda w, d, x: jax.lax.psum(d, DATA))
+    out_specs = (P(), P("host"), P())  # each result varies over what its psum leaves out
+    try:
+        out = jax.jit(jax.shard_map(sums[which], mesh=mesh, in_specs=(P(), P("device"), P(DATA)),
+                                    out_specs=out_specs[which]))(*_typed_inputs(mesh))
+    except ValueError as error:  # the vma check refuses the psum while tracing
+        if "psum can only accept axis_name" not in str(error):
+            raise
+        return None
+    return float(np.ravel(np.asarray(out))[0])
 
 
-def _split_slot(label: str, shape: tuple[int, ...], replicated: str) -> Slot:
-    return Slot(shape=shape, right=P(DATA), label=label, wrong={**_SPLIT, P(): replicated}, rules=_GROUP,
-                otherwise=lambda spec: _NOT_PMAPS.format(format_spec(spec)))
+def _sums_form(answer):
+    like = "(1.0, 2.0, None)"
+    if not isinstance(answer, (tuple, list)) or len(answer) != 3:
+        raise Mistake(f"expected a tuple of 3 entries like {like}, one per psum, but got {describe(answer)}")
+    values = []
+    for name, entry in zip(_PSUMS, answer):
+        if entry is None:
+            values.append(None)
+        elif isinstance(entry, (int, float)) and not isinstance(entry, bool):
+            values.append(float(entry))
+        else:
+            raise Mistake(f"the entry for {name} should be a number (what device 0 gets) or None (JAX refuses "
+                          f"it), but it is {describe(entry)}")
+    return tuple(values)
 
 
-def _specs_form(answer):
-    if not isinstance(answer, tuple) or len(answer) != 2:
-        raise Mistake(f"expected a pair (in_specs, out_specs), but got {describe(answer)}")
-    in_specs, out_specs = answer
-    if not isinstance(in_specs, tuple) or len(in_specs) != 3:
-        raise Mistake("in_specs should be a tuple of 3 PartitionSpecs, one per argument (params, x, y), but got "
-                      f"{describe(in_specs)}")
-    if not isinstance(out_specs, tuple) or len(out_specs) != 2:
-        raise Mistake("out_specs should be a tuple of 2 PartitionSpecs, one per output (new params, one number per "
-                      f"device), but got {describe(out_specs)}")
-    if any(isinstance(s, int) or s is None for s in in_specs + out_specs):
-        raise Mistake("those are pmap's in_axes/out_axes numbers; shard_map wants a PartitionSpec for each, like "
-                      "P() or P(('host', 'device'))")
-    return tuple(forms.spec("P(...)")(s) for s in in_specs + out_specs)
+def _entry(i: int, *values):
+    return lambda v: v[i] in values
 
 
-_IN_P = ("in_axes=0 splits the batch over the devices; P() gives every device all of it. Use "
-         "P(('host', 'device'))")
-
-register(SpecExercise(
+register(ValueExercise(
     id="06.1", kernel=KERNEL,
-    title="in_axes/out_axes become in_specs/out_specs",
-    answer_name="specs",
+    title="read jax.typeof, predict a psum",
+    answer_name="device0_gets",
     setup=_DATA_SETUP,
-    solution='''specs = (
-    (P(), P(DATA), P(DATA)),  # in_axes=(None, 0, 0)
-    (P(), P(DATA)),           # out_axes=(None, 0)
-)''',
-    mesh=lambda: course_mesh((2, 4)),
-    slots=(
-        Slot(shape=(16,), right=P(), label="in_specs[0] (params, in_axes=None)", otherwise=_whole_value),
-        _split_slot("in_specs[1] (x, in_axes=0)", (16, 3), _IN_P),
-        _split_slot("in_specs[2] (y, in_axes=0)", (16,), _IN_P),
-        Slot(shape=(16,), right=P(), label="out_specs[0] (params, out_axes=None)", otherwise=_whole_value),
-        _split_slot("out_specs[1] (per-device numbers, out_axes=0)", (8,),
-                    "out_axes=0 keeps one number per device, stacked; P() would claim they are all the same. Use "
-                    "P(('host', 'device'))"),
+    solution="device0_gets = (8.0, 6.0, None)  # w is added 8 times; x over host 0's 4 devices; d: refused",
+    form=_sums_form,
+    right=lambda: tuple(_device0_gets(i) for i in range(3)),
+    rules=(
+        Rule(_entry(0, 1.0), example=(1.0, 6.0, None),
+             say="w's type has no {V:...}: it is the same on every device, but psum does not skip it. JAX makes it "
+                 "vary first (the pvary above) and then adds every device's copy"),
+        Rule(_entry(0, 2.0, 4.0), example=(4.0, 6.0, None),
+             say="psum over DATA adds over both mesh axes: one copy of w from every device of both hosts"),
+        Rule(lambda v: v[0] is None, example=(None, 6.0, None),
+             say="JAX accepts psum(w, DATA): w varies over neither axis, so it is made to vary over both, and "
+                 "then summed"),
+        Rule(_entry(1, 28.0), example=(8.0, 28.0, None),
+             say="28 is the sum over all 8 devices; psum over 'device' alone adds the 4 devices of device 0's own "
+                 "host"),
+        Rule(_entry(1, 22.0), example=(8.0, 22.0, None),
+             say="22 is host 1's sum (4 + 5 + 6 + 7); device 0 is on host 0"),
+        Rule(_entry(1, 0.0, None), example=(8.0, 0.0, None),
+             say="x varies over (host, device), so psum over 'device' is allowed and adds the x of the devices "
+                 "along 'device': device 0 gets the sum over its host's 4 devices"),
+        Rule(lambda v: v[0] != 8.0, example=(3.0, 6.0, None),
+             say=lambda v: f"device 0 does not get {v[0]:g} from psum(w, DATA): add w once for each device of "
+                           "the mesh"),
+        Rule(lambda v: v[1] != 6.0, example=(8.0, 5.0, None),
+             say=lambda v: f"device 0 does not get {v[1]:g} from psum(x, 'device'): add the x of host 0's devices"),
+        Rule(lambda v: v[2] is not None, example=(8.0, 6.0, 12.0),
+             say="d's type is {V:device}: it varies over 'device' but not over 'host'. A psum over both mixes an "
+                 "axis d varies over with one it does not, and JAX refuses it while tracing (under check_vma)"),
     ),
-    form=_specs_form,
-    assemble=lambda s: (s[:3], s[3:]),
     hints=(
-        "None (the same on every device) becomes P(); 0 (split over the devices) becomes a spec that "
-        "splits dimension 0 over the mesh axes.",
-        "pmap's one device axis spans both hosts; on the (host, device) mesh that is both axes together, "
-        "host first: P(('host', 'device')), i.e. P(DATA).",
+        "A psum adds one term per device along the axes you name, whatever the value's type says. What the "
+        "type changes is whether JAX accepts the call.",
+        "float32[] (no V) is the same everywhere: JAX makes it vary, then sums. {V:(host,device)} varies over "
+        "both axes: any of them is fine. {V:device} with an axis it does not vary over in the same psum: refused.",
     ),
 ))
 
@@ -275,13 +284,146 @@ def make_momentum_step(mesh):
 
 # --------------------------------------------------------------------------- 06.3
 
-def _rows_per_device() -> int:
-    return 3
+def _real_rows(device: int, per_host: int) -> int:
+    """Real rows (of 4) on a device: host 0's are full, host 1's devices hold 3, 2, 1, 1, ..."""
+    return 4 if device < per_host else max(1, 3 - (device - per_host))
 
+
+def _masked_inputs(mesh):
+    """Seeded params and a padded batch (4 rows per device) with its mask, placed over every device."""
+    rng = np.random.default_rng(16)
+    n = 4 * mesh.size
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    y = rng.normal(size=n).astype(np.float32)
+    per_host = mesh.shape["device"]
+    mask = np.concatenate([np.arange(4) < _real_rows(k, per_host) for k in range(mesh.size)]).astype(np.float32)
+    params = {"w": jnp.asarray([0.5, -1.0, 2.0], jnp.float32), "b": jnp.float32(0.3)}
+    return params, _placed(mesh, x), _placed(mesh, y), _placed(mesh, mask)
+
+
+def _masked_run(global_loss, mesh):
+    """loss and gradient of global_loss, taken inside a jitted shard_map with check_vma on."""
+    def body(params, x, y, mask):
+        return jax.value_and_grad(global_loss)(params, x, y, mask)
+
+    step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P(DATA), P(DATA), P(DATA)),
+                                 out_specs=(P(), P())))
+    return jax.tree.map(np.asarray, step(*_masked_inputs(mesh)))
+
+
+def _loss(body: str) -> str:
+    return ("def global_loss(params, x, y, mask):\n"
+            "    err = mask * (x @ params['w'] + params['b'] - y) ** 2\n"
+            f"    return {body}\n")
+
+
+register(ProgramExercise(
+    id="06.3", kernel=KERNEL,
+    title="the global mean loss when hosts hold different numbers of real rows",
+    answer_name="global_loss",
+    setup=_DATA_SETUP,
+    solution='''
+def global_loss(params, x, y, mask):
+    """Mean squared error over the real rows (mask 1) of the whole global batch; x: one device's block."""
+    err = mask * (x @ params["w"] + params["b"] - y) ** 2
+    return jax.lax.psum(jnp.sum(err), DATA) / jax.lax.psum(jnp.sum(mask), DATA)
+''',
+    run=_masked_run,
+    wrong={
+        _loss("jax.lax.pmean(jnp.sum(err) / jnp.sum(mask), DATA)"):
+            "you average the devices' means, so each device counts the same; but host 1's devices hold fewer real "
+            "rows, so their rows weigh more than host 0's. Add up the errors and the real rows over every device, "
+            "then divide",
+        _loss("jax.lax.pmean(jnp.mean(err), DATA)"):
+            "you divide by every row, padding included: the loss (and its gradient) comes out too small. Divide by "
+            "the number of real rows, summed over every device",
+        "def global_loss(params, x, y, mask):\n"
+        "    err = (x @ params['w'] + params['b'] - y) ** 2\n"
+        "    return jax.lax.psum(jnp.sum(err), DATA) / jax.lax.psum(jnp.sum(mask), DATA)\n":
+            "the padding rows' errors are in your sum: multiply the squared errors by mask before adding them up",
+        _loss("jax.lax.psum(jnp.sum(err), DATA) / jax.lax.psum(jnp.sum(mask), DATA) / jax.lax.psum(1, DATA)"):
+            lambda case: f"your loss is 1/{case.devices} of the global mean: the two psums already give the sum "
+                         "and the count over every device; do not divide by the number of devices again",
+    },
+    errors=(Rule(lambda text: bool(_VARYING.search(text)),
+                 example=_loss("jnp.sum(err) / jax.lax.psum(jnp.sum(mask), DATA)"),
+                 say="your loss still differs between devices, so out_specs=P() refuses it: both the sum of the "
+                     "errors and the count of real rows must be summed over ('host', 'device') with psum"),),
+    otherwise="your loss is not the mean squared error over the real rows of the whole global batch: sum the "
+              "masked errors over every device, and divide by the real rows counted over every device",
+    hints=(
+        "The global mean is (sum of every real row's error) / (number of real rows), both over the whole batch. "
+        "A device only holds its block: which collective adds a number over all devices?",
+        "With check_vma on, take the loss as it is: its gradient with respect to P() parameters is then the true "
+        "gradient, with nothing to divide or average afterwards. jax.lax.psum(jnp.sum(mask), DATA) counts the "
+        "real rows.",
+    ),
+))
+
+
+# --------------------------------------------------------------------------- 06.5
+
+def _summed_grad(scaled_loss, mesh):
+    """jax.grad(scaled_loss) of P() params inside a jitted shard_map with check_vma on: what JAX sums over devices."""
+    rng = np.random.default_rng(65)
+    n = 4 * mesh.size
+    x, y = rng.normal(size=(n, 3)).astype(np.float32), rng.normal(size=n).astype(np.float32)
+    params = {"w": jnp.asarray([1.0, -0.5, 0.25], jnp.float32), "b": jnp.float32(0.1)}
+    grad = jax.jit(jax.shard_map(jax.grad(scaled_loss), mesh=mesh, in_specs=(P(), P(DATA), P(DATA)),
+                                 out_specs=P()))
+    return jax.tree.map(np.asarray, grad(params, _placed(mesh, x), _placed(mesh, y)))
+
+
+def _scaled(denominator: str) -> str:
+    return ("def scaled_loss(params, x, y):\n"
+            "    err = (x @ params['w'] + params['b'] - y) ** 2\n"
+            f"    return jnp.sum(err) / {denominator}\n")
+
+
+register(ProgramExercise(
+    id="06.5", kernel=KERNEL,
+    title="a device's loss scaled so that the summed gradient is the global mean's",
+    answer_name="scaled_loss",
+    setup=_DATA_SETUP,
+    solution='''
+def scaled_loss(params, x, y):
+    """This device's share of the global mean loss; x, y: one device's block."""
+    err = (x @ params["w"] + params["b"] - y) ** 2
+    return jnp.sum(err) / (x.shape[0] * jax.lax.psum(1, DATA))  # divide by the global batch size
+''',
+    run=_summed_grad,
+    wrong={
+        _scaled("x.shape[0]"):
+            lambda case: f"your gradient is {case.devices}x the true one: JAX adds up the {case.devices} devices' "
+                         "gradients of the P() parameters, so each device's loss must be its share of the global "
+                         "mean: divide by the number of examples in the whole batch, not in the block",
+        _scaled("1"):
+            "your gradient is the whole batch's size times too large: the loss is a sum of squared errors; divide "
+            "it by the number of examples in the global batch",
+        _scaled("(x.shape[0] * 8)"):
+            lambda case: f"right on 8 devices only: on this {case.devices}-device mesh your gradient is off, because "
+                         "you wrote the device count as a number. jax.lax.psum(1, DATA) counts the devices of any mesh",
+        _scaled("(x.shape[0] * jax.lax.psum(1, 'device'))"):
+            "jax.lax.psum(1, 'device') counts one host's devices only; the gradient is summed over every device of "
+            "every host: count over ('host', 'device')",
+    },
+    otherwise="the gradient JAX sums over the devices is not the mean gradient of the global batch: each device's "
+              "loss should be its sum of squared errors divided by the global batch size",
+    hints=(
+        "With check_vma on, the gradient of P() parameters is summed over every device. So the devices' losses "
+        "should add up to the global mean: each is its sum of errors over the global batch size.",
+        "The global batch size is x.shape[0] times the number of devices; jax.lax.psum(1, DATA) counts the "
+        "devices.",
+    ),
+))
+
+
+# --------------------------------------------------------------------------- 06.4
 
 def _batch(mesh, integers: bool = False):
+    """A seeded (3 rows per device, 5) batch placed over every device."""
     rng = np.random.default_rng(4 if integers else 3)
-    shape = (_rows_per_device() * mesh.size, 5)
+    shape = (3 * mesh.size, 5)
     data = rng.integers(0, 4, size=shape) if integers else rng.normal(size=shape)
     return _placed(mesh, data.astype(np.float32))
 
@@ -292,53 +434,6 @@ def _per_block(body, mesh, *args):
     mapped = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=P(DATA)))
     return np.asarray(mapped(*args, _batch(mesh, integers=bool(args))))
 
-
-def _sq(body: str) -> str:
-    return f"def sq_body(block):\n    return {body}\n"
-
-
-register(ProgramExercise(
-    id="06.3", kernel=KERNEL,
-    title="a rank-preserving body: one sum per device, shape (1,)",
-    answer_name="sq_body",
-    setup=_DATA_SETUP,
-    solution='''
-def sq_body(block):
-    """One device's block of the global batch -> its sum of squares, shape (1,)."""
-    return jnp.sum(block**2).reshape(1)  # a kept axis of length 1: 8 blocks glue into (8,)
-''',
-    run=_per_block,
-    wrong={
-        _sq("jnp.sum(block ** 2, keepdims=True)"):
-            "your result is (8, 1): keepdims=True kept both axes of the 2-D block. Keep just one, e.g. "
-            "jnp.sum(block ** 2).reshape(1)",
-        _sq("jnp.sum(block ** 2, axis=1)"):
-            lambda case: f"you return one sum per row ({_rows_per_device() * case.devices} in all), not one per "
-                         "device: sum over the whole block",
-        _sq("jnp.sum(block ** 2, axis=0)"):
-            "you return one sum per column, shape (8, 5); sum over the whole block, both axes",
-        _sq("jax.lax.psum(jnp.sum(block ** 2), DATA)[None]"):
-            "every device returns the total over all devices: you added a psum. Each device's own sum is wanted, "
-            "as pmap computed it",
-        _sq("jnp.sum(block[0] ** 2)[None]"):
-            "you summed only the first row of each block: the block is (B, F) with no device axis in front, so "
-            "there is nothing to index away with block[0]",
-    },
-    errors=(Rule(lambda text: "has rank 0" in text, example=_sq("jnp.sum(block ** 2)"),
-                 say="your body returns a scalar, and shard_map glues the blocks' results along an axis: keep one "
-                     "of length 1, e.g. jnp.sum(block ** 2)[None] or .reshape(1)"),),
-    otherwise=lambda case: (f"for a global batch of shape {(_rows_per_device() * case.devices, 5)} on a mesh "
-                            f"{dict(case.mesh.shape)} the result has shape {case.got.shape} and differs from pmap's "
-                            "per-device sums of squares"),
-    hints=(
-        "The block is 2-D, (B, F). Sum everything, then give the scalar one axis of length 1.",
-        "jnp.sum(block ** 2) is a scalar; .reshape(1) or [None] makes it (1,). keepdims=True would keep "
-        "(1, 1).",
-    ),
-))
-
-
-# --------------------------------------------------------------------------- 06.4
 
 def _noise(noisy_body, mesh):
     """noisy_body's noise on every device (block + noise, minus the block), for key(11)."""

@@ -1,14 +1,18 @@
 """Exercises of notebook 08: real multi-process runs."""
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 from jax import P
 from jax.sharding import NamedSharding
 
 from helpers import hosts, train
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, describe, register
-from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise, course_mesh
+from helpers.exercises.core import Kernel, Mistake, NotAttempted, describe, register, say
+from helpers.exercises.kinds import ProcessExercise, ProgramExercise, Rule, ValueExercise, course_mesh
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 HOSTS = 2
@@ -204,5 +208,123 @@ register(ValueExercise(
         "With P('device'), what global shape does make_array_from_process_local_data give to a "
         "host's (128, 4) batch? (Notebook 03, section 2.)",
         "The errors array is sharded like the batch, and tiled=True returns the global array.",
+    ),
+))
+
+
+# ------------------------------------------------------------------ 08.4 a global result, on every host
+
+@dataclass(frozen=True, kw_only=True)
+class _OnEveryHost(ProcessExercise):
+    """A ProcessExercise whose answer is screened first, so a stub or a non-function starts no process.
+
+    Functions made from catalogue source (by `run_source`) keep that source (exec'd code has no file
+    Python could read it from).
+    """
+
+    def judge(self, answer: Any) -> None:
+        if isinstance(answer, str) or not inspect.isfunction(answer) or answer.__name__ != self.answer_name:
+            raise Mistake(f"expected your function {self.answer_name}(errors), but got {describe(answer)}")
+        if answer.__code__.co_names == ("NotImplementedError",):
+            raise NotAttempted
+        super().judge(answer)
+
+    def output_of_answer(self, answer: Any, layout) -> Any:
+        source = getattr(answer, "__course_source__", None)
+        if source is not None:  # a catalogued program: the same source prints the same, so it runs once
+            return self.output_of_source(source, layout)
+        return super().output_of_answer(answer, layout)
+
+    def run_source(self, source: str) -> Any:
+        fn = super().run_source(source)
+        if callable(fn):
+            fn.__course_source__ = source
+        return fn
+
+    def catalogue(self) -> list[tuple[Any, str]]:
+        """The catalogue, running only what a message needs (a rule's message about the error it met)."""
+        return ([(source, message) for source, message in self.wrong.items()]
+                + [(rule.example, say(rule.say, self._first_difference(rule.example)))
+                   for rule in self.errors + self.families + self.checks])
+
+
+_MEAN_DRIVER = '''
+from helpers.launch import initialize
+initialize()
+{answer}
+import json
+
+mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ("host", "device"))
+sharding = NamedSharding(mesh, P(("host", "device")))
+out = []
+for padding in (2, 3):  # two global batches; the last `padding` rows (all on the last host) are filler
+    n = 4 * jax.device_count()
+    every_error = np.random.default_rng(padding).uniform(size=n).astype(np.float32)
+    every_mask = (np.arange(n) < n - padding).astype(np.float32)
+    share = n // jax.process_count()
+    mine = slice(jax.process_index() * share, (jax.process_index() + 1) * share)
+    errors, mask = (jax.make_array_from_process_local_data(sharding, a[mine]) for a in (every_error, every_mask))
+    try:
+        out.append(round(float(mean_error(errors, mask)), 5))
+    except Exception as error:  # reported as this host's result, so the judge can name it
+        out.append(f"{type(error).__name__}: {str(error).splitlines()[0][:160]}")
+print(json.dumps(out))
+'''
+
+
+def _mean(body: str) -> str:
+    return f"def mean_error(errors, mask):\n    return {body}\n"
+
+
+def _raised(case) -> tuple[int, str] | None:
+    """(host, the error) of the first host where the learner's function raised, or None."""
+    if not isinstance(case.got, tuple):
+        return None
+    return next(((h, v) for h, values in enumerate(case.got) for v in values if isinstance(v, str)), None)
+
+
+def _hosts_disagree(case) -> bool:
+    return isinstance(case.got, tuple) and len({tuple(h) for h in case.got}) > 1
+
+
+register(_OnEveryHost(
+    id="08.4", kernel=KERNEL,
+    title="a global masked mean read on every host: the same number everywhere",
+    answer_name="mean_error",
+    setup="from jax.experimental import multihost_utils\n",
+    solution='''
+def mean_error(errors, mask):
+    """The mean of the real rows' errors (mask 1) of global arrays spread over every host, the same on every host."""
+    return float(jnp.sum(errors * mask) / jnp.sum(mask))  # jit-compiled sums over every device of every host
+''',
+    driver=_MEAN_DRIVER,
+    meshes=((2, 2), (2, 1)),  # (hosts, devices per host); 2 devices first, where one block is not a host's part
+    timeout=90.0,
+    wrong={
+        _mean("float(jnp.mean(errors))"):
+            "your mean counts the padding rows: weigh each error by mask and divide by the number of real rows",
+        _mean("float(jnp.sum(errors * mask) / errors.size)"):
+            "you divide by every row, padding included: divide by the number of real rows, jnp.sum(mask)",
+        _mean("float(sum(np.sum(np.asarray(e.data) * np.asarray(m.data)) for e, m in "
+              "zip(errors.addressable_shards, mask.addressable_shards)) / "
+              "sum(np.sum(np.asarray(m.data)) for m in mask.addressable_shards))"):
+            "each host printed the mean of its own rows: addressable_shards holds only this process's part of the "
+            "arrays, so the hosts disagree. Sum over the global arrays (jnp.sum), or gather them first "
+            "(process_allgather(..., tiled=True))",
+        _mean("float(np.sum(np.asarray(errors) * np.asarray(mask)) / np.sum(np.asarray(mask)))"):
+            "np.asarray(errors) fails on every host: the array spans devices of both processes, and a process can "
+            "only read its own. Use jnp.sum on the global arrays, or process_allgather(..., tiled=True)",
+    },
+    families=(Rule(lambda case: _raised(case) is not None, example=_mean("errors.mean_of_all()"),
+                   say=lambda case: "on host {}, your function raised {}".format(*_raised(case))),
+              Rule(_hosts_disagree,
+                   example=_mean("float(np.mean(np.asarray(errors.addressable_data(0))))"),
+                   say="the hosts printed different numbers: each read only part of the arrays. A global result "
+                       "must be the same on every host: reduce the global arrays, or gather them first"),),
+    otherwise="every host printed the same number, but it is not the mean error of the real rows",
+    hints=(
+        "Each process holds only its own shards. jnp.sum of a global array adds over every device of every host, "
+        "and its result is replicated: every host can read it.",
+        "The mean over real rows is sum(errors * mask) / sum(mask), both sums over the whole global arrays.",
     ),
 ))

@@ -12,7 +12,7 @@ from jax.sharding import AxisType, Mesh
 
 from helpers import train
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, register
+from helpers.exercises.core import Kernel, Mistake, describe, register
 from helpers.exercises.kinds import ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, course_mesh
 from helpers.layout import format_spec
 
@@ -131,51 +131,89 @@ def tp_forward(p, x):
     ),
 ))
 
-# ------------------------------------------------------------------ 09.3 jax.typeof in Explicit mode
+# ------------------------------------------------------------------ 09.3 read a type, predict a reduction
+
+_EXPRESSIONS = ("jnp.sum(h, axis=1)", "jnp.sum(h, axis=0)", "h @ pe['w2']")
 
 
-@functools.cache
-def _h_type() -> str:
-    """jax.typeof of the notebook's hidden layer h, on the Explicit (host, device) mesh."""
-    mesh = course_mesh((2, 4))
+def _typed_results(mesh=None) -> tuple:
+    """jax.typeof (spaces dropped) of the three expressions on the notebook's h and w2; None where JAX refuses."""
+    mesh = mesh or course_mesh((2, 4))
     params = train.init_params()
     x = train.global_batch_at(0)[0]
+    out = []
     with jax.set_mesh(mesh):
         xe = jax.device_put(x, P("host", None))
         w1, b1 = jax.device_put(params["w1"], P(None, "device")), jax.device_put(params["b1"], P("device"))
+        w2 = jax.device_put(params["w2"], P("device", None))
         h = jnp.tanh(xe @ w1 + b1)
-        return str(jax.typeof(h)).replace(" ", "")
+        for make in (lambda: jnp.sum(h, axis=1), lambda: jnp.sum(h, axis=0), lambda: h @ w2):
+            try:
+                out.append(str(jax.typeof(make())).replace(" ", ""))
+            except Exception as error:  # ShardingTypeError, not a public name in jax 0.10.2
+                if "ambiguous how the output should be sharded" not in str(error):
+                    raise
+                out.append(None)
+    return tuple(out)
 
 
-_BLOCKS = ("float32[128,4]", "float32[128,16]", "float32[128@host,16@device]", "float32[256@host,4@device]",
-           "float32[128,4@device]")
+@functools.cache
+def _right_types() -> tuple:
+    return _typed_results()
+
+
+def _types_form(answer):
+    like = "('float32[8@host]', 'float32[3]', None)"
+    if not isinstance(answer, (tuple, list)) or len(answer) != 3:
+        raise Mistake(f"expected a tuple of 3 entries like {like}, one per expression, but got {describe(answer)}")
+    for name, entry in zip(_EXPRESSIONS, answer):
+        if entry is not None and not isinstance(entry, str):
+            raise Mistake(f"the entry for {name} should be the text jax.typeof prints (a string) or None (JAX "
+                          f"refuses it), but it is {describe(entry)}")
+    return tuple(None if e is None else forms.text(like)(e) for e in answer)
+
+
+def _at(i: int, *texts):
+    return lambda v: v[i] in texts
+
 
 register(ValueExercise(
     id="09.3", kernel=KERNEL,
-    title="jax.typeof(h) is float32[256@host,16@device]",
-    answer_name="h_type",
-    solution='h_type = "float32[256@host,16@device]"  # rows from x (host), columns from w1 (device)',
-    form=forms.text(like="'float32[8@data,3]'"),
-    right=_h_type,
-    wrong={
-        "float32[256,16]": "in Explicit mode the sharding is part of the type: after each dimension typeof writes @ "
-                           "and the mesh axis that splits it",
-        "float32[256@host,16]": "h's 16 columns come from w1's columns, which are split over 'device', and the "
-                                "product keeps that split",
-        "float32[256,16@device]": "h's rows come from x's rows, which are split over 'host'",
-    },
+    title="read h's type, predict what a reduction over a split axis gives",
+    answer_name="result_types",
+    solution='result_types = ("float32[256@host]", "float32[16@device]", None)  # h @ w2: the split sum is ambiguous',
+    form=_types_form,
+    right=_right_types,
     rules=(
-        Rule(lambda t: not t.startswith("float32["), example="f32[256@host,16@device]",
-             say="the type starts with the dtype, float32, then the shape in brackets"),
-        Rule(lambda t: t in _BLOCKS, example="float32[128,4@device]",
-             say="jax.typeof shows the global shape, (256, 16), not one device's block"),
-        Rule(lambda t: "(host,device)" in t, example="float32[256@(host,device),16]",
-             say="x's rows are split over 'host' only; 'device' splits the columns"),
+        Rule(_at(0, "float32[256]"), example=("float32[256]", "float32[16@device]", None),
+             say="summing over the columns adds across 'device' (JAX inserts that all-reduce), but the rows are "
+                 "untouched: they keep their split over 'host'"),
+        Rule(_at(0, "float32[256@host,16@device]", "float32[256@host,1]", "float32[256@host,1@device]"),
+             example=("float32[256@host,1]", "float32[16@device]", None),
+             say="jnp.sum(h, axis=1) removes axis 1: the result has one dimension, the 256 rows"),
+        Rule(_at(0, "float32[256@(host,device)]", "float32[256@device]"),
+             example=("float32[256@(host,device)]", "float32[16@device]", None),
+             say="a reduction does not move the rows to other devices: the 256 rows stay split over 'host' only"),
+        Rule(lambda v: v[0] is None, example=(None, "float32[16@device]", None),
+             say="JAX accepts jnp.sum(h, axis=1): a sum has no partner whose sharding could disagree"),
+        Rule(_at(1, "float32[16]"), example=("float32[256@host]", "float32[16]", None),
+             say="summing over the rows adds across 'host'; the 16 columns keep their split over 'device'"),
+        Rule(_at(1, "float32[256@host]"), example=("float32[256@host]", "float32[256@host]", None),
+             say="axis=0 sums over the rows: what is left are the 16 columns"),
+        Rule(lambda v: v[1] is None, example=("float32[256@host]", None, None),
+             say="JAX accepts jnp.sum(h, axis=0): the sum over the 'host' split is one all-reduce"),
+        Rule(lambda v: v[0] != _right_types()[0], example=("float32[16@device]", "float32[16@device]", None),
+             say=lambda v: f"jnp.sum(h, axis=1) is not {v[0]}: it leaves h's 256 rows, with their split"),
+        Rule(lambda v: v[1] != _right_types()[1], example=("float32[256@host]", "float32[16@host]", None),
+             say=lambda v: f"jnp.sum(h, axis=0) is not {v[1]}: it leaves h's 16 columns, with their split"),
+        Rule(lambda v: v[2] is not None, example=("float32[256@host]", "float32[16@device]", "float32[256@host,1]"),
+             say="h @ w2 adds over the 16 hidden units, which h and w2 both split over 'device'. The result could "
+                 "stay as per-device partial sums or be summed, and Explicit mode does not guess: JAX refuses it "
+                 "while tracing"),
     ),
-    otherwise=lambda t: f"{t!r} is not the type of h; write float32[rows@axis,columns@axis]",
     hints=(
-        "typeof writes the global shape and, after each dimension, @ and the mesh axis that "
-        "splits it.",
-        "The rows of x @ w1 are x's rows; its columns are w1's columns.",
+        "A sum over a dimension removes it. The dimensions left keep the split their type shows; a split on "
+        "the removed dimension becomes an all-reduce.",
+        "For h @ w2, look at the dimension the product adds over: which mesh axis splits it in h, and in w2?",
     ),
 ))
