@@ -118,5 +118,7 @@ def test_the_init_exercise_is_judged_on_what_real_hosts_hold():
     exercise = exercises.get("10.3")
     for layout in exercise.meshes:  # one real run judges the reference and the catalogue on both
         assert exercise.output_of_source(exercise.solution, layout) == ([1, 1, 1], [1, 1, 1])
-        assert exercise.output_of_source(nb10._DEVICE_PUT_OWN, layout) == ([1, 1, 1], [1, 1, 0])
+        refused = exercise.output_of_source(nb10._DEVICE_PUT_OWN, layout)  # numpy that differs per host
+        assert "passed to device_put is not the same on each process" in refused.text, refused
+        assert exercise.output_of_source(nb10._FRESH_SEED, layout) == ([1, 1, 0], [1, 1, 0])
         assert exercise.output_of_source(nb10._NOT_PLACED, layout) == ([0, 0, 0], [0, 0, 0])

@@ -191,7 +191,7 @@ for source in SOURCES:
             with jax.set_mesh(mesh):
                 state = namespace["init_state"](local_state)
         except Exception as error:  # the learner's code raised: its sentence is the output
-            row.append(f"{{type(error).__name__}}: {{(str(error).splitlines() or [''])[0][:200]}}")
+            row.append(f"{{type(error).__name__}}: {{(str(error).splitlines() or [''])[0].split('. Expected')[0][:200]}}")
             continue
         row.append(_verdict(state, hsdp))
     out.append(row)
@@ -329,9 +329,9 @@ register(_InitExercise(
     timeout=180.0,
     meshes=((2, 4), (2, 2)),
     wrong={
-        _DEVICE_PUT_OWN: "the state is placed by hsdp, but host 1 holds its own numbers, not host 0's: "
-                         "jax.device_put takes each host's local_state as that host's copies and checks "
-                         "nothing. Send host 0's numbers to every host first",
+        _DEVICE_PUT_OWN: "jax.device_put compared the hosts' local_state (numpy) across the hosts and refused: "
+                         "they differ, and device_put cannot tell which host is right. Send host 0's numbers "
+                         "to every host first",
         _FRESH_SEED: "every host holds the same numbers, placed by hsdp, but not host 0's local_state (a "
                      "fresh model of seed SEED is not the weights host 0 loaded): every host must end with "
                      "host 0's local_state as it is",
@@ -340,8 +340,8 @@ register(_InitExercise(
     },
     otherwise=_otherwise,
     hints=(
-        "Only host 0's local_state is right, and jax.device_put places on each host the numbers that host "
-        "has. Something must carry host 0's numbers to the other hosts first: "
+        "Only host 0's local_state is right, and jax.device_put refuses numpy values that differ between "
+        "hosts. Something must carry host 0's numbers to the other hosts first: "
         "jax.experimental.multihost_utils has a function for exactly that.",
         "multihost_utils.broadcast_one_to_all(local_state) returns host 0's numbers on every host (as "
         "numpy); jax.device_put(..., hsdp) then places them.",
