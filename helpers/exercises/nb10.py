@@ -17,7 +17,6 @@ from jax import P
 from helpers.exercises import forms
 from helpers.exercises.core import PRELUDE, Kernel, Mistake, NotAttempted, describe, register
 from helpers.exercises.kinds import ProcessExercise, Raised, Rule, Slot, SpecExercise, ValueExercise, course_mesh
-from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 MESH = (2, 4)  # 2 hosts x 4 devices, host h's devices in row h
