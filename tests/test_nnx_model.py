@@ -107,3 +107,18 @@ def test_state_shardings_place_moments_per_host_and_parameters_everywhere():
     text = nnx_model.describe(state)
     assert len(text.splitlines()) == 14
     assert "float32[4,16@device]" in text and "model     hidden.kernel" in text
+
+
+@pytest.mark.multiprocess
+def test_the_init_exercise_is_judged_on_what_real_hosts_hold():
+    """10.3's verdicts come from real hosts: [a train state, placed by hsdp, host 0's numbers]."""
+    from helpers import exercises
+    from helpers.exercises import nb10
+
+    exercise = exercises.get("10.3")
+    for layout in exercise.meshes:  # one real run judges the reference and the catalogue on both
+        assert exercise.output_of_source(exercise.solution, layout) == ([1, 1, 1], [1, 1, 1])
+        refused = exercise.output_of_source(nb10._DEVICE_PUT_OWN, layout)  # numpy that differs per host
+        assert "passed to device_put is not the same on each process" in refused.text, refused
+        assert exercise.output_of_source(nb10._FRESH_SEED, layout) == ([1, 1, 0], [1, 1, 0])
+        assert exercise.output_of_source(nb10._NOT_PLACED, layout) == ([0, 0, 0], [0, 0, 0])

@@ -1,11 +1,13 @@
 """Exercises of notebook 10: Flax NNX and Optax on a (host, device) mesh.
 
 10.1 the factor the gradient trap puts into AdamW's nu; 10.2 the HSDP specs of AdamW's moments;
-10.3 an init of the train state that every host agrees on, judged in a real 2-process run.
+10.3 weights only host 0 has, broadcast to every host and placed by the HSDP shardings, judged in
+real processes (one run judges the reference and every catalogued mistake on both meshes).
 """
 from __future__ import annotations
 
 import inspect
+import json
 import textwrap
 from dataclasses import dataclass
 from typing import Any
@@ -13,9 +15,8 @@ from typing import Any
 from jax import P
 
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, Mistake, NotAttempted, describe, register
+from helpers.exercises.core import PRELUDE, Kernel, Mistake, NotAttempted, describe, register
 from helpers.exercises.kinds import ProcessExercise, Raised, Rule, Slot, SpecExercise, ValueExercise, course_mesh
-from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 MESH = (2, 4)  # 2 hosts x 4 devices, host h's devices in row h
@@ -127,8 +128,11 @@ register(SpecExercise(
 ))
 
 
-# --------------------------------------------------------------------------- 10.3 an init every host agrees on
+# --------------------------------------------------------------------------- 10.3 host 0's weights on every host
 
+# Host 0 "loaded" the model of seed SEED + 7; host h holds that of seed SEED + 7 + h. One real run of
+# 2 processes x 4 devices judges several init_state sources on several meshes (sub-meshes of the
+# processes' devices): each (source, mesh) is one entry of the JSON each host prints last.
 _DRIVER = '''
 from helpers.launch import initialize
 
@@ -142,29 +146,60 @@ from flax import nnx
 
 from helpers import nnx_model
 
-with jax.default_device(jax.local_devices()[0]):  # the reference numbers, on this host alone
-    _reference = jax.jit(lambda: nnx.state(nnx_model.create(nnx_model.SEED)))()
-_reference = {path: np.asarray(v.get_value()) for path, v in nnx.to_flat_state(_reference)}
+SOURCES = {sources}
+LAYOUTS = {layouts}
+PRELUDE = {prelude}
+host = jax.process_index()
+_mine = nnx.state(nnx_model.create(nnx_model.SEED + 7 + host))  # what this host loaded
+_host0 = {{path: np.asarray(v.get_value())  # host 0's numbers, which every host must end up holding
+          for path, v in nnx.to_flat_state(nnx.state(nnx_model.create(nnx_model.SEED + 7)))}}
 
-{answer}
 
-jax.set_mesh(mesh)
-_state = init_state()
-_verdict = [0, 0, 0]  # [a train state of the right structure, placed by hsdp, this host holds seed SEED's numbers]
-if isinstance(_state, nnx.State):
-    _leaves = dict(nnx.to_flat_state(_state))
-    _targets = {path: getattr(t, "get_value", lambda: t)() for path, t in nnx.to_flat_state(hsdp)}
-    if set(_leaves) == set(_reference) and all(isinstance(v.get_value(), jax.Array) for v in _leaves.values()):
-        _verdict[0] = 1
-        _verdict[1] = int(all(_leaves[p].get_value().sharding.is_equivalent_to(_targets[p], _reference[p].ndim)
-                              for p in _leaves))
-        _verdict[2] = int(all(np.array_equal(np.asarray(s.data), _reference[p][s.index])
-                              for p, v in _leaves.items() for s in v.get_value().addressable_shards))
-print(json.dumps(_verdict))
+def _mesh(layout):
+    """(hosts, devices): the first `devices` devices of each process, host by host."""
+    per_process = [sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
+                   for p in range(jax.process_count())]
+    return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])
+
+
+def _verdict(state, hsdp):
+    """[an nnx.State of global arrays shaped like the train state, placed by hsdp, holding host 0's numbers]"""
+    if not isinstance(state, nnx.State):
+        return [0, 0, 0]
+    leaves = dict(nnx.to_flat_state(state))
+    if set(leaves) != set(_host0) or not all(isinstance(v.get_value(), jax.Array) for v in leaves.values()):
+        return [0, 0, 0]
+    targets = dict(nnx.to_flat_state(hsdp))  # path -> NamedSharding
+    placed = all(leaves[p].get_value().sharding.is_equivalent_to(targets[p], _host0[p].ndim) for p in leaves)
+    numbers = all(np.array_equal(np.asarray(s.data), _host0[p][s.index])
+                  for p, v in leaves.items() for s in v.get_value().addressable_shards)
+    return [1, int(placed), int(numbers)]
+
+
+out = []
+for source in SOURCES:
+    row = []
+    for layout in LAYOUTS:
+        mesh = _mesh(layout)
+        namespace = {{}}
+        exec(PRELUDE + source, namespace)
+        hsdp = namespace["hsdp"] = nnx_model.state_shardings(mesh)  # this layout's, and its mesh
+        namespace["mesh"] = mesh
+        local_state = jax.tree.map(np.asarray, _mine)  # numpy on the host, like loaded weights
+        try:
+            with jax.set_mesh(mesh):
+                state = namespace["init_state"](local_state)
+        except Exception as error:  # the learner's code raised: its sentence is the output
+            row.append(f"{{type(error).__name__}}: {{(str(error).splitlines() or [''])[0].split('. Expected')[0][:200]}}")
+            continue
+        row.append(_verdict(state, hsdp))
+    out.append(row)
+print(json.dumps(out))
 '''
 
 _SETUP = textwrap.dedent("""\
     from flax import nnx
+    from jax.experimental import multihost_utils
     from helpers import nnx_model
 
     SEED = nnx_model.SEED
@@ -173,49 +208,48 @@ _SETUP = textwrap.dedent("""\
     """)
 
 _SOLUTION = textwrap.dedent('''\
-    def init_state():
-        """The train state of seed SEED, placed by hsdp, the same on every host."""
+    def init_state(local_state):
+        """The train state placed by hsdp, holding host 0's local_state on every host."""
+        return jax.device_put(multihost_utils.broadcast_one_to_all(local_state), hsdp)
+    ''')
+
+_DEVICE_PUT_OWN = textwrap.dedent('''\
+    def init_state(local_state):
+        return jax.device_put(local_state, hsdp)
+    ''')
+
+_FRESH_SEED = textwrap.dedent('''\
+    def init_state(local_state):
         return jax.jit(lambda: nnx.state(nnx_model.create(SEED)), out_shardings=hsdp)()
     ''')
 
-_SEED_PER_HOST = textwrap.dedent('''\
-    def init_state():
-        model, optimizer = nnx_model.create(seed=SEED + jax.process_index())
-        return jax.device_put(nnx.state((model, optimizer)), hsdp)
+_NOT_PLACED = textwrap.dedent('''\
+    def init_state(local_state):
+        return multihost_utils.broadcast_one_to_all(local_state)
     ''')
-
-_NO_OUT_SHARDINGS = textwrap.dedent('''\
-    def init_state():
-        return jax.jit(lambda: nnx.state(nnx_model.create(SEED)))()
-    ''')
-
-_DEVICE_PUT = textwrap.dedent('''\
-    def init_state():
-        return jax.device_put(nnx.state(nnx_model.create(SEED)), hsdp)
-    ''')
-
-
-def _which_hosts(case, index: int) -> list[int]:
-    """The hosts whose verdict has a 0 at `index`."""
-    return [host for host, verdict in enumerate(case.got) if not verdict[index]]
 
 
 def _otherwise(case) -> str:
     if isinstance(case.got, Raised):
         return f"in the real run, {case.got.text}"
+    where = f"on {case.layout[0]} hosts x {case.layout[1]} devices"
     if any(not verdict[0] for verdict in case.got):
-        return ("init_state must return the train state, an nnx.State of (model, optimizer) like "
-                "nnx.state((model, optimizer)), with every leaf a jax.Array")
+        return (f"{where}, init_state did not return the train state: an nnx.State shaped like "
+                "local_state whose every leaf is a jax.Array on the mesh")
     if any(not verdict[1] for verdict in case.got):
-        return "the state is not placed by hsdp: pass out_shardings=hsdp to jax.jit"
-    hosts = _which_hosts(case, 2)
-    return (f"on {case.layout[0]} hosts x {case.layout[1]} devices, host(s) {hosts} hold numbers that are not "
-            "those of seed SEED: every host must build the state from SEED itself")
+        return f"{where}, the state is not placed by hsdp: every leaf must have hsdp's sharding"
+    hosts = [host for host, verdict in enumerate(case.got) if not verdict[2]]
+    return f"{where}, host(s) {hosts} do not hold host 0's numbers: every host must end with host 0's local_state"
+
+
+_runs: dict[tuple[str, tuple[int, int]], Any] = {}  # (source, layout) -> its output in a real run
 
 
 @dataclass(frozen=True, kw_only=True)
 class _InitExercise(ProcessExercise):
-    """ProcessExercise for a function named init_state: stubs and non-functions are told apart before any run."""
+    """ProcessExercise for init_state(local_state). Stubs and non-functions are told apart before any
+    run; one real run judges many sources on every layout: the reference and the catalogue together,
+    a learner's function alone (so that a hang in it cannot spoil theirs)."""
 
     def run_source(self, source: str) -> Any:
         """The function `source` defines, carrying its source (exec'd code has no file to read it from)."""
@@ -230,47 +264,85 @@ class _InitExercise(ProcessExercise):
 
     def _screen(self, answer: Any) -> None:
         if isinstance(answer, str) or not inspect.isfunction(answer) or answer.__name__ != self.answer_name:
-            raise Mistake(f"expected your function {self.answer_name}() (def {self.answer_name}(): ...), "
-                          f"but got {describe(answer)}")
+            raise Mistake(f"expected your function {self.answer_name}(local_state) (def "
+                          f"{self.answer_name}(local_state): ...), but got {describe(answer)}")
         if answer.__code__.co_names == ("NotImplementedError",):
             raise NotAttempted
 
     def output_of_answer(self, answer: Any, layout) -> Any:
-        source = getattr(answer, "__course_source__", None)
-        return super().output_of_answer(source if source is not None else answer, layout)
+        source = answer if isinstance(answer, str) else getattr(answer, "__course_source__", None)
+        if source is None:
+            try:
+                source = textwrap.dedent(inspect.getsource(answer))
+            except (OSError, TypeError):
+                raise Mistake(f"the source of {describe(answer)} cannot be read; define it with def in a cell") from None
+        got = self.output_of_source(source, layout)
+        if isinstance(got, Raised) and got.text.startswith("NotImplementedError"):
+            raise NotAttempted
+        return got
+
+    def output_of_source(self, source: str, layout) -> Any:
+        if (source, layout) not in _runs:
+            known = [self.solution, *self.wrong]
+            _runs.update(self._launch_together(known if source in known else [source]))
+        return _runs[(source, layout)]
+
+    def _launch_together(self, sources: list[str]) -> dict:
+        """The output of every source on every layout of `meshes`, from one run of 2 processes x 4 devices."""
+        from helpers.launch import run
+
+        script = self.driver.format(sources=repr(sources), layouts=repr(self.meshes),
+                                    prelude=repr(PRELUDE + self.setup + "\n"))
+        result = run(source=script, hosts=2, devices_per_host=4, timeout=self.timeout)
+        every = [(s, layout) for s in sources for layout in self.meshes]
+        failed = next((host for host in result.hosts if not host.ok), None)
+        if failed is not None:
+            tail = failed.error_tail(3).strip().splitlines()
+            what = tail[-1] if failed.status == "failed" and tail else f"nothing: it {failed.status}"
+            return dict.fromkeys(every, Raised(f"{what} on host {failed.host}"))
+        try:
+            per_host = [json.loads(host.stdout.strip().splitlines()[-1]) for host in result.hosts]
+        except (IndexError, ValueError):
+            return dict.fromkeys(every, Raised("a host printed no result line"))
+        outputs = {}
+        for i, source in enumerate(sources):
+            for j, layout in enumerate(self.meshes):
+                got = [rows[i][j] for rows in per_host]
+                error = next(((h, g) for h, g in enumerate(got) if isinstance(g, str)), None)
+                outputs[(source, layout)] = Raised(f"{error[1]} on host {error[0]}") if error else tuple(got)
+        return outputs
 
     def catalogue(self) -> list[tuple[Any, str]]:
-        """ProgramExercise's catalogue without running anything (its messages are fixed text):
-        listing the mistakes must not start real processes; judging them does."""
-        return ([(source, message) for source, message in self.wrong.items()]
-                + [(rule.example, rule.say) for rule in self.errors + self.families + self.checks])
+        """The wrong programs and their messages (fixed text), without running anything: listing
+        the mistakes must not start real processes; judging them does."""
+        return list(self.wrong.items())
 
 
 register(_InitExercise(
     id="10.3", kernel=KERNEL,
-    title="one seed, jit with out_shardings: every host builds its part of the same train state",
+    title="weights only host 0 has: broadcast them, then place them by hsdp",
     answer_name="init_state",
     setup=_SETUP,
     solution=_SOLUTION,
     driver=_DRIVER,
-    timeout=120.0,
+    timeout=180.0,
     meshes=((2, 4), (2, 2)),
     wrong={
-        _SEED_PER_HOST: "host 1 holds other numbers than seed SEED's, though the state is placed right: each "
-                        "host used its own seed, and jax.device_put took each host's numbers as its copies "
-                        "without checking. Use the same seed, SEED, on every host",
-        _NO_OUT_SHARDINGS: "the numbers are right on every host, but the state is not placed by hsdp: without "
-                           "out_shardings, jit decides where the state goes. Pass out_shardings=hsdp",
+        _DEVICE_PUT_OWN: "jax.device_put compared the hosts' local_state (numpy) across the hosts and refused: "
+                         "they differ, and device_put cannot tell which host is right. Send host 0's numbers "
+                         "to every host first",
+        _FRESH_SEED: "every host holds the same numbers, placed by hsdp, but not host 0's local_state (a "
+                     "fresh model of seed SEED is not the weights host 0 loaded): every host must end with "
+                     "host 0's local_state as it is",
+        _NOT_PLACED: "every host has host 0's numbers, but as numpy arrays on the host: place them on the "
+                     "devices by hsdp",
     },
-    checks=(Rule(lambda fn, layout: "device_put" in fn.__code__.co_names, example=_DEVICE_PUT,
-                 say="the numbers and the placement are right, but every host first builds the whole state and "
-                     "then copies it to its devices with device_put, trusting that the hosts built the same. "
-                     "Build it inside jax.jit with out_shardings=hsdp: each device computes only its part"),),
     otherwise=_otherwise,
     hints=(
-        "Every host runs init_state(). What must be the same on every host for their copies to agree, and "
-        "what decides where each array goes?",
-        "Section 6 built the HSDP state in one line: jax.jit(lambda: nnx.state(nnx_model.create(SEED)), "
-        "out_shardings=hsdp)().",
+        "Only host 0's local_state is right, and jax.device_put refuses numpy values that differ between "
+        "hosts. Something must carry host 0's numbers to the other hosts first: "
+        "jax.experimental.multihost_utils has a function for exactly that.",
+        "multihost_utils.broadcast_one_to_all(local_state) returns host 0's numbers on every host (as "
+        "numpy); jax.device_put(..., hsdp) then places them.",
     ),
 ))

@@ -1,11 +1,14 @@
 """Exercises of notebook 11: the masked mean, padded rows judged in real processes, restore targets."""
 from __future__ import annotations
 
+import inspect
+import json
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from helpers.exercises.core import Kernel, Mistake, call_learner, describe, register
-from helpers.exercises.kinds import Judged, ProcessExercise, ProgramExercise, WrongAnswer, course_mesh
+from helpers.exercises.core import PRELUDE, Kernel, Mistake, NotAttempted, call_learner, describe, register
+from helpers.exercises.kinds import Judged, ProcessExercise, ProgramExercise, Raised, Rule, WrongAnswer, course_mesh
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8); no emulated hosts
 
@@ -52,7 +55,9 @@ def masked_mean(values, mask):
             "the denominator counts only real rows, but the sum still adds the padding rows' values "
             "(a zero row's error is not zero): multiply by the mask before summing",
     },
-    otherwise="not the mean of the real rows; compare yours with the exact mean on a small example",
+    otherwise=lambda case: (f"on {case.devices} devices your function returned {[round(float(v), 4) for v in case.got]} "
+                            "for three padded data sets, not the means of their real rows: a padding row "
+                            "must add nothing to the sum and nothing to the count"),
     hints=(
         "A padding row must add nothing to the sum and nothing to the count.",
         "values * mask keeps the real rows' values; jnp.sum(mask) counts the real rows.",
@@ -62,65 +67,132 @@ def masked_mean(values, mask):
 
 # --------------------------------------------------------------------------- 11.2 padded rows
 
+_runs: dict[tuple[str, tuple[int, int]], Any] = {}  # (source, layout) -> its output in a real run
+
+
 @dataclass(frozen=True, kw_only=True)
 class _RowsInRealProcesses(ProcessExercise):
     """A ProcessExercise whose answer is first called here, so a stub or a crash starts no process.
 
-    Functions made from catalogue source (by `run_source`) keep that source, since Python cannot
-    read the source of code run with exec. The same source prints the same: each runs once.
+    One real run per layout judges many sources: the reference and the catalogue together, a
+    learner's function alone (so that a hang in it cannot spoil theirs). Functions made from
+    catalogue source (by `run_source`) keep that source, since Python cannot read the source of
+    code run with exec.
     """
 
     def judge(self, answer: Any) -> None:
         if not callable(answer):
             raise Mistake(f"expected a function {self.answer_name}(num_records, num_hosts, "
                           f"local_devices), but got {describe(answer)}")
-        rows = call_learner(answer, 1001, 2, 4)
+        try:
+            rows = call_learner(answer, 1001, 2, 4)
+        except Mistake as error:  # an error rule names it as the real run would
+            rule = next((r for r in self.errors if r.when(str(error))), None)
+            raise Mistake(rule.say) if rule else error from None
         if isinstance(rows, bool) or not isinstance(rows, int):
             raise Mistake(f"expected a whole number of rows, but {self.answer_name}(1001, 2, 4) "
                           f"returned {describe(rows)}")
         super().judge(getattr(answer, "__source__", answer))
 
     def output_of_answer(self, answer: Any, layout) -> Any:
-        if isinstance(answer, str):
-            return self.output_of_source(answer, layout)
-        return super().output_of_answer(answer, layout)
+        if not isinstance(answer, str):
+            try:
+                answer = textwrap.dedent(inspect.getsource(answer))
+            except (OSError, TypeError):
+                raise Mistake(f"the source of {describe(answer)} cannot be read; define it with def in a cell") from None
+        return self.output_of_source(answer, layout)
 
     def run_source(self, source: str) -> Any:
         fn = super().run_source(source)
         fn.__source__ = source
         return fn
 
+    def catalogue(self) -> list[tuple[Any, str]]:
+        """The wrong programs and error examples with their messages (fixed text), without running
+        anything: listing the mistakes must not start real processes; judging them does."""
+        return list(self.wrong.items()) + [(rule.example, rule.say) for rule in self.errors]
+
+    def output_of_source(self, source: str, layout) -> Any:
+        if (source, layout) not in _runs:
+            known = [self.solution, *self.wrong]
+            _runs.update(self._launch_together(known if source in known else [source], layout))
+        return _runs[(source, layout)]
+
+    def _launch_together(self, sources: list[str], layout) -> dict:
+        """The output of every source on this (hosts, devices_per_host) layout, from one real run."""
+        from helpers.launch import run
+
+        script = self.driver.format(sources=repr(sources), prelude=repr(PRELUDE + self.setup + "\n"))
+        result = run(source=script, hosts=layout[0], devices_per_host=layout[1], timeout=self.timeout)
+        failed = next((host for host in result.hosts if not host.ok), None)
+        if failed is not None:
+            tail = failed.error_tail(3).strip().splitlines()
+            what = tail[-1] if failed.status == "failed" and tail else f"nothing: it {failed.status}"
+            return {(s, layout): Raised(f"{what} on host {failed.host}", what) for s in sources}
+        try:
+            per_host = [json.loads(host.stdout.strip().splitlines()[-1]) for host in result.hosts]
+        except (IndexError, ValueError):
+            return {(s, layout): Raised("a host printed no result line") for s in sources}
+        outputs = {}
+        for i, source in enumerate(sources):
+            got = [rows[i] for rows in per_host]
+            error = next(((h, g) for h, g in enumerate(got) if isinstance(g, str)), None)
+            if error and error[1].startswith("NotImplementedError"):
+                raise NotAttempted
+            outputs[(source, layout)] = Raised(f"{error[1]} on host {error[0]}", error[1]) if error else tuple(got)
+        return outputs
+
 
 _ROWS_DRIVER = '''
 from helpers.launch import initialize
 initialize()
-{answer}
+
 import json
+
 import grain
+import jax
+import numpy as np
+from jax import P
 from jax.sharding import NamedSharding
+
 from helpers.stack_data import pad_with_mask
 
+SOURCES = {sources}
+PRELUDE = {prelude}
 hosts, devices = jax.process_count(), jax.local_device_count()
 shard = grain.sharding.ShardByJaxProcess()
 sharding = NamedSharding(jax.make_mesh((hosts, devices), ("host", "device")), P(("host", "device")))
-out = []  # per data set: [records, global rows, masked mean]; rows -1 / -2 when it fails
-for n in (1001, 998, 13):  # held-out sets; record i has the value i + 1
-    mine = np.asarray(list(grain.MapDataset.source(np.arange(1, n + 1, dtype=np.float32))[shard.shard_index::hosts]))
-    rows = int(eval_rows(n, hosts, devices))
-    biggest = -(-n // hosts)  # host 0's share; every host can tell, so all take the same branch
-    if rows < biggest:
-        print(f"{n} records: host 0 holds {biggest}, more than {rows} rows")
-        out.append([n, -1, 0.0])
-        continue
-    part = pad_with_mask({"v": mine}, rows)
+
+
+def evaluate(eval_rows):
+    """Per held-out set: [records, global rows, masked mean]; rows -1 / -2 when it fails."""
+    out = []
+    for n in (1001, 998, 13):  # record i has the value i + 1
+        mine = np.asarray(list(grain.MapDataset.source(np.arange(1, n + 1, dtype=np.float32))[shard.shard_index::hosts]))
+        rows = int(eval_rows(n, hosts, devices))
+        biggest = -(-n // hosts)  # host 0's share; every host can tell, so all take the same branch
+        if rows < biggest:
+            out.append([n, -1, 0.0])
+            continue
+        part = pad_with_mask({{"v": mine}}, rows)
+        try:
+            v, m = (jax.make_array_from_process_local_data(sharding, part[k]) for k in ("v", "mask"))
+        except Exception:  # IndivisibleError: the same on every host, before any collective
+            out.append([n, -2, 0.0])
+            continue
+        out.append([n, int(v.shape[0]), round(float((v * m).sum() / m.sum()), 3)])
+    return out
+
+
+results = []
+for source in SOURCES:
+    namespace = {{}}
+    exec(PRELUDE + source, namespace)
     try:
-        v, m = (jax.make_array_from_process_local_data(sharding, part[k]) for k in ("v", "mask"))
-    except Exception as error:  # IndivisibleError: the same on every host, before any collective
-        print(f"{n} records: make_array_from_process_local_data refused {rows} rows: {error}")
-        out.append([n, -2, 0.0])
-        continue
-    out.append([n, int(v.shape[0]), round(float((v * m).sum() / m.sum()), 3)])
-print(json.dumps(out))
+        results.append(evaluate(namespace["eval_rows"]))
+    except Exception as error:  # the learner's function raised (the same on every host)
+        results.append(f"{{type(error).__name__}}: {{(str(error).splitlines() or [''])[0][:200]}}")
+print(json.dumps(results))
 '''
 
 register(_RowsInRealProcesses(
@@ -151,6 +223,11 @@ def eval_rows(num_records, num_hosts, local_devices):
             "rounding down loses records: host 0 holds 501 of the 1001 records, more rows than you "
             "give it. Round the share up, and then up to a multiple of local_devices",
     },
+    errors=(Rule(lambda raw: "padded_rows" in raw, example=(
+        "def eval_rows(num_records, num_hosts, local_devices):\n"
+        "    return padded_rows(num_records, num_hosts, local_devices)\n"),
+        say="the check runs your function in processes that have no padded_rows: write the "
+            "arithmetic yourself, with math"),),
     otherwise=lambda case: (f"on {case.layout[0]} host(s) x {case.layout[1]} devices the hosts "
                             f"printed {case.got}, the reference {case.want} ([records, global rows, "
                             "masked mean; rows -1: a share did not fit, -2: JAX refused the rows]); "
@@ -209,10 +286,9 @@ def _judge_targets(targets_for) -> None:
                               f"you were given, {dict(mesh.shape)}: build the targets from `mesh`")
             if sharding.devices_indices_map(template.shape) != right.devices_indices_map(template.shape):
                 spec = getattr(sharding, "spec", sharding)
-                raise Mistake(f"{name} is placed with {format_spec(spec)} on {dict(mesh.shape)}, but the "
-                              f"script places it with {format_spec(right.spec)}: moments split over "
-                              "'device', everything else "
-                              "replicated (nnx_model.state_shardings(mesh))")
+                raise Mistake(f"{name} is placed with {format_spec(spec)} on {dict(mesh.shape)}, but "
+                              f"nnx_model.state_shardings(mesh) places it with {format_spec(right.spec)}: "
+                              "moments split over 'device', everything else replicated")
 
 
 register(Judged(
@@ -231,7 +307,7 @@ def targets_for(abstract_state, mesh):
                     "has no sharding: Orbax would fall back on the mesh saved"),
         WrongAnswer("def targets_for(abstract_state, mesh):\n"
                     "    return stack_ckpt.restore_targets(abstract_state, NamedSharding(mesh, P()))\n",
-                    "but the script places it with P('device')"),
+                    "but nnx_model.state_shardings(mesh) places it with P('device')"),
         WrongAnswer("def targets_for(abstract_state, mesh):\n"
                     "    old = jax.make_mesh((2, 4), ('host', 'device'))\n"
                     "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(old))\n",
