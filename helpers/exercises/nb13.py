@@ -455,7 +455,8 @@ return jax.lax.all_gather(piece, "host", axis=1, tiled=True)'''):
                                 "steps (inside, across, back)",
             _hier("return jax.lax.psum(block, DATA)")),
         TrafficRule(
-            lambda yours, flat: "reduce-scatter" not in _kinds(yours) and yours.across_hosts >= flat.across_hosts,
+            lambda yours, flat: ("all-reduce" in _kinds(yours) and "reduce-scatter" not in _kinds(yours)
+                                and yours.across_hosts >= flat.across_hosts),
             lambda yours, flat: f"the numbers are right, but {_b(yours.across_hosts)} cross hosts, more than the "
                                 f"flat psum's {_b(flat.across_hosts)}: after a psum inside the host every device "
                                 "holds the whole gradient, and each sends all of it across. Scatter first "
