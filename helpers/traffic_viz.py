@@ -76,7 +76,9 @@ def _panel(ax, report: Traffic, collective, devices, slot, positions, biggest: f
                                fill=False, edgecolor="black", linewidth=2))
         ax.text((min(members) + max(members)) / 2, -0.36, f"host {host}", ha="center", va="center", fontsize=7,
                 bbox=dict(facecolor="white", edgecolor="black", linewidth=1, pad=1.2), zorder=4)
-    for t in collective.transfers():
+    transfers = collective.transfers()
+    alpha = 0.9 if len(transfers) <= 16 else 0.45  # a crowded panel (an all-to-all) stays readable
+    for t in transfers:
         across = report.hosts[t.source] != report.hosts[t.target]
         a, b = slot[t.source], slot[t.target]
         upward = a < b  # left to right: an arc above the boxes; right to left: below
@@ -85,7 +87,7 @@ def _panel(ax, report: Traffic, collective, devices, slot, positions, biggest: f
         ax.add_patch(FancyArrowPatch((a, 0.3 if upward else -0.3), (b, 0.3 if upward else -0.3),
                                      connectionstyle=f"arc3,rad={rad}", arrowstyle="-|>",
                                      mutation_scale=7, linewidth=width,
-                                     color=ACROSS if across else INSIDE, alpha=0.9, zorder=3))
+                                     color=ACROSS if across else INSIDE, alpha=alpha, zorder=3))
     inside, across = report.split(collective)
     repeat = f" x{collective.repeats}" if collective.repeats > 1 else ""
     x_text = max(n, 8) - 0.2

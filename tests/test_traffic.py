@@ -21,6 +21,9 @@ ORDERS = {
 }
 SHAPES = {(2, 4): ("host", "device"), (4, 2): ("host", "device"), (2, 2, 2): ("a", "b", "c")}
 MESHES = [(shape, order) for shape in SHAPES for order in ORDERS]
+# Running collectives costs a compile per axis subset: these meshes cover every order on the
+# (host, device) mesh, a taller one, and 3 axes (non-adjacent groups such as ('a', 'c')).
+RUN_MESHES = [((2, 4), order) for order in ORDERS] + [((4, 2), "interleaved"), ((2, 2, 2), "shuffled")]
 
 
 def build_mesh(shape, order):
@@ -41,9 +44,11 @@ def ids_per_device(mesh):
     return jax.device_put(ids, NamedSharding(mesh, spec)), spec
 
 
-def by_device(out, mesh):
-    """Each device's block of a shard_map output that keeps one block per device."""
-    return {s.device: np.asarray(s.data) for s in out.addressable_shards}
+def run_and_parse(fn, x, kind):
+    """Each device's output block when the compiled program runs, and its one collective of `kind`."""
+    compiled = T.compile_program(fn, x)
+    ran = {s.device: np.asarray(s.data) for s in compiled(x).addressable_shards}
+    return ran, only(T.parse_collectives(compiled.as_text(), T.device_assignment(compiled)), kind)
 
 
 def only(found, kind):
@@ -60,36 +65,34 @@ def test_device_assignment_is_the_mesh_order(shape, order):
     assert T.device_assignment(compiled) == list(mesh.devices.flat)
 
 
-@pytest.mark.parametrize("shape,order", MESHES, ids=[f"{s}-{o}" for s, o in MESHES])
+@pytest.mark.parametrize("shape,order", RUN_MESHES, ids=[f"{s}-{o}" for s, o in RUN_MESHES])
 def test_all_reduce_groups_are_the_devices_psum_really_adds(shape, order):
     mesh = build_mesh(shape, order)
     x, spec = ids_per_device(mesh)
     for axes in axis_subsets(mesh.axis_names):
         fn = jax.shard_map(lambda b: jax.lax.psum(2 ** b, axes), mesh=mesh, in_specs=spec, out_specs=spec)
-        ran = by_device(fn(x), mesh)
+        ran, parsed = run_and_parse(fn, x, "all-reduce")
         really = {frozenset(i for i in range(8) if int(v[0]) >> i & 1) for v in ran.values()}
-        parsed = only(T.collectives(fn, x), "all-reduce")
         assert {frozenset(g) for g in T.groups_as_ids(parsed)} == really, axes
         for d, v in ran.items():  # each device is in the group whose sum it received
             group = next(g for g in parsed.groups if d in g)
             assert int(v[0]) == sum(2 ** g.id for g in group)
 
 
-@pytest.mark.parametrize("shape,order", MESHES, ids=[f"{s}-{o}" for s, o in MESHES])
+@pytest.mark.parametrize("shape,order", RUN_MESHES, ids=[f"{s}-{o}" for s, o in RUN_MESHES])
 def test_all_gather_groups_list_devices_in_the_order_jax_gathers_them(shape, order):
     mesh = build_mesh(shape, order)
     x, spec = ids_per_device(mesh)
     for axes in axis_subsets(mesh.axis_names):
         fn = jax.shard_map(lambda b: jax.lax.all_gather(b, axes, tiled=True), mesh=mesh, in_specs=spec,
                            out_specs=spec)
-        ran = by_device(fn(x), mesh)
-        parsed = only(T.collectives(fn, x), "all-gather")
+        ran, parsed = run_and_parse(fn, x, "all-gather")
         for d, gathered in ran.items():
             group = next(g for g in parsed.groups if d in g)
             assert [g.id for g in group] == gathered.tolist(), axes
 
 
-@pytest.mark.parametrize("shape,order", MESHES, ids=[f"{s}-{o}" for s, o in MESHES])
+@pytest.mark.parametrize("shape,order", RUN_MESHES, ids=[f"{s}-{o}" for s, o in RUN_MESHES])
 def test_permute_pairs_are_who_really_sent_to_whom(shape, order):
     mesh = build_mesh(shape, order)
     x, spec = ids_per_device(mesh)
@@ -97,8 +100,7 @@ def test_permute_pairs_are_who_really_sent_to_whom(shape, order):
         n = int(np.prod([mesh.shape[a] for a in axes]))
         perm = [(i, (i + 1) % n) for i in range(n)]
         fn = jax.shard_map(lambda b: jax.lax.ppermute(b, axes, perm), mesh=mesh, in_specs=spec, out_specs=spec)
-        ran = by_device(fn(x), mesh)
-        parsed = only(T.collectives(fn, x), "collective-permute")
+        ran, parsed = run_and_parse(fn, x, "collective-permute")
         assert sorted(T.groups_as_ids(parsed)) == sorted((int(v[0]), d.id) for d, v in ran.items()), axes
 
 
@@ -269,16 +271,42 @@ def test_an_unrolled_loop_folds_into_one_row_with_the_same_totals():
     assert "collective-permute x7" in str(report) and "collective-permute x7" in T.compare({"ring": report})
 
 
-def test_busiest_link_and_busiest_host():
+def test_busiest_device_and_busiest_host():
     hosts = {d: d.id // 4 for d in D}
     two_steps = T.Traffic((
         T.Collective("all-reduce", "a", "psum", 64, (tuple(D[:4]), tuple(D[4:]))),
         T.Collective("all-reduce", "b", "psum", 64, tuple((D[i], D[i + 4]) for i in range(4))),
     ), hosts)
-    assert two_steps.busiest_link_across() == 64  # each pair: one hop of 2*(2-1)/2 * 64 each way
+    assert two_steps.busiest_device_across() == 64  # each pair: one hop of 2*(2-1)/2 * 64 each way
     assert two_steps.busiest_host_across() == 4 * 64  # 4 devices of a host each send 64 bytes out
     table = T.compare({"two psums": two_steps})
-    assert table.splitlines()[2].split()[-4:] == ["64", "B", "256", "B"]  # max per link, max per host
+    assert table.splitlines()[2].split()[-4:] == ["64", "B", "256", "B"]  # max per device, max per host
+    to_all = T.Traffic((T.Collective("all-to-all", "t", "all_to_all", 64, (tuple(D),)),), hosts)
+    assert to_all.busiest_device_across() == 4 * 8  # one device sends 8 bytes to each of 4 on the other host
+
+
+def test_bytes_by_hand_for_the_notebooks_programs():
+    """Notebook 13's numbers, counted by hand from the cost model, on the compiled programs."""
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    data = ("host", "device")
+    grads = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P(data)))  # 64 bytes per device
+
+    def split(body, x=grads, in_spec=P(data), out_spec=P(data)):
+        fn = jax.shard_map(body, mesh=mesh, in_specs=in_spec, out_specs=out_spec)
+        report = T.traffic(fn, x, host_of=T.hosts_along(mesh))
+        return [(c.kind, report.split(c)) for c in report.collectives]
+
+    # flat psum: 8 hops of 2*7/8*64 = 112 B; 3->4 and 7->0 cross hosts
+    assert split(lambda b: jax.lax.psum(b, data)) == [("all-reduce", (6 * 112, 2 * 112))]
+    # hierarchical: reduce-scatter inside (result 16 B, 4 hops of 3*16 per host), all-reduce across
+    # (4 pairs, 2 hops of 2*1/2*16), all-gather inside (result 64 B, 4 hops of 3/4*64 per host)
+    hier = split(lambda b: jax.lax.all_gather(jax.lax.psum(
+        jax.lax.psum_scatter(b, "device", scatter_dimension=1, tiled=True), "host"), "device", axis=1, tiled=True))
+    assert hier == [("reduce-scatter", (8 * 48, 0)), ("all-reduce", (0, 8 * 16)), ("all-gather", (8 * 48, 0))]
+    # all_to_all of 64 B per device: 8 devices send 8 B to each of 7 others, 4 of them on the other host
+    to_all = split(lambda b: jax.lax.all_to_all(b, data, 1, 0, tiled=True), in_spec=P(data, None),
+                   out_spec=P(None, data))
+    assert to_all == [("all-to-all", (8 * 3 * 8, 8 * 4 * 8))]
 
 
 def test_the_picture_has_one_row_per_folded_collective():
@@ -324,7 +352,7 @@ def test_the_hierarchical_all_reduce_sends_fewer_bytes_across_hosts_than_the_fla
     assert flat.across_hosts == hosts * Fraction(2 * (n - 1), n) * nbytes  # one crossing hop per host
     assert hier.across_hosts == 2 * (hosts - 1) * nbytes  # D rings of H, each hop 2(H-1)/H * B/D
     assert hier.across_hosts < flat.across_hosts
-    assert hier.busiest_link_across() < flat.busiest_link_across()
+    assert hier.busiest_device_across() < flat.busiest_device_across()
 
 
 def test_a_report_draws_itself_in_a_notebook():

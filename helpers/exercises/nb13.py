@@ -14,7 +14,7 @@ from typing import Any, Callable
 from jax import P
 
 from helpers.exercises.core import Kernel, Mistake, register
-from helpers.exercises.kinds import ProgramExercise
+from helpers.exercises.kinds import ProgramExercise, Rule
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 DATA = ("host", "device")
@@ -80,6 +80,59 @@ def _flat(block):
     return jax.lax.psum(block, DATA)
 
 
+_known_reports: dict[tuple, Any] = {}
+
+
+def _known_report(program: Callable, source: str | None, mesh, exercise=None):
+    """The traffic of the flat psum (source None) or of a catalogued program, computed once per mesh."""
+    key = (program.__name__, source, mesh.devices.shape)
+    if key not in _known_reports:
+        body = _flat if source is None else exercise.run_source(source)
+        _known_reports[key] = _report(program, body, mesh)
+    return _known_reports[key]
+
+
+# ----------------------------------------------------------------------------- wrong sums
+
+def _shape_off(case) -> bool:
+    import numpy as np
+
+    return np.shape(case.got) != np.shape(case.want)
+
+
+def _multiple(case) -> float | None:
+    """k when the learner's result is k times the sum (k != 1), else None."""
+    import numpy as np
+
+    if _shape_off(case):
+        return None
+    got, want = np.asarray(case.got, float), np.asarray(case.want, float)
+    nonzero = want != 0
+    if not nonzero.any() or not np.allclose(got[~nonzero], 0):
+        return None
+    ratios = got[nonzero] / want[nonzero]
+    k = float(ratios[0])
+    return k if np.allclose(ratios, k) and not np.isclose(k, 1) else None
+
+
+def _sum_families(name: str) -> tuple[Rule, ...]:
+    """Mistakes of any all-reduce puzzle, named from the numbers it computed."""
+    return (
+        Rule(_shape_off,
+             lambda case: f"your blocks make an array of shape {tuple(case.got.shape)}, the sum on every device "
+                          f"makes {tuple(case.want.shape)}: return a block of the input's shape, (1, F)",
+             _body("return jnp.concatenate([block, block], axis=1)", name)),
+        Rule(lambda case: _multiple(case) is not None,
+             lambda case: f"your result is {_multiple(case):g} times the sum on the {case.devices}-device mesh: "
+                          "some blocks are added more than once (or scaled)",
+             _body("return 2 * jax.lax.psum(block, DATA)", name)),
+    )
+
+
+SUM_OTHERWISE = ("your numbers are not the sum of every device's block: compare your function with "
+                 "jax.lax.psum(block, DATA) on the same input")
+
+
 # ----------------------------------------------------------------------------- traffic rules
 
 @dataclass(frozen=True)
@@ -108,15 +161,15 @@ class PuzzleExercise(ProgramExercise):
             return
         mesh = self.make_case(self.meshes[0])
         yours = _report(self.program, answer, mesh)
-        flat = _report(_allreduce_program, _flat, mesh)
+        flat = _known_report(_allreduce_program, None, mesh)
         for rule in self.traffic:
             if rule.when(yours, flat):
                 raise Mistake(rule.say(yours, flat), yours.text())
 
     def catalogue(self) -> list[tuple[Any, str]]:
         mesh = self.make_case(self.meshes[0])
-        flat = _report(_allreduce_program, _flat, mesh)
-        extra = [(rule.example, rule.say(_report(self.program, self.run_source(rule.example), mesh), flat))
+        flat = _known_report(_allreduce_program, None, mesh)
+        extra = [(rule.example, rule.say(_known_report(self.program, rule.example, mesh, self), flat))
                  for rule in self.traffic]
         return super().catalogue() + extra
 
@@ -154,6 +207,7 @@ def allreduce_two_steps(block):
     return jax.lax.all_gather(piece, DATA, axis=1, tiled=True)  # (1, F): every piece, in order
 ''',
     run=_runner(_allreduce_program), program=_allreduce_program,
+    families=_sum_families("allreduce_two_steps"), otherwise=SUM_OTHERWISE,
     wrong={
         _two_steps('''
 piece = jax.lax.psum_scatter(block, "device", scatter_dimension=1, tiled=True)
@@ -174,6 +228,11 @@ piece = jax.lax.psum_scatter(block, DATA, scatter_dimension=1, tiled=True)
 return jax.lax.all_gather(piece, DATA, axis=1)'''):
             "without tiled=True, all_gather stacks the pieces along a new axis instead of gluing them into "
             "one row: pass tiled=True",
+        _two_steps('''
+piece = jax.lax.psum_scatter(block, ("device", "host"), scatter_dimension=1, tiled=True)
+return jax.lax.all_gather(piece, ("host", "device"), axis=1, tiled=True)'''):
+            "your psum_scatter and all_gather name the mesh axes in different orders, so each piece comes "
+            "back in another device's place: use the same DATA in both",
         _two_steps('''
 piece = jax.lax.psum_scatter(block, DATA, scatter_dimension=0, tiled=True)
 return jax.lax.all_gather(piece, DATA, axis=0, tiled=True)'''):
@@ -224,6 +283,7 @@ def ring_allreduce(block):
     return total
 ''',
     run=_runner(_allreduce_program), program=_allreduce_program,
+    families=_sum_families("ring_allreduce"), otherwise=SUM_OTHERWISE,
     wrong={
         _ring('''
 n = jax.lax.axis_size(DATA)
@@ -294,6 +354,12 @@ def batch_to_features(block):
     return jax.lax.all_to_all(block, DATA, split_axis=1, concat_axis=0, tiled=True)  # (R * n, F / n)
 ''',
     run=_runner(_reshard_program), program=_reshard_program,
+    families=(Rule(_shape_off,
+                   lambda case: f"your blocks make an array of shape {tuple(case.got.shape)}, not the shape of "
+                                f"the check's batch, {tuple(case.want.shape)}: each device returns every row of its columns, a block "
+                                "of shape (R * n, F / n)",
+                   _to_features("return block")),),
+    otherwise="your blocks hold other numbers than the batch's columns: piece k of your columns must reach device k",
     wrong={
         _to_features("return jax.lax.all_to_all(block, DATA, split_axis=0, concat_axis=1, tiled=True)"):
             "you cut the rows and glue columns; it is the other way round: split_axis=1 (the features you "
@@ -356,6 +422,7 @@ def hierarchical_allreduce(block):
     return jax.lax.all_gather(piece, "device", axis=1, tiled=True)  # inside: the whole sum again
 ''',
     run=_runner(_allreduce_program), program=_allreduce_program,
+    families=_sum_families("hierarchical_allreduce"), otherwise=SUM_OTHERWISE,
     wrong={
         _hier('''
 piece = jax.lax.psum_scatter(block, "device", scatter_dimension=1, tiled=True)
@@ -388,7 +455,8 @@ return jax.lax.all_gather(piece, "host", axis=1, tiled=True)'''):
                                 "steps (inside, across, back)",
             _hier("return jax.lax.psum(block, DATA)")),
         TrafficRule(
-            lambda yours, flat: "reduce-scatter" not in _kinds(yours) and yours.across_hosts >= flat.across_hosts,
+            lambda yours, flat: ("all-reduce" in _kinds(yours) and "reduce-scatter" not in _kinds(yours)
+                                and yours.across_hosts >= flat.across_hosts),
             lambda yours, flat: f"the numbers are right, but {_b(yours.across_hosts)} cross hosts, more than the "
                                 f"flat psum's {_b(flat.across_hosts)}: after a psum inside the host every device "
                                 "holds the whole gradient, and each sends all of it across. Scatter first "
