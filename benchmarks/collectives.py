@@ -65,7 +65,7 @@ def cost_model(meshes: list, columns: list[int]) -> tuple[list, dict]:
                                          host_of=traffic.hosts_along(mesh))
                 out[cost_key(hosts, devices, cols, name)] = {
                     "across": float(report.across_hosts), "inside": float(report.inside_hosts),
-                    "busiest_link": float(report.busiest_link_across()),
+                    "busiest_device": float(report.busiest_device_across()),
                     "collectives": [c.kind for c in report.folded()]}
     return [], out
 

@@ -40,6 +40,8 @@ __all__ = ["run", "initialize", "main", "RunResult", "HostResult", "LaunchError"
 _PORT_ATTEMPTS = 3
 _POLL_SECONDS = 0.02
 _SAME_MOMENT = 2.0  # hosts failing within this many seconds of each other failed together
+# A collective's error on a host whose peer died: a consequence of another failure, never its cause.
+_LOST_PEER = re.compile(r"Connection (?:closed|reset) by peer")
 # What the coordinator prints when its port is already taken (jaxlib 0.10.2 then crashes).
 _BIND_FAILURE = re.compile(r"Failed to add port to server|[Aa]ddress already in use")
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -503,6 +505,15 @@ def _failure_groups(failed_at: dict[int, float]) -> list[list[int]]:
     return [sorted(group) for group in groups]
 
 
+def _causes_first(failed: list[list[int]], results: Sequence[HostResult]) -> list[list[int]]:
+    """Failure groups where a host whose collective lost its peer comes after the hosts that died."""
+    ordered: list[list[int]] = []
+    for group in failed:
+        lost = [h for h in group if _LOST_PEER.search(results[h].stderr)]
+        ordered += [g for g in ([h for h in group if h not in lost], lost) if g]
+    return ordered
+
+
 def _timeout_message(why: str, results: Sequence[HostResult]) -> str:
     running = [h.host for h in results if h.status == "timed out" and not h.script_ended]
     ended = [h.host for h in results if h.status == "timed out" and h.script_ended]
@@ -575,7 +586,7 @@ def _launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: 
     if why:
         message = _timeout_message(why, results)
     elif failed:
-        message = _failure_message(failed, results)
+        message = _failure_message(_causes_first(failed, results), results)
     else:
         message = "all hosts finished"
     return RunResult(hosts=tuple(results), devices_per_host=devices_per_host, message=message,
@@ -623,6 +634,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="fake CPU devices in each process (default 4)")
     p.add_argument("--timeout", type=float, default=120,
                    help="stop every host after this many seconds (default 120)")
+    p.add_argument("--stall", type=float, default=None,
+                   help="stop every host once all have printed and none prints for this many "
+                        "seconds (a hang)")
+    p.add_argument("--grace", type=float, default=0.0,
+                   help="after a host fails, give the others this many seconds to end by "
+                        "themselves (default 0)")
     p.add_argument("--verbose", action="store_true",
                    help="also show JAX/gloo log lines")
     p.add_argument("script")
@@ -658,7 +675,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         result = _launch(path.resolve(), opts.args, hosts=opts.hosts,
-                         devices_per_host=opts.devices_per_host, limits=_Limits(opts.timeout),
+                         devices_per_host=opts.devices_per_host, limits=_Limits(opts.timeout, opts.grace, opts.stall),
                          display={}, on_line=on_line, on_retry=on_retry,
                          verbose=opts.verbose)
     except KeyboardInterrupt:

@@ -169,9 +169,8 @@ multihost_utils.process_allgather(jax.numpy.ones(1))
 def test_with_grace_the_others_show_what_a_dead_host_does_to_them():
     result = launch.run(source=DIES_MID_RUN, hosts=2, devices_per_host=1, timeout=NEVER,
                         grace=NEVER)
-    assert result.message in (  # host 0 fails a moment later: at once, or within a second
-        "hosts 0 and 1 failed (host 0: exit status 1, host 1: killed by SIGKILL)",
-        "host 1 failed (killed by SIGKILL), then host 0 (exit status 1)")
+    # host 0 fails a moment later, and its error says it lost its peer: named as a consequence
+    assert result.message == "host 1 failed (killed by SIGKILL), then host 0 (exit status 1)"
     assert [h.status for h in result.hosts] == ["failed", "failed"]
     survivor = result.hosts[0]
     assert 'File "<source>", line 11, in <module>' in survivor.error_tail()
@@ -262,6 +261,21 @@ def _start_hanging_cli(tmp_path, stderr) -> subprocess.Popen:
 def _read_ready(cli: subprocess.Popen) -> None:
     ready = [cli.stdout.readline() for _ in range(2)]
     assert sorted(ready) == ["[host 0] ready\n", "[host 1] ready\n"]
+
+
+@pytest.mark.multiprocess
+def test_cli_stall_stops_a_silent_run_and_says_where_each_host_is(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(FAULT.format(fault="time.sleep(600)"))
+    out = subprocess.run([sys.executable, "-m", "helpers.launch", "--hosts", "2",
+                          "--devices-per-host", "1", "--stall", "2", str(script)],
+                         capture_output=True, text=True, timeout=NEVER)
+    assert out.returncode == 124
+    assert "stopped after no host printed anything for 2 s" in out.stderr
+    assert ("[launch] host 0: still running at line 10: multihost_utils.process_allgather("
+            "jax.numpy.ones(1)); last printed: 'ready'") in out.stderr
+    assert "[launch] host 1: still running at line 9: time.sleep(600); last printed: 'ready'" \
+        in out.stderr
 
 
 @pytest.mark.multiprocess
@@ -454,3 +468,11 @@ def test_failures_at_the_same_moment_are_grouped_and_a_cascade_keeps_its_order()
     assert launch._failure_message([[1], [0]], r) == (
         "host 1 failed (killed by SIGKILL), then host 0 (killed by SIGABRT); "
         "the launcher stopped host 2")
+
+
+def test_a_host_whose_collective_lost_its_peer_is_named_after_the_host_that_died():
+    lost = "jax.errors.JaxRuntimeError: UNKNOWN: Gloo AllGather failed: Connection closed by peer\n"
+    r = [HostResult(0, "failed", 1, "", lost), HostResult(1, "failed", -9, "", ""),
+         HostResult(2, "failed", 1, "", "ValueError: boom\n")]
+    assert launch._causes_first([[0, 1, 2]], r) == [[1, 2], [0]]
+    assert launch._causes_first([[0], [1]], r) == [[0], [1]]
