@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: lab test test-browser notebook bench bench-compare doctor solutions notebooks venv clean help
+.PHONY: lab test test-browser notebook bench bench-tests bench-compare doctor solutions notebooks venv clean help
 
 help:
 	@echo "make lab            set up .venv and open JupyterLab on the course"
@@ -15,7 +15,9 @@ help:
 	@echo "make doctor         preflight check for a workshop laptop"
 	@echo "make solutions      write solved, executed copies into solutions/"
 	@echo "make notebooks      rebuild notebooks/*.ipynb from notebooks/src, execute them, and the README course table"
-	@echo "make bench          measure the course, keep the raw results in benchmarks/results/, write BENCHMARKS.md"
+	@echo "make bench          measure the course (all but the test suite; < 10 min), keep the raw results"
+	@echo "                    in benchmarks/results/, write BENCHMARKS.md"
+	@echo "make bench-tests    measure the test suite (as long as make test) and add it to BENCHMARKS.md"
 	@echo "make bench-compare A B   ratios between two runs (files or stamps in benchmarks/results/)"
 
 venv: $(STAMP)
@@ -57,6 +59,9 @@ notebooks: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run
+
+bench-tests: $(STAMP)
+	$(BIN)/python -m benchmarks.run --only tests
 
 # `make bench-compare A B`: the two words after the target are runs, not targets to build.
 ifeq (bench-compare,$(firstword $(MAKECMDGOALS)))

@@ -62,6 +62,7 @@ def measure(results, opts) -> None:
     if missing:
         raise RuntimeError(f"no notebooks/src/*.md source for {missing}")
     floor: list[float] = []
+    start = time.perf_counter()
     runs = {p.stem: {"times": [], "rounds": [], "errors": []} for p in paths}
     for r in range(opts.repeats):  # round robin: the floor and every notebook in each round
         t, err = _time_notebook(_floor_notebook)
@@ -72,13 +73,14 @@ def measure(results, opts) -> None:
         for path in paths:  # a failed run is reported, and retried next round
             t, err = _time_notebook(lambda: read(path))
             run = runs[path.stem]
+            where = f"round {r + 1}/{opts.repeats}, {fmt_s(time.perf_counter() - start)} in"
             if err:
                 run["errors"].append(err)
-                log(f"  {path.stem}: ERROR {err}")
+                log(f"  {path.stem}: ERROR {err} ({where})")
             else:
                 run["times"].append(t)
                 run["rounds"].append(r)
-                log(f"  {path.stem}: {fmt_s(t)}")
+                log(f"  {path.stem}: {fmt_s(t)} ({where})")
     results.add(record(FLOOR, floor))
     results.add(*[record(bench_name(stem), run["times"]) for stem, run in runs.items()
                   if run["times"]])

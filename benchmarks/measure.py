@@ -109,19 +109,29 @@ class Results:
         return results
 
 
-def overlay(base: Results, later: Results) -> Results:
-    """`base` with every section `later` measured taken from `later` (a partial rerun).
+MACHINE_CHANGES = ("date", "load average at start (1/5/15 min)")  # the rest names a machine
 
-    The report keeps `base`'s machine facts and says which sections come from which run.
+
+def overlay(base: Results, other: Results, keys: list[str] | None = None) -> Results:
+    """`base` with the sections `keys` (default: all `other` measured) taken from `other`.
+
+    A section's benchmarks are named after its key ('tests/...'), so they move with it. The
+    report keeps `base`'s machine facts and says which sections come from which run.
     """
-    merged = Results(dict(base.facts), dict(base.sections), dict(base.benchmarks))
-    merged.sections.update(later.sections)
-    merged.benchmarks.update(later.benchmarks)
-    merged.facts["later_runs"] = list(base.facts.get("later_runs", [])) + [{
-        "stamp": later.facts["stamp"], "sections": sorted(later.sections),
-        "date": later.facts["machine"]["date"], "flags": later.facts.get("flags", ""),
-        "load": later.facts["machine"].get("load average at start (1/5/15 min)", "n/a"),
-        "spent": later.facts.get("spent", {}), "duration": later.facts.get("duration")}]
+    keys = sorted(set(other.sections) if keys is None else set(keys) & set(other.sections))
+    merged = Results(dict(base.facts), dict(base.sections), {
+        name: bench for name, bench in base.benchmarks.items() if name.split("/")[0] not in keys})
+    merged.sections.update({key: other.sections[key] for key in keys})
+    merged.benchmarks.update({name: bench for name, bench in other.benchmarks.items()
+                              if name.split("/")[0] in keys})
+    machine = {k: v for k, v in other.facts["machine"].items() if k not in MACHINE_CHANGES}
+    same = machine == {k: v for k, v in base.facts["machine"].items() if k not in MACHINE_CHANGES}
+    merged.facts["other_runs"] = list(base.facts.get("other_runs", [])) + [{
+        "stamp": other.facts["stamp"], "sections": keys,
+        "date": other.facts["machine"]["date"], "flags": other.facts.get("flags", ""),
+        "commit": other.facts.get("commit"), "same_machine": same,
+        "load": other.facts["machine"].get("load average at start (1/5/15 min)", "n/a"),
+        "spent": other.facts.get("spent", {}), "duration": other.facts.get("duration")}]
     return merged
 
 

@@ -1,14 +1,18 @@
 """Measure the course on this machine, keep the raw results, and write BENCHMARKS.md (`make bench`).
 
-    python -m benchmarks.run                 # everything (budget: 10 minutes, 2-core laptop)
+    python -m benchmarks.run                 # every section but the test suite (`make bench`;
+                                             #   budget: 10 minutes on a 2-core laptop)
+    python -m benchmarks.run --only tests    # only the test suite (`make bench-tests`)
     python -m benchmarks.run --quick         # fewer repetitions of everything, for development
-    python -m benchmarks.run --skip-tests    # without the (long) test-suite section
     python -m benchmarks.run --only 1,5 --notebooks 00,02 --output /tmp/b.md --results-dir /tmp/r
 
 One module per section (learner, testsuite, explorer, launcher, course, checkpoints, loaders,
 collectives), each with KEY, TITLE, `measure(results, opts)` and `render(results)`; with
---quick, each measures less (its QUICK settings, or fewer repetitions). Raw results go to benchmarks/results/STAMP.json
-(pyperf) and STAMP.report.json; report.py renders them. The parent process never imports JAX:
+--quick, each measures less (its QUICK settings, or fewer repetitions). Raw results go to
+benchmarks/results/STAMP.json (pyperf) and STAMP.report.json, with the commit measured.
+After `make bench` or `make bench-tests`, the report shows the newest full run with the test
+suite of the newest run that measured it (runs.py); after any other selection, this run
+alone. report.py renders them. The parent process never imports JAX:
 anything that needs a device count of its own runs in a worker process or under helpers.launch.
 A program that computes the wrong thing (a train-step variant whose parameters leave the
 single-device reference) stops the whole run with exit status 2; the report then says why
@@ -27,12 +31,13 @@ if str(ROOT) not in sys.path:  # run as `python benchmarks/run.py`
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import (checkpoints, collectives, course, explorer, launcher,  # noqa: E402
-                        learner, loaders, report, testsuite)
+                        learner, loaders, report, runs, testsuite)
 from benchmarks.measure import RESULTS, Results, WrongProgram, log  # noqa: E402
 
 SECTIONS = [learner, testsuite, explorer, launcher, course, checkpoints, loaders, collectives]
-ORDER = ["learner", "explorer", "launcher", "course", "checkpoints", "loaders", "collectives",
-         "tests"]  # the long test suite last
+ORDER = ["learner", "explorer", "launcher", "course", "checkpoints", "loaders",
+         "collectives"]  # what `make bench` measures, in this order
+APART = [runs.TESTS]  # measured only when named (`make bench-tests`), after the rest
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,10 +45,10 @@ def _parser() -> argparse.ArgumentParser:
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
                    help="1 repetition of everything and fewer redraws/steps (development)")
-    p.add_argument("--skip-tests", action="store_true", help="skip the test-suite section")
     p.add_argument("--only", default="",
                    help=f"comma-separated sections: numbers 1-{len(SECTIONS)} or "
-                        + ",".join(s.KEY for s in SECTIONS))
+                        + ",".join(s.KEY for s in SECTIONS)
+                        + " (default: all but tests, which `--only tests` measures)")
     p.add_argument("--notebooks", default="",
                    help="comma-separated notebook numbers for section 1, e.g. 00,03 (default: all)")
     p.add_argument("--repeats", type=int, default=None,
@@ -60,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def chosen_sections(only: str) -> list[str]:
-    """Section keys named by --only (numbers or keys), in the order they run."""
+    """Section keys named by --only (numbers or keys), in the order they run; default ORDER."""
     if not only:
         return list(ORDER)
     by_name = {s.KEY: s.KEY for s in SECTIONS} | {str(i): s.KEY for i, s in
@@ -71,7 +76,7 @@ def chosen_sections(only: str) -> list[str]:
             raise SystemExit(f"--only: unknown section {item!r}; use 1-{len(SECTIONS)} or "
                              + ", ".join(s.KEY for s in SECTIONS))
         chosen.add(by_name[item])
-    return [key for key in ORDER if key in chosen]
+    return [key for key in ORDER + APART if key in chosen]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,20 +84,26 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     keys = chosen_sections(opts.only)
     skipped = {s.KEY: "not in --only" for s in SECTIONS if s.KEY not in keys}
-    if opts.skip_tests and "tests" in keys:
-        keys.remove("tests")
-        skipped["tests"] = "--skip-tests"
+    if not opts.only:
+        skipped[runs.TESTS] = runs.TESTS_APART
     opts.repeats = opts.repeats or (1 if opts.quick else 3)
     opts.notebooks = [s.strip() for s in opts.notebooks.split(",") if s.strip()]
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    full = not (opts.only or opts.notebooks or opts.quick)  # as `make bench` runs
     results = Results(facts={"machine": report.machine_facts(), "stamp": stamp,
+                             "commit": runs.source_commit(),
                              "flags": " ".join(argv if argv is not None else sys.argv[1:]),
-                             "quick": opts.quick, "skipped": skipped, "spent": {}})
+                             "quick": opts.quick, "full": full, "skipped": skipped, "spent": {}})
     by_key = {s.KEY: s for s in SECTIONS}
+    merged = full or keys == APART  # `make bench`, `make bench-tests`: report the newest runs
 
-    def save() -> None:
+    def save(readme: bool = False) -> bool:
+        """Keep the results, write the report (and the README block); whether README changed."""
         results.save(opts.results_dir, stamp)
-        opts.output.write_text(report.render_report(results, SECTIONS), encoding="utf-8")
+        # a test-suite run that failed shows its failure, not an older suite's times
+        compose = merged and (keys != APART or runs.TESTS in results.sections)
+        shown = (runs.compose(opts.results_dir) if compose else None) or results
+        return report.write(shown, SECTIONS, opts.output, readme=readme and compose)
 
     for key in keys:
         section = by_key[key]
@@ -113,14 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         log(f"section {key} took {report.fmt_s(results.facts['spent'][str(number)])}")
         save()
     results.facts["duration"] = time.perf_counter() - start
-    save()
+    readme = save(readme=not opts.no_readme)
     log(f"wrote {opts.output} and {opts.results_dir / stamp}.json in "
-        f"{report.fmt_s(results.facts['duration'])}")
-    if "learner" in results.sections and not opts.no_readme and not opts.notebooks:
-        report.README.write_text(report.update_readme(report.README.read_text(encoding="utf-8"),
-                                                      report.readme_block(results)),
-                                 encoding="utf-8")
-        log(f"updated the Benchmarks block of {report.README.name}")
+        f"{report.fmt_s(results.facts['duration'])}"
+        + (", and the Benchmarks block of README.md" if readme else ""))
+    if full and results.facts["duration"] > report.BENCH_BUDGET_S:
+        log(f"OVER BUDGET: `make bench` should take at most {report.BENCH_BUDGET_S // 60} min")
     return 1 if any(v.startswith("failed") for v in skipped.values()) else 0
 
 

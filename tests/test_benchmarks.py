@@ -9,7 +9,7 @@ from helpers.devices import use_fake_devices
 use_fake_devices(8)
 
 from benchmarks import (checkpoints, collectives, compare, course, explorer,  # noqa: E402
-                        learner, loaders, measure, report, run, testsuite, train_step)
+                        learner, loaders, measure, report, run, runs, testsuite, train_step)
 from tools import course_table  # noqa: E402
 
 
@@ -288,28 +288,162 @@ def test_a_host_that_saw_a_wrong_result_stops_the_run(tmp_path, monkeypatch):
         measure.run_stack("ckpt_restore", 1, 1, timeout=120)
 
 
-def test_every_section_has_a_quick_mode_and_runs_before_the_test_suite():
+def test_every_section_has_a_quick_mode_and_make_bench_leaves_the_test_suite_out():
     assert [s.KEY for s in run.SECTIONS][5:] == ["checkpoints", "loaders", "collectives"]
-    assert run.ORDER[-1] == "tests" and set(run.ORDER) == {s.KEY for s in run.SECTIONS}
+    assert "tests" not in run.ORDER and set(run.ORDER + run.APART) == {s.KEY for s in run.SECTIONS}
+    assert run.chosen_sections("") == run.ORDER and run.chosen_sections("tests") == ["tests"]
+    assert run.chosen_sections("2,learner") == ["learner", "tests"]  # the test suite last
     for section in (checkpoints, loaders, collectives):
         assert section.QUICK.keys() == section.FULL.keys()
 
 
-def test_a_partial_rerun_is_rendered_over_the_full_run(tmp_path):
-    old, new = _train_results(1.0), _train_results(1.5)
-    new.facts.update(stamp="NEW", machine={"CPUs": "2", "date": "D", "load average at start "
-                                           "(1/5/15 min)": "1.00 / 1.00 / 1.00"},
-                     flags="--only 5", spent={"5": 30.0})
+def _stamped(results: measure.Results, stamp: str, flags: str = "", commit: str | None = None,
+             date: str = "D", **facts) -> measure.Results:
+    results.facts.update(stamp=stamp, flags=flags, commit=commit, machine={
+        "CPUs": "2", "date": date, "load average at start (1/5/15 min)": "1.00 / 1.00 / 1.00"},
+        **facts)
+    return results
+
+
+def _tests_run(stamp: str, whole: float, commit: str | None = "abc1234",
+               date: str = "D2") -> measure.Results:
+    """A `make bench-tests` run: only the test-suite section."""
+    labels = list(testsuite.RUNS)
+    run_facts = {"summary": "9 passed", "cmd": "python -m pytest", "broken": [], "slowest": []}
+    results = _results(tests={"workers": 2, "runs": {label: run_facts for label in labels}})
+    results.add(measure.record(testsuite.bench_name(labels[0]), [whole]),
+                measure.record(testsuite.bench_name(labels[1]), [whole / 4]))
+    return _stamped(results, stamp, "--only tests", commit, date, full=False,
+                    spent={"2": whole * 1.25})
+
+
+TRAIN_AND_TESTS = [types.SimpleNamespace(KEY="course", TITLE="Train", render=course.render_train),
+                   testsuite]
+
+
+def test_a_partial_rerun_is_rendered_over_the_full_run():
+    old = _stamped(_train_results(1.0), "20260101T000000Z")
+    new = _stamped(_train_results(1.5), "20260102T000000Z", "--only 5", "abc1234",
+                   spent={"1": 30.0})
     old.sections["explorer"] = {"renders": 2, "meshes": {}}
     merged = measure.overlay(old, new)
     name = train_step.step_name(32, "shard_map")
     assert merged.median(name) == pytest.approx(1.5e-3) and "explorer" in merged.sections
     assert old.median(name) == pytest.approx(1e-3)  # the runs themselves are left alone
-    train_only = types.SimpleNamespace(KEY="course", TITLE="Train", render=course.render_train)
-    text = report.render_report(merged, [train_only])
-    assert ("Section 1 comes from a later run on the same machine, `benchmarks/results/NEW.json`"
-            " (D, flags `--only 5`, load average at start 1.00 / 1.00 / 1.00); there the time "
-            "went: section 5 30 s.") in text
+    text = report.render_report(merged, TRAIN_AND_TESTS[:1])
+    assert ("## 1. Train\n\n_Measured by `python -m benchmarks.run --only 5` on D at commit "
+            "`abc1234`, after the rest of this report, on the same machine (load average at "
+            "start 1.00 / 1.00 / 1.00); raw results `benchmarks/results/20260102T000000Z.json`; "
+            "this section took 30 s._") in text
+    assert "Section 1 comes from another run: see its heading." in text
+    assert runs.command("--only tests") == "`make bench-tests`" == runs.command(" --only tests")
     assert "shard_map step / pmap step: 1.50x" in text
-    twice = report.render_report(measure.overlay(merged, new), [train_only])
-    assert twice.count("from a later run") == 1  # a section names only the run it shows
+    twice = report.render_report(measure.overlay(merged, new), TRAIN_AND_TESTS[:1])
+    assert twice.count("_Measured by") == 1  # a section names only the run it shows
+
+
+def test_the_checkout_commit_is_recorded_and_only_real_changes_make_it_dirty(tmp_path):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
+
+    assert runs.source_commit(tmp_path).startswith("unknown")
+    (tmp_path / "README.md").write_text(f"x\n{report.BLOCK_START}\nold\n{report.BLOCK_END}\n")
+    (tmp_path / "code.py").write_text("a = 1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "c")
+    head = runs.source_commit(tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{7,}", head)
+    (tmp_path / "README.md").write_text(f"x\n{report.BLOCK_START}\nnew\n{report.BLOCK_END}\n")
+    (tmp_path / "BENCHMARKS.md").write_text("report\n")
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "S.json").write_text("{}\n")
+    assert runs.source_commit(tmp_path) == head  # what make bench writes itself
+    (tmp_path / "README.md").write_text(f"y\n{report.BLOCK_START}\nnew\n{report.BLOCK_END}\n")
+    assert runs.source_commit(tmp_path) == head + "+dirty"
+    git("checkout", "README.md")
+    (tmp_path / "code.py").write_text("a = 2\n")
+    assert runs.source_commit(tmp_path) == head + "+dirty"
+
+
+def test_the_report_takes_the_newest_test_suite_run_and_shows_its_stamp(tmp_path):
+    full = _stamped(_train_results(1.0), "20260101T000000Z", duration=400.0, full=True,
+                    spent={"1": 390.0})
+    full.facts["skipped"] = {"tests": runs.TESTS_APART}
+    full.save(tmp_path, "20260101T000000Z")
+    alone = report.render_report(runs.compose(tmp_path), TRAIN_AND_TESTS)
+    assert ("_Not measured in this run (the test suite takes as long as a whole `make test`, so "
+            "`make bench` leaves it out: run `make bench-tests` to measure it") in alone
+    _tests_run("20251231T000000Z", 999.0, commit=None, date="D0").save(tmp_path,
+                                                                       "20251231T000000Z")
+    _tests_run("20260102T000000Z", 200.0).save(tmp_path, "20260102T000000Z")
+    quick = _stamped(_train_results(9.0), "20260103T000000Z", "--quick", quick=True)
+    quick.save(tmp_path, "20260103T000000Z")  # not what make bench measures: never the base
+    merged = runs.compose(tmp_path)
+    assert merged.facts["stamp"] == "20260101T000000Z"
+    assert testsuite.whole_suite_seconds(merged) == 200.0  # the newest test-suite run
+    text = report.render_report(merged, TRAIN_AND_TESTS)
+    assert ("## 2. The test suite\n\n_Measured by `make bench-tests` on D2 at commit `abc1234`, "
+            "after the rest of this report, on the same machine") in text
+    assert "this section took 250 s._" in text and "| 200 s | 9 passed |" in text
+    assert "This run took 400 s (6.7 min; the budget for `make bench` is 10 min)." in text
+    assert "| `make test`, warm (measured D2) | 5 min | 3.3 min ✅ |" in report.readme_block(
+        _with_learner(merged))
+    newer = _stamped(_train_results(1.2), "20260104T000000Z", "", "def5678", full=True)
+    newer.save(tmp_path, "20260104T000000Z")
+    text = report.render_report(runs.compose(tmp_path), TRAIN_AND_TESTS)
+    assert "at commit `def5678`, on the machine below" in text
+    assert "at commit `abc1234`, before the rest of this report" in text
+
+
+def _with_learner(results: measure.Results) -> measure.Results:
+    results.sections["learner"] = {"reps": 1, "selection": [], "notebooks": []}
+    return results
+
+
+def test_test_suite_runs_without_a_full_run_say_how_to_get_one(tmp_path):
+    assert runs.compose(tmp_path) is None
+    _tests_run("20260102T000000Z", 200.0).save(tmp_path, "20260102T000000Z")
+    results = runs.compose(tmp_path)
+    results.facts["skipped"] = {"course": "not in --only"}
+    results.save(tmp_path, "20260102T000000Z")
+    text = report.render_report(runs.compose(tmp_path), TRAIN_AND_TESTS)
+    assert f"_Not measured in this run ({runs.NO_FULL_RUN})._" in text
+    assert "| 200 s | 9 passed |" in text
+
+
+def test_make_bench_tests_measures_only_the_suite_and_merges_it(tmp_path, monkeypatch):
+    full = _stamped(_train_results(1.0), "20260101T000000Z", full=True, duration=400.0)
+    full.save(tmp_path, "20260101T000000Z")
+
+    def fake_suite(results, opts):
+        measured = _tests_run("unused", 120.0)
+        results.sections.update(measured.sections)
+        results.add(*measured.benchmarks.values())
+
+    monkeypatch.setattr(testsuite, "measure", fake_suite)
+    monkeypatch.setattr(run, "SECTIONS", TRAIN_AND_TESTS)  # a report of two sections
+    out = tmp_path / "B.md"
+    assert run.main(["--only", "tests", "--output", str(out), "--results-dir", str(tmp_path),
+                     "--no-readme"]) == 0
+    saved = runs.saved_runs(tmp_path)
+    assert len(saved) == 2 and "tests" in saved[-1][1]["sections"]
+    facts = saved[-1][1]["facts"]
+    assert facts["commit"] == runs.source_commit() and facts["full"] is False
+    text = out.read_text(encoding="utf-8")
+    assert "The raw results of this run are `benchmarks/results/20260101T000000Z.json`" in text
+    assert f"_Measured by `python -m benchmarks.run {facts['flags']}` on " \
+           f"{facts['machine']['date']} at commit `{facts['commit']}`, after the rest" in text
+    assert "shard_map step / pmap step: 1.00x" in text and "| 120 s | 9 passed |" in text
+    def broken_suite(results, opts):
+        raise RuntimeError("pytest is missing")
+
+    monkeypatch.setattr(testsuite, "measure", broken_suite)  # its failure, not the older suite
+    assert run.main(["--only", "tests", "--output", str(out), "--results-dir", str(tmp_path),
+                     "--no-readme"]) == 1
+    text = out.read_text(encoding="utf-8")
+    assert "_Not measured in this run (failed: RuntimeError: pytest is missing)._" in text
+    assert "| 120 s |" not in text

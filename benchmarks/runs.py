@@ -1,0 +1,94 @@
+"""Which saved runs a report is made of, and which commit a run measured.
+
+`make bench` measures every section but the test suite, which takes as long as a whole
+`make test`; `make bench-tests` measures only that. BENCHMARKS.md shows the newest full
+`make bench` run of `benchmarks/results/`, with the test-suite section of the newest run that
+measured one; that section then says when, and at which commit, it was measured.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+from benchmarks.measure import REPORT_SUFFIX, ROOT, Results, overlay
+
+TESTS = "tests"  # the section measured apart
+TESTS_APART = ("the test suite takes as long as a whole `make test`, so `make bench` leaves it "
+               "out: run `make bench-tests` to measure it and add it to this report")
+NO_FULL_RUN = "no full `make bench` run in this results directory yet: run `make bench`"
+# Files `make bench` writes itself: changing them does not make the measured checkout dirty.
+OUTPUTS = ("BENCHMARKS.md", "benchmarks/results")
+_README_BLOCK = re.compile(r"<!-- bench:start -->.*?<!-- bench:end -->", re.S)
+
+
+def source_commit(root: Path = ROOT) -> str:
+    """'1a2b3c4', or '1a2b3c4+dirty' when the checkout differs from that commit.
+
+    What `make bench` writes (BENCHMARKS.md, benchmarks/results/, the README's Benchmarks
+    block) does not count as a difference.
+    """
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+    head = git("rev-parse", "--short", "HEAD")
+    if head.returncode != 0:
+        return "unknown (not a git checkout)"
+    excluded = [f":(exclude){path}" for path in (*OUTPUTS, "README.md")]
+    changed = bool(git("status", "--porcelain", "--", ".", *excluded).stdout.strip())
+    readme = root / "README.md"
+    committed = git("show", "HEAD:README.md")
+    if readme.exists() and committed.returncode == 0:
+        changed = changed or (_README_BLOCK.sub("", readme.read_text(encoding="utf-8"))
+                              != _README_BLOCK.sub("", committed.stdout))
+    return head.stdout.strip() + ("+dirty" if changed else "")
+
+
+def is_full(facts: dict) -> bool:
+    """Whether a run measured what `make bench` does: no --only, --notebooks or --quick."""
+    if "full" in facts:
+        return bool(facts["full"])
+    flags = facts.get("flags", "")  # runs saved before the flag was kept
+    return not facts.get("quick") and "--only" not in flags and "--notebooks" not in flags
+
+
+def saved_runs(directory: Path) -> list[tuple[str, dict]]:
+    """(stamp, saved report) of every run in `directory`, oldest first."""
+    found = []
+    for path in sorted(Path(directory).glob(f"*{REPORT_SUFFIX}")):
+        found.append((path.name[:-len(REPORT_SUFFIX)], json.loads(path.read_text("utf-8"))))
+    return found
+
+
+def compose(directory: Path) -> Results | None:
+    """The newest full run, its test-suite section from the newest run that measured one.
+
+    Without a full run, the newest test-suite run alone (the other sections say how to get
+    them); None when the directory holds neither.
+    """
+    runs = saved_runs(directory)
+    full = [stamp for stamp, saved in runs if is_full(saved["facts"])]
+    tests = [stamp for stamp, saved in runs if TESTS in saved["sections"]]
+
+    def load(stamp: str) -> Results:
+        return Results.load(Path(directory) / f"{stamp}.json")
+
+    if not full:
+        if not tests:
+            return None
+        alone = load(tests[-1])
+        alone.facts["skipped"] = {key: NO_FULL_RUN for key in alone.facts.get("skipped", {})}
+        return alone
+    results = load(full[-1])
+    if tests and tests[-1] != full[-1]:  # a newer one, or the full run measured none
+        results = overlay(results, load(tests[-1]), keys=[TESTS])
+    elif TESTS not in results.sections:
+        results.facts.setdefault("skipped", {})[TESTS] = TESTS_APART
+    return results
+
+
+def command(flags: str) -> str:
+    """The command a run's flags mean: '`make bench`', '`make bench-tests`', or the module's."""
+    return {"": "`make bench`", "--only tests": "`make bench-tests`"}.get(
+        flags.strip(), f"`python -m benchmarks.run {flags.strip()}`")
