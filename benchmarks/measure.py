@@ -109,7 +109,7 @@ class Results:
         return results
 
 
-MACHINE_CHANGES = ("date", "load average at start (1/5/15 min)")  # the rest names a machine
+MACHINE_CHANGES = ("date", "load average at start (1/5/15 min)")  # not the machine's own
 
 
 def overlay(base: Results, other: Results, keys: list[str] | None = None) -> Results:
@@ -124,12 +124,14 @@ def overlay(base: Results, other: Results, keys: list[str] | None = None) -> Res
     merged.sections.update({key: other.sections[key] for key in keys})
     merged.benchmarks.update({name: bench for name, bench in other.benchmarks.items()
                               if name.split("/")[0] in keys})
-    machine = {k: v for k, v in other.facts["machine"].items() if k not in MACHINE_CHANGES}
-    same = machine == {k: v for k, v in base.facts["machine"].items() if k not in MACHINE_CHANGES}
+    differs = {k: other.facts["machine"].get(k, "not recorded")  # machine or versions
+               for k in {**base.facts["machine"], **other.facts["machine"]}
+               if k not in MACHINE_CHANGES
+               and base.facts["machine"].get(k) != other.facts["machine"].get(k)}
     merged.facts["other_runs"] = list(base.facts.get("other_runs", [])) + [{
         "stamp": other.facts["stamp"], "sections": keys,
         "date": other.facts["machine"]["date"], "flags": other.facts.get("flags", ""),
-        "commit": other.facts.get("commit"), "same_machine": same,
+        "commit": other.facts.get("commit"), "differs": differs,
         "load": other.facts["machine"].get("load average at start (1/5/15 min)", "n/a"),
         "spent": other.facts.get("spent", {}), "duration": other.facts.get("duration")}]
     return merged

@@ -181,8 +181,9 @@ def _duration_line(facts: dict, sections) -> str:
 def provenance(run: dict, facts: dict, number: int) -> str:
     """The line under a section's heading when it comes from another run than the report."""
     when = "after" if run["stamp"] > facts.get("stamp", "") else "before"
-    where = ("on the same machine" if run.get("same_machine", True)
-             else "on another machine than the one above")
+    differs = run.get("differs", {})
+    where = ("on the same machine" if not differs else "where the machine differed from the "
+             "one above: " + ", ".join(f"{k} {v}" for k, v in differs.items()))
     spent = run.get("spent", {}).get(str(number))
     return (f"_Measured by {runs.command(run['flags'])} on {run['date']} at "
             f"{commit_text(run.get('commit'))}, {when} the rest of this report, {where} "

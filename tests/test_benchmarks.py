@@ -379,7 +379,8 @@ def test_the_report_takes_the_newest_test_suite_run_and_shows_its_stamp(tmp_path
             "`make bench` leaves it out: run `make bench-tests` to measure it") in alone
     _tests_run("20251231T000000Z", 999.0, commit=None, date="D0").save(tmp_path,
                                                                        "20251231T000000Z")
-    _tests_run("20260102T000000Z", 200.0).save(tmp_path, "20260102T000000Z")
+    suite = _tests_run("20260102T000000Z", 200.0)
+    suite.save(tmp_path, "20260102T000000Z")
     quick = _stamped(_train_results(9.0), "20260103T000000Z", "--quick", quick=True)
     quick.save(tmp_path, "20260103T000000Z")  # not what make bench measures: never the base
     merged = runs.compose(tmp_path)
@@ -393,10 +394,14 @@ def test_the_report_takes_the_newest_test_suite_run_and_shows_its_stamp(tmp_path
     assert "| `make test`, warm (measured D2) | 5 min | 3.3 min ✅ |" in report.readme_block(
         _with_learner(merged))
     newer = _stamped(_train_results(1.2), "20260104T000000Z", "", "def5678", full=True)
+    newer.facts["machine"]["jax / jaxlib"] = "0.10.3 / 0.10.3"
     newer.save(tmp_path, "20260104T000000Z")
+    suite.facts["machine"]["jax / jaxlib"] = "0.10.2 / 0.10.2"
+    suite.save(tmp_path, "20260102T000000Z")
     text = report.render_report(runs.compose(tmp_path), TRAIN_AND_TESTS)
     assert "at commit `def5678`, on the machine below" in text
-    assert "at commit `abc1234`, before the rest of this report" in text
+    assert ("at commit `abc1234`, before the rest of this report, where the machine differed "
+            "from the one above: jax / jaxlib 0.10.2 / 0.10.2 (load average") in text
 
 
 def _with_learner(results: measure.Results) -> measure.Results:
