@@ -218,7 +218,8 @@ def render_report(results, sections) -> str:
     if facts.get("spent"):
         out += ["", "Where the time went: " + ", ".join(
             f"section {n} {fmt_s(t)}" for n, t in sorted(facts["spent"].items())) + "."]
-    shown_from = {key: run for run in facts.get("other_runs", []) for key in run["sections"]}
+    shown_from = {key: run for run in facts.get("other_runs", []) for key in run["sections"]
+                  if key in number}
     if shown_from:  # a section shows the last run that measured it
         keys = sorted(shown_from, key=number.get)
         out += ["", f"Section{'s' if len(keys) > 1 else ''} "
