@@ -1,17 +1,13 @@
 """Exercises of notebook 08: real multi-process runs."""
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 from jax import P
 from jax.sharding import NamedSharding
 
 from helpers import hosts, train
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, Mistake, NotAttempted, describe, register, say
+from helpers.exercises.core import Kernel, describe, register
 from helpers.exercises.kinds import ProcessExercise, ProgramExercise, Rule, ValueExercise, course_mesh
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
@@ -214,40 +210,6 @@ register(ValueExercise(
 
 # ------------------------------------------------------------------ 08.4 a global result, on every host
 
-@dataclass(frozen=True, kw_only=True)
-class _OnEveryHost(ProcessExercise):
-    """A ProcessExercise whose answer is screened first, so a stub or a non-function starts no process.
-
-    Functions made from catalogue source (by `run_source`) keep that source (exec'd code has no file
-    Python could read it from).
-    """
-
-    def judge(self, answer: Any) -> None:
-        if isinstance(answer, str) or not inspect.isfunction(answer) or answer.__name__ != self.answer_name:
-            raise Mistake(f"expected your function {self.answer_name}(errors), but got {describe(answer)}")
-        if answer.__code__.co_names == ("NotImplementedError",):
-            raise NotAttempted
-        super().judge(answer)
-
-    def output_of_answer(self, answer: Any, layout) -> Any:
-        source = getattr(answer, "__course_source__", None)
-        if source is not None:  # a catalogued program: the same source prints the same, so it runs once
-            return self.output_of_source(source, layout)
-        return super().output_of_answer(answer, layout)
-
-    def run_source(self, source: str) -> Any:
-        fn = super().run_source(source)
-        if callable(fn):
-            fn.__course_source__ = source
-        return fn
-
-    def catalogue(self) -> list[tuple[Any, str]]:
-        """The catalogue, running only what a message needs (a rule's message about the error it met)."""
-        return ([(source, message) for source, message in self.wrong.items()]
-                + [(rule.example, say(rule.say, self._first_difference(rule.example)))
-                   for rule in self.errors + self.families + self.checks])
-
-
 _MEAN_DRIVER = '''
 from helpers.launch import initialize
 initialize()
@@ -287,10 +249,10 @@ def _hosts_disagree(case) -> bool:
     return isinstance(case.got, tuple) and len({tuple(h) for h in case.got}) > 1
 
 
-register(_OnEveryHost(
+register(ProcessExercise(
     id="08.4", kernel=KERNEL,
     title="a global masked mean read on every host: the same number everywhere",
-    answer_name="mean_error",
+    answer_name="mean_error", signature="(errors, mask)",
     setup="from jax.experimental import multihost_utils\n",
     solution='''
 def mean_error(errors, mask):

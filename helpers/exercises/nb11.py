@@ -1,14 +1,8 @@
 """Exercises of notebook 11: the masked mean, padded rows judged in real processes, restore targets."""
 from __future__ import annotations
 
-import inspect
-import json
-import textwrap
-from dataclasses import dataclass
-from typing import Any
-
-from helpers.exercises.core import PRELUDE, Kernel, Mistake, NotAttempted, call_learner, describe, register
-from helpers.exercises.kinds import Judged, ProcessExercise, ProgramExercise, Raised, Rule, WrongAnswer, course_mesh
+from helpers.exercises.core import Kernel, Mistake, call_learner, describe, register
+from helpers.exercises.kinds import Judged, ProcessExercise, ProgramExercise, Rule, WrongAnswer, course_mesh
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8); no emulated hosts
 
@@ -67,80 +61,11 @@ def masked_mean(values, mask):
 
 # --------------------------------------------------------------------------- 11.2 padded rows
 
-_runs: dict[tuple[str, tuple[int, int]], Any] = {}  # (source, layout) -> its output in a real run
-
-
-@dataclass(frozen=True, kw_only=True)
-class _RowsInRealProcesses(ProcessExercise):
-    """A ProcessExercise whose answer is first called here, so a stub or a crash starts no process.
-
-    One real run per layout judges many sources: the reference and the catalogue together, a
-    learner's function alone (so that a hang in it cannot spoil theirs). Functions made from
-    catalogue source (by `run_source`) keep that source, since Python cannot read the source of
-    code run with exec.
-    """
-
-    def judge(self, answer: Any) -> None:
-        if not callable(answer):
-            raise Mistake(f"expected a function {self.answer_name}(num_records, num_hosts, "
-                          f"local_devices), but got {describe(answer)}")
-        try:
-            rows = call_learner(answer, 1001, 2, 4)
-        except Mistake as error:  # an error rule names it as the real run would
-            rule = next((r for r in self.errors if r.when(str(error))), None)
-            raise Mistake(rule.say) if rule else error from None
-        if isinstance(rows, bool) or not isinstance(rows, int):
-            raise Mistake(f"expected a whole number of rows, but {self.answer_name}(1001, 2, 4) "
-                          f"returned {describe(rows)}")
-        super().judge(getattr(answer, "__source__", answer))
-
-    def output_of_answer(self, answer: Any, layout) -> Any:
-        if not isinstance(answer, str):
-            try:
-                answer = textwrap.dedent(inspect.getsource(answer))
-            except (OSError, TypeError):
-                raise Mistake(f"the source of {describe(answer)} cannot be read; define it with def in a cell") from None
-        return self.output_of_source(answer, layout)
-
-    def run_source(self, source: str) -> Any:
-        fn = super().run_source(source)
-        fn.__source__ = source
-        return fn
-
-    def catalogue(self) -> list[tuple[Any, str]]:
-        """The wrong programs and error examples with their messages (fixed text), without running
-        anything: listing the mistakes must not start real processes; judging them does."""
-        return list(self.wrong.items()) + [(rule.example, rule.say) for rule in self.errors]
-
-    def output_of_source(self, source: str, layout) -> Any:
-        if (source, layout) not in _runs:
-            known = [self.solution, *self.wrong]
-            _runs.update(self._launch_together(known if source in known else [source], layout))
-        return _runs[(source, layout)]
-
-    def _launch_together(self, sources: list[str], layout) -> dict:
-        """The output of every source on this (hosts, devices_per_host) layout, from one real run."""
-        from helpers.launch import run
-
-        script = self.driver.format(sources=repr(sources), prelude=repr(PRELUDE + self.setup + "\n"))
-        result = run(source=script, hosts=layout[0], devices_per_host=layout[1], timeout=self.timeout)
-        failed = next((host for host in result.hosts if not host.ok), None)
-        if failed is not None:
-            tail = failed.error_tail(3).strip().splitlines()
-            what = tail[-1] if failed.status == "failed" and tail else f"nothing: it {failed.status}"
-            return {(s, layout): Raised(f"{what} on host {failed.host}", what) for s in sources}
-        try:
-            per_host = [json.loads(host.stdout.strip().splitlines()[-1]) for host in result.hosts]
-        except (IndexError, ValueError):
-            return {(s, layout): Raised("a host printed no result line") for s in sources}
-        outputs = {}
-        for i, source in enumerate(sources):
-            got = [rows[i] for rows in per_host]
-            error = next(((h, g) for h, g in enumerate(got) if isinstance(g, str)), None)
-            if error and error[1].startswith("NotImplementedError"):
-                raise NotAttempted
-            outputs[(source, layout)] = Raised(f"{error[1]} on host {error[0]}", error[1]) if error else tuple(got)
-        return outputs
+def _whole_rows(eval_rows) -> None:
+    """Called in the kernel before any real run: the function returns a whole number of rows."""
+    rows = call_learner(eval_rows, 1001, 2, 4)
+    if isinstance(rows, bool) or not isinstance(rows, int):
+        raise Mistake(f"expected a whole number of rows, but eval_rows(1001, 2, 4) returned {describe(rows)}")
 
 
 _ROWS_DRIVER = '''
@@ -189,16 +114,16 @@ for source in SOURCES:
     namespace = {{}}
     exec(PRELUDE + source, namespace)
     try:
-        results.append(evaluate(namespace["eval_rows"]))
+        results.append([evaluate(namespace["eval_rows"])])  # one layout: this run's
     except Exception as error:  # the learner's function raised (the same on every host)
-        results.append(f"{{type(error).__name__}}: {{(str(error).splitlines() or [''])[0][:200]}}")
+        results.append([f"{{type(error).__name__}}: {{(str(error).splitlines() or [''])[0][:200]}}"])
 print(json.dumps(results))
 '''
 
-register(_RowsInRealProcesses(
+register(ProcessExercise(
     id="11.2", kernel=KERNEL,
     title="each host's share rounded up to a multiple of its devices: equal rows, every record kept",
-    answer_name="eval_rows",
+    answer_name="eval_rows", signature="(num_records, num_hosts, local_devices)", precheck=_whole_rows,
     solution='''
 import math
 
@@ -209,7 +134,7 @@ def eval_rows(num_records, num_hosts, local_devices):
     return math.ceil(share / local_devices) * local_devices
 ''',
     setup="import math\n",
-    driver=_ROWS_DRIVER,
+    driver=_ROWS_DRIVER, together=True,
     meshes=((2, 4), (1, 2)),
     timeout=120.0,
     wrong={
