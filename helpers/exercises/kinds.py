@@ -25,6 +25,7 @@ import inspect
 import itertools
 import json
 import math
+import re
 import textwrap
 import types
 from dataclasses import dataclass, field
@@ -54,6 +55,11 @@ class Rule:
     when: Callable[..., bool]
     say: Message
     example: Any = None
+
+
+def entry(i: int, *values: Any) -> Callable[[Any], bool]:
+    """A rule's test on a tuple answer: its entry `i` is one of `values`."""
+    return lambda answer: answer[i] in values
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -259,6 +265,20 @@ def course_mesh(shape: tuple[int, ...], names: tuple[str, ...] = ("host", "devic
     return jax.make_mesh(shape, names, devices=jax.devices()[: math.prod(shape)])
 
 
+def placed(mesh, data, spec=P(("host", "device"))):
+    """`data` on `mesh`, placed by `spec` (by default its rows over every device, host by host)."""
+    return jax.device_put(data, NamedSharding(mesh, spec))
+
+
+_VARYING = re.compile(r"possibly varying over \{([^}]*)\}|replicated across mesh ax[ie]s (.*?), but could not infer")
+
+
+def varying_over(error_text: str) -> str | None:
+    """The mesh axes a result still varies over, from shard_map's check_vma error; None for other errors."""
+    found = _VARYING.search(error_text)
+    return None if found is None else (found.group(1) or found.group(2)).strip()
+
+
 def close(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     """Two program outputs agree: same structure and shapes, values within tolerance."""
     if isinstance(a, Raised) or isinstance(b, Raised):
@@ -433,14 +453,15 @@ def failure(result) -> Raised:
     the launcher's order: a host whose collective lost its peer comes after the host that died), or,
     when none failed, where each host was when the run was stopped (a hang)."""
     order = {h: i for i, h in enumerate(result.failed_first)}
-    failed = sorted((h for h in result.hosts if h.status == "failed"), key=lambda h: (order.get(h.host, len(order)), h.host))
+    failed = sorted((h for h in result.hosts if h.status == "failed"),
+                    key=lambda h: (order.get(h.host, len(order)), h.host))
     if failed:
         tail = failed[0].error_tail(3).strip().splitlines()
         text = f"{tail[-1] if tail else 'no error message'} on host {failed[0].host}"
     else:
-        text = "the run hung: " + "; ".join(
-            f"host {h.host} " + ("had exited" if h.ok else "had ended its script" if h.script_ended else "was still running")
-            for h in result.hosts)
+        states = ("had exited" if h.ok else "had ended its script" if h.script_ended else "was still running"
+                  for h in result.hosts)
+        text = "the run hung: " + "; ".join(f"host {h.host} {state}" for h, state in zip(result.hosts, states))
     return Raised(text, text)
 
 
@@ -488,7 +509,8 @@ class ProcessExercise(ProgramExercise):
             try:
                 source = textwrap.dedent(inspect.getsource(answer))
             except (OSError, TypeError):
-                raise Mistake(f"the source of {self.answer_name} cannot be read; define it with def in a cell") from None
+                raise Mistake(f"the source of {self.answer_name} cannot be read; define it with def in a "
+                              "cell") from None
         function = _function_def(source, self.answer_name) if source is not None else None
         if function is None:
             raise Mistake(f"expected a function {self.answer_name}{self.signature}, defined with def in a cell, "
@@ -552,7 +574,8 @@ class ProcessExercise(ProgramExercise):
             for j, each in enumerate(layouts):
                 got = [every[i][j] for every in printed]
                 error = next(((h, g) for h, g in enumerate(got) if isinstance(g, str)), None)
-                outputs[(self.id, source, each)] = Raised(f"{error[1]} on host {error[0]}", error[1]) if error else tuple(got)
+                outputs[(self.id, source, each)] = (Raised(f"{error[1]} on host {error[0]}", error[1]) if error
+                                                    else tuple(got))
         return outputs
 
 

@@ -1,17 +1,14 @@
 """Exercises of notebook 05: shard_map blocks, collectives over mesh axes, out_specs and check_vma."""
 from __future__ import annotations
 
-import re
-
 import jax
 import numpy as np
 from jax import P
-from jax.sharding import NamedSharding
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import (
-    ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, axes_apart, course_mesh, lacks,
+    ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, axes_apart, course_mesh, lacks, placed, varying_over,
 )
 from helpers.layout import format_spec
 
@@ -25,7 +22,7 @@ _W8 = (3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0)
 def _host_sums() -> tuple[float, ...]:
     """over_hosts(w8) of the notebook: a psum over 'host' on the (2, 4) mesh, run by JAX."""
     mesh = course_mesh((2, 4))
-    w8 = jax.device_put(np.asarray(_W8, np.float32), NamedSharding(mesh, P(DATA)))
+    w8 = placed(mesh, np.asarray(_W8, np.float32))
     over_hosts = jax.shard_map(lambda v: jax.lax.psum(v, "host"), mesh=mesh, in_specs=P(DATA), out_specs=P(DATA))
     return tuple(np.asarray(over_hosts(w8)).tolist())
 
@@ -100,7 +97,7 @@ register(SpecExercise(
 def _batch(mesh):
     """A seeded (3 rows per device, 5) array placed over every device of `mesh`."""
     data = np.random.default_rng(7).normal(size=(3 * mesh.size, 5)).astype(np.float32) + 3.0
-    return jax.device_put(data, NamedSharding(mesh, P(DATA)))
+    return placed(mesh, data)
 
 
 def _column_mean_case(column_mean, mesh):
@@ -109,10 +106,7 @@ def _column_mean_case(column_mean, mesh):
 
 def _varying(axes: str):
     """A test on shard_map's check_vma error: the result still varies over exactly `axes`."""
-    def when(error_text: str) -> bool:
-        found = re.search(r"possibly varying over \{([^}]*)\}", error_text)
-        return bool(found) and (axes is None or found.group(1).strip() == axes)
-    return when
+    return lambda text: varying_over(text) is not None and axes in (None, varying_over(text))
 
 
 def _column_mean(body: str, out_specs: str = "P()", extra: str = "") -> str:

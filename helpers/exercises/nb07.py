@@ -12,7 +12,7 @@ from helpers import train
 from helpers import hosts
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Rule, ValueExercise, course_mesh, normal_spec, placement, same_spec
+from helpers.exercises.kinds import Rule, ValueExercise, course_mesh, entry, normal_spec, placement, same_spec
 from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -48,10 +48,6 @@ def _fix_form(answer):
     return known, axes
 
 
-def _spec_is(spec):
-    return lambda fix: fix[0] == spec
-
-
 _BOTH = frozenset({"host", "device"})
 
 # ------------------------------------------------------------------ 07.1 the fix
@@ -67,16 +63,16 @@ register(ValueExercise(
            "that is the step from the shard_map question the course started from: it runs, but P('device') claims "
            "every host has the same rows, so each host's copy trains on its own data"},
     rules=(
-        Rule(_spec_is(P("device")), example=(P("device"), _BOTH),
+        Rule(entry(0, P("device")), example=(P("device"), _BOTH),
              say="P('device') types the batch as the same on every host, so JAX refuses one average over both axes "
                  "(section 5 shows JAX raising): the spec must change too"),
-        Rule(_spec_is(P("host")), example=(P("host"), _BOTH),
+        Rule(entry(0, P("host")), example=(P("host"), _BOTH),
              say="P('host') gives each host's whole 128 rows to every one of its 4 devices: the 4 devices repeat "
                  "the same work instead of splitting it"),
-        Rule(_spec_is(P(("device", "host"))), example=(P(("device", "host")), _BOTH),
+        Rule(entry(0, P(("device", "host"))), example=(P(("device", "host")), _BOTH),
              say="P(('device', 'host')) splits the rows 8 ways but device-major, so the global array interleaves "
                  "blocks of host 0 and host 1; list the axes in mesh order, host first"),
-        Rule(_spec_is(P()), example=(P(), _BOTH),
+        Rule(entry(0, P()), example=(P(), _BOTH),
              say="P() replicates the batch: every device would claim to hold all rows, and every host to have the "
                  "same ones"),
         Rule(lambda fix: len(normal_spec(fix[0])) > 1, example=(P("host", "device"), _BOTH),
