@@ -31,9 +31,7 @@ _NEIGHBOURS = ("'host' does not pair neighbouring devices: device d of host 0 (w
                "host 1 (w8[4 + d])")
 
 register(ValueExercise(
-    id="05.1", kernel=KERNEL,
-    title="a psum over 'host' pairs device d of every host",
-    answer_name="host_sums",
+    id="05.1", kernel=KERNEL, answer_name="host_sums", title="a psum over 'host' pairs device d of every host",
     solution="host_sums = [8.0, 10.0, 6.0, 7.0, 8.0, 10.0, 6.0, 7.0]  # w8[d] + w8[4 + d], on both hosts",
     form=forms.numbers(8, "the 8 values of over_hosts(w8)"),
     right=_host_sums,
@@ -58,9 +56,7 @@ register(ValueExercise(
 # --------------------------------------------------------------------------- 05.2
 
 register(SpecExercise(
-    id="05.2", kernel=KERNEL,
-    title="out_specs names the axes a result still varies over",
-    answer_name="sums_out_specs",
+    id="05.2", kernel=KERNEL, answer_name="sums_out_specs", title="out_specs names the axes a result still varies over",
     solution="sums_out_specs = P('device')  # after the psum over 'host' the sums vary over 'device' only",
     mesh=lambda: course_mesh((2, 4)),
     slots=(Slot(
@@ -115,9 +111,8 @@ def _column_mean(body: str, out_specs: str = "P()", extra: str = "") -> str:
 
 
 register(ProgramExercise(
-    id="05.3", kernel=KERNEL,
+    id="05.3", kernel=KERNEL, answer_name="column_mean",
     title="a global mean: block sums, then a collective over both axes",
-    answer_name="column_mean",
     solution='''
 def column_mean(x, mesh):
     """Column means of a global (N, C) array, via shard_map."""

@@ -56,9 +56,7 @@ def _device0_gets(which: int) -> float | None:
 
 
 register(ValueExercise(
-    id="06.1", kernel=KERNEL,
-    title="read jax.typeof, predict a psum",
-    answer_name="device0_gets",
+    id="06.1", kernel=KERNEL, answer_name="device0_gets", title="read jax.typeof, predict a psum",
     setup=_DATA_SETUP,
     solution="device0_gets = (8.0, 6.0, None)  # w is added 8 times; x over host 0's 4 devices; d: refused",
     form=forms.or_refused(_PSUMS, forms.number("a psum's result"), like="(1.0, 2.0, None)", per="psum",
@@ -170,9 +168,8 @@ def _mismatch(error_text: str, host_placed: bool) -> bool:
 
 
 register(ProgramExercise(
-    id="06.2", kernel=KERNEL,
+    id="06.2", kernel=KERNEL, answer_name="make_momentum_step",
     title="a momentum step ported to shard_map, gradient and all",
-    answer_name="make_momentum_step",
     setup=_MODEL_SETUP,
     solution='''
 def make_momentum_step(mesh):
@@ -296,9 +293,8 @@ def _loss(body: str) -> str:
 
 
 register(ProgramExercise(
-    id="06.3", kernel=KERNEL,
+    id="06.3", kernel=KERNEL, answer_name="global_loss",
     title="the global mean loss when hosts hold different numbers of real rows",
-    answer_name="global_loss",
     setup=_DATA_SETUP,
     solution='''
 def global_loss(params, x, y, mask):
@@ -359,9 +355,8 @@ def _scaled(denominator: str) -> str:
 
 
 register(ProgramExercise(
-    id="06.5", kernel=KERNEL,
+    id="06.5", kernel=KERNEL, answer_name="scaled_loss",
     title="a device's loss scaled so that the summed gradient is the global mean's",
-    answer_name="scaled_loss",
     setup=_DATA_SETUP,
     solution='''
 def scaled_loss(params, x, y):
@@ -423,9 +418,7 @@ def _noisy(index: str, ret: str = "block + jax.random.uniform(k, block.shape)") 
 
 
 register(ProgramExercise(
-    id="06.4", kernel=KERNEL,
-    title="per-device randomness that matches pmap's",
-    answer_name="noisy_body",
+    id="06.4", kernel=KERNEL, answer_name="noisy_body", title="per-device randomness that matches pmap's",
     setup=_DATA_SETUP,
     solution='''
 def noisy_body(key, block):

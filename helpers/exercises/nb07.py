@@ -53,9 +53,8 @@ _BOTH = frozenset({"host", "device"})
 # ------------------------------------------------------------------ 07.1 the fix
 
 register(ValueExercise(
-    id="07.1", kernel=KERNEL,
+    id="07.1", kernel=KERNEL, answer_name="fix",
     title="P(('host', 'device')), averaged over ('host', 'device'): one model, all the data",
-    answer_name="fix",
     solution="fix = (P(('host', 'device')), ('host', 'device'))  # split over both, average over both",
     form=_fix_form,
     right=_data_parallel,
@@ -105,9 +104,7 @@ def _per_device() -> int:
 
 
 register(ValueExercise(
-    id="07.2", kernel=KERNEL,
-    title="device 5 holds rows 160..191 of the global batch",
-    answer_name="device5_rows",
+    id="07.2", kernel=KERNEL, answer_name="device5_rows", title="device 5 holds rows 160..191 of the global batch",
     solution="device5_rows = (160, 192)  # host 1's rows are 128..255; its second device gets 160..191",
     form=forms.span(like="(0, 32)"),
     right=lambda: placement(course_mesh((HOSTS, 4)), P(("host", "device")), _BATCH)[5][0],
@@ -158,9 +155,8 @@ def _equal_copies() -> frozenset:
 
 
 register(ValueExercise(
-    id="07.3", kernel=KERNEL,
+    id="07.3", kernel=KERNEL, answer_name="equal_copies",
     title="with P('device') each host's devices agree, the hosts do not",
-    answer_name="equal_copies",
     solution="equal_copies = [[0, 1, 2, 3], [4, 5, 6, 7]]  # one group per host",
     form=forms.groups(DEVICES, like="[[0, 1], [2, 3, 4, 5, 6, 7]]"),
     right=_equal_copies,

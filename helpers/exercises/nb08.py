@@ -79,9 +79,8 @@ def _said(case, text: str) -> str:
 
 
 register(ProgramExercise(
-    id="08.1", kernel=KERNEL,
+    id="08.1", kernel=KERNEL, answer_name="load_my_rows",
     title="a host-local loader: one contiguous block of each step's global batch",
-    answer_name="load_my_rows",
     solution='''
 import numpy as np
 
@@ -143,9 +142,8 @@ def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
 _MINE = 97  # the length of the notebook's `mine`, each host's own numpy array
 
 register(ValueExercise(
-    id="08.2", kernel=KERNEL,
+    id="08.2", kernel=KERNEL, answer_name="gathered_shapes",
     title="process_allgather: (256,) for the global errors, (2, 97) for the hosts' numpy arrays",
-    answer_name="gathered_shapes",
     solution="gathered_shapes = ((256,), (2, 97))  # the global array whole; one row per host",
     form=forms.tuple_of(forms.shape("the shape of every"), forms.shape("the shape of copies"),
                         like="((3,), (2, 5))", of="shapes", lists=False),
@@ -186,9 +184,8 @@ def _pitfall_length() -> int:
 
 
 register(ValueExercise(
-    id="08.3", kernel=KERNEL,
+    id="08.3", kernel=KERNEL, answer_name="errors_gathered",
     title="with P('device') each host gathers 128 errors: the global array is one host's batch",
-    answer_name="errors_gathered",
     solution="errors_gathered = 128  # P('device'): the global array is one host's 128 rows",
     form=forms.whole("how many errors each host gets"),
     right=_pitfall_length,
@@ -250,9 +247,8 @@ def _hosts_disagree(case) -> bool:
 
 
 register(ProcessExercise(
-    id="08.4", kernel=KERNEL,
+    id="08.4", kernel=KERNEL, answer_name="mean_error", signature="(errors, mask)",
     title="a global masked mean read on every host: the same number everywhere",
-    answer_name="mean_error", signature="(errors, mask)",
     setup="from jax.experimental import multihost_utils\n",
     solution='''
 def mean_error(errors, mask):

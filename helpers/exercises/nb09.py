@@ -29,9 +29,7 @@ _BATCH_OVER_DEVICE = ("'device' already splits the hidden units; if it also spli
                       "see its own rows times its own columns. Split the batch over 'host' only")
 
 register(SpecExercise(
-    id="09.1", kernel=KERNEL,
-    title="batch over 'host', hidden units over 'device'",
-    answer_name="tp_specs",
+    id="09.1", kernel=KERNEL, answer_name="tp_specs", title="batch over 'host', hidden units over 'device'",
     solution='''tp_specs = {
     "x": P("host", None),     # data parallel across hosts
     "w1": P(None, "device"),  # each device: 4 of the 16 hidden units...
@@ -96,9 +94,8 @@ def _tp(body: str) -> str:
 _PARTIAL = 'jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"]'
 
 register(ProgramExercise(
-    id="09.2", kernel=KERNEL,
+    id="09.2", kernel=KERNEL, answer_name="tp_forward",
     title="tensor-parallel forward: partial products, psum over 'device', then b2",
-    answer_name="tp_forward",
     solution='''
 def tp_forward(p, x):
     """One device's part of the MLP: its 4 hidden units, then the sum over the host's devices."""
@@ -164,9 +161,8 @@ def _right_types() -> tuple:
 
 
 register(ValueExercise(
-    id="09.3", kernel=KERNEL,
+    id="09.3", kernel=KERNEL, answer_name="result_types",
     title="read h's type, predict what a reduction over a split axis gives",
-    answer_name="result_types",
     solution='result_types = ("float32[256@host]", "float32[16@device]", None)  # h @ w2: the split sum is ambiguous',
     form=forms.or_refused(_EXPRESSIONS, forms.text(_LIKE), like=_LIKE, per="expression",
                           should_be="the text jax.typeof prints (a string)"),

@@ -40,9 +40,8 @@ def _nu_factor() -> float:
 
 
 register(ValueExercise(
-    id="10.1", kernel=KERNEL,
+    id="10.1", kernel=KERNEL, answer_name="nu_factor",
     title="the gradient trap leaves AdamW's loss alone and makes nu 64 times too large",
-    answer_name="nu_factor",
     solution="nu_factor = 64  # the gradient is 8 x too large, and nu averages its square: 8 ** 2",
     form=forms.number("nu_factor"),
     right=_nu_factor,
@@ -79,9 +78,8 @@ _HOST_ONLY = ("'host' alone splits the array between the two hosts and copies ea
 
 
 register(SpecExercise(
-    id="10.2", kernel=KERNEL,
+    id="10.2", kernel=KERNEL, answer_name="moment_specs",
     title="AdamW's moments split over 'device', a whole copy per host (HSDP)",
-    answer_name="moment_specs",
     solution=textwrap.dedent("""\
         moment_specs = {
             "hidden.kernel": P(None, "device"),  # (4, 16): split the 16 columns
@@ -239,9 +237,8 @@ def _otherwise(case) -> str:
 
 
 register(ProcessExercise(
-    id="10.3", kernel=KERNEL,
+    id="10.3", kernel=KERNEL, answer_name="init_state", signature="(local_state)",
     title="weights only host 0 has: broadcast them, then place them by hsdp",
-    answer_name="init_state", signature="(local_state)",
     setup=_SETUP,
     solution=_SOLUTION,
     driver=_DRIVER, together=True, on=(2, 4),

@@ -1,8 +1,12 @@
 """Exercises of notebook 11: the masked mean, padded rows judged in real processes, restore targets."""
 from __future__ import annotations
 
+import jax
+import numpy as np
+
 from helpers.exercises.core import Kernel, Mistake, call_learner, describe, register
-from helpers.exercises.kinds import Judged, ProcessExercise, ProgramExercise, Rule, WrongAnswer, course_mesh
+from helpers.exercises.kinds import Judged, ProcessExercise, ProgramExercise, Rule, WrongAnswer, course_mesh, placed
+from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8); no emulated hosts
 
@@ -11,12 +15,6 @@ KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8); no emulated h
 
 def _masked_mean_case(masked_mean, mesh):
     """The learner's masked mean of padded values on `mesh`: 3 data sets of uneven sizes."""
-    import jax
-    import numpy as np
-    from jax import P
-    from jax.sharding import NamedSharding
-
-    sharding = NamedSharding(mesh, P(("host", "device")))
     rng = np.random.default_rng(11)
     results = []
     for real in (mesh.size * 3 - 1, mesh.size + 3, 5):  # none of them divides the devices
@@ -24,15 +22,14 @@ def _masked_mean_case(masked_mean, mesh):
         values = np.full(rows, 7.0, np.float32)  # padding rows hold a value too (a zero row's error)
         values[:real] = rng.uniform(0.0, 2.0, real)
         mask = (np.arange(rows) < real).astype(np.float32)
-        out = masked_mean(jax.device_put(values, sharding), jax.device_put(mask, sharding))
+        out = masked_mean(placed(mesh, values), placed(mesh, mask))
         results.append(np.float32(out))
     return np.asarray(results)
 
 
 register(ProgramExercise(
-    id="11.1", kernel=KERNEL,
+    id="11.1", kernel=KERNEL, answer_name="masked_mean",
     title="the masked sum over the mask's sum: the exact mean of the real rows",
-    answer_name="masked_mean",
     solution='''
 def masked_mean(values, mask):
     """The mean of `values` over the rows where mask == 1.0."""
@@ -174,18 +171,13 @@ from helpers import nnx_model, stack_ckpt
 
 
 def _leaf_name(path) -> str:
-    import jax
-
     name = jax.tree_util.keystr(path, simple=True, separator=".").removesuffix(".value")
     owner, _, rest = name.partition(".")
     return f"{ {'0': 'model', '1': 'optimizer'}.get(owner, owner)}.{rest}"
 
 
 def _judge_targets(targets_for) -> None:
-    import jax
-
-    from helpers import nnx_model
-    from helpers.layout import format_spec
+    from helpers import nnx_model  # Flax: imported when a check needs it
 
     _, abstract = nnx_model.abstract_state()
     for shape in ((4, 2), (1, 8)):
@@ -217,9 +209,7 @@ def _judge_targets(targets_for) -> None:
 
 
 register(Judged(
-    id="11.3", kernel=KERNEL,
-    title="restore targets carry the new mesh's shardings",
-    answer_name="targets_for",
+    id="11.3", kernel=KERNEL, answer_name="targets_for", title="restore targets carry the new mesh's shardings",
     setup=_TARGET_SETUP,
     solution='''
 def targets_for(abstract_state, mesh):

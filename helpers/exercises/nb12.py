@@ -79,9 +79,7 @@ _LOG_LOCAL_MEAN = '''def log_line(step, x):
 '''
 
 register(ProcessExercise(
-    id="12.1", kernel=KERNEL,
-    title="every host runs the collective; only host 0 logs",
-    answer_name="log_line",
+    id="12.1", kernel=KERNEL, answer_name="log_line", title="every host runs the collective; only host 0 logs",
     solution=LOG_SOLUTION,
     driver=_LOG_DRIVER,
     setup=_SETUP, stall=5.0,  # the driver prints once joined: hosts all silent for 5 s hung
@@ -142,9 +140,8 @@ def steps_together(my_batches):
 '''
 
 register(ProcessExercise(
-    id="12.2", kernel=KERNEL,
+    id="12.2", kernel=KERNEL, answer_name="steps_together",
     title="every host runs the fewest batches any host has, so the epoch ends together",
-    answer_name="steps_together",
     solution=EPOCH_SOLUTION,
     driver=_EPOCH_DRIVER,
     setup=_SETUP, stall=5.0,  # the driver prints once joined: hosts all silent for 5 s hung
@@ -183,9 +180,8 @@ def _mystery_answer() -> tuple[int, int]:
 
 
 register(ValueExercise(
-    id="12.3", kernel=KERNEL,
+    id="12.3", kernel=KERNEL, answer_name="stuck",
     title="hosts 0 and 2 wait in step 4 for host 1, which skipped a batch and finished early",
-    answer_name="stuck",
     solution="stuck = (1, 4)  # host 1 skipped step 2, so its steps 3 and 4 met the others' 2 and 3",
     form=forms.tuple_of(forms.whole("a host"), forms.whole("a step"),
                         like="(0, 1)", what="(the host the others wait for, the step they wait in)"),
