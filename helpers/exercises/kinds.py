@@ -578,27 +578,3 @@ class ProcessExercise(ProgramExercise):
                                                     else tuple(got))
         return outputs
 
-
-# ----------------------------------------------------------------------------- anything else
-
-@dataclass(frozen=True)
-class WrongAnswer:
-    """A known wrong answer (as source code) and a fragment of the message it must earn."""
-
-    source: str
-    message: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Judged(Exercise):
-    """Any other judge function, raising Mistake when wrong (kept from the first engine API; prefer a
-    kind, where the catalogue is the judge and no mistake is written twice)."""
-
-    judged_by: Callable[[Any], None]
-    wrong_answers: tuple[WrongAnswer, ...] = ()
-
-    def judge(self, answer: Any) -> None:
-        self.judged_by(answer)
-
-    def catalogue(self) -> list[tuple[Any, str]]:
-        return [(w.source, w.message) for w in self.wrong_answers]

@@ -5,7 +5,7 @@ import jax
 import numpy as np
 
 from helpers.exercises.core import Kernel, Mistake, call_learner, describe, register
-from helpers.exercises.kinds import Judged, ProcessExercise, ProgramExercise, Rule, WrongAnswer, course_mesh, placed
+from helpers.exercises.kinds import ProcessExercise, ProgramExercise, Rule, placed
 from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8); no emulated hosts
@@ -176,39 +176,43 @@ def _leaf_name(path) -> str:
     return f"{ {'0': 'model', '1': 'optimizer'}.get(owner, owner)}.{rest}"
 
 
-def _judge_targets(targets_for) -> None:
+def _targets(targets_for, mesh) -> str:
+    """What is wrong with the restore targets targets_for makes for `mesh` (its first wrong leaf), or 'right'."""
     from helpers import nnx_model  # Flax: imported when a check needs it
 
     _, abstract = nnx_model.abstract_state()
-    for shape in ((4, 2), (1, 8)):
-        mesh = course_mesh(shape)
-        got = call_learner(targets_for, abstract, mesh)
-        if jax.tree.structure(got) != jax.tree.structure(abstract):
-            raise Mistake(f"targets_for returned {describe(got)}, not a tree shaped like the train "
-                          "state (abstract_state): map over abstract_state's leaves")
-        want = jax.tree.leaves(nnx_model.state_shardings(mesh))
-        flat = jax.tree_util.tree_flatten_with_path(got)[0]
-        for (path, leaf), template, right in zip(flat, jax.tree.leaves(abstract), want):
-            name = _leaf_name(path)
-            if getattr(leaf, "shape", None) != template.shape or getattr(leaf, "dtype", None) != template.dtype:
-                raise Mistake(f"{name}: the target should have the saved shape {template.shape} and "
-                              f"dtype {template.dtype}; yours is {describe(leaf)}")
-            sharding = getattr(leaf, "sharding", None)
-            if sharding is None:
-                raise Mistake(f"{name} has no sharding: Orbax would fall back on the mesh saved in the "
-                              "checkpoint (2 x 4) and refuse another topology. Give every leaf a "
-                              "sharding on the mesh you restore onto")
-            if getattr(sharding, "mesh", None) is not None and sharding.mesh.shape != mesh.shape:
-                raise Mistake(f"{name} is placed on a mesh {dict(sharding.mesh.shape)}, not on the mesh "
-                              f"you were given, {dict(mesh.shape)}: build the targets from `mesh`")
-            if sharding.devices_indices_map(template.shape) != right.devices_indices_map(template.shape):
-                spec = getattr(sharding, "spec", sharding)
-                raise Mistake(f"{name} is placed with {format_spec(spec)} on {dict(mesh.shape)}, but "
-                              f"nnx_model.state_shardings(mesh) places it with {format_spec(right.spec)}: "
-                              "moments split over 'device', everything else replicated")
+    got = targets_for(abstract, mesh)
+    if jax.tree.structure(got) != jax.tree.structure(abstract):
+        return (f"targets_for returned {describe(got)}, not a tree shaped like the train "
+                "state (abstract_state): map over abstract_state's leaves")
+    want = jax.tree.leaves(nnx_model.state_shardings(mesh))
+    flat = jax.tree_util.tree_flatten_with_path(got)[0]
+    for (path, leaf), template, right in zip(flat, jax.tree.leaves(abstract), want):
+        name = _leaf_name(path)
+        if getattr(leaf, "shape", None) != template.shape or getattr(leaf, "dtype", None) != template.dtype:
+            return (f"{name}: the target should have the saved shape {template.shape} and "
+                    f"dtype {template.dtype}; yours is {describe(leaf)}")
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is None:
+            return (f"{name} has no sharding: Orbax would fall back on the mesh saved in the "
+                    "checkpoint (2 x 4) and refuse another topology. Give every leaf a "
+                    "sharding on the mesh you restore onto")
+        if getattr(sharding, "mesh", None) is not None and sharding.mesh.shape != mesh.shape:
+            return (f"{name} is placed on a mesh {dict(sharding.mesh.shape)}, not on the mesh "
+                    f"you were given, {dict(mesh.shape)}: build the targets from `mesh`")
+        if sharding.devices_indices_map(template.shape) != right.devices_indices_map(template.shape):
+            spec = getattr(sharding, "spec", sharding)
+            return (f"{name} is placed with {format_spec(spec)} on {dict(mesh.shape)}, but "
+                    f"nnx_model.state_shardings(mesh) places it with {format_spec(right.spec)}: "
+                    "moments split over 'device', everything else replicated")
+    return "right"
 
 
-register(Judged(
+def _what_it_does(case) -> str:
+    return case.got
+
+
+register(ProgramExercise(
     id="11.3", kernel=KERNEL, answer_name="targets_for", title="restore targets carry the new mesh's shardings",
     setup=_TARGET_SETUP,
     solution='''
@@ -216,21 +220,19 @@ def targets_for(abstract_state, mesh):
     """Restore targets for the train state on `mesh`."""
     return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh))
 ''',
-    judged_by=_judge_targets,
-    wrong_answers=(
-        WrongAnswer("def targets_for(abstract_state, mesh):\n    return abstract_state\n",
-                    "has no sharding: Orbax would fall back on the mesh saved"),
-        WrongAnswer("def targets_for(abstract_state, mesh):\n"
-                    "    return stack_ckpt.restore_targets(abstract_state, NamedSharding(mesh, P()))\n",
-                    "but nnx_model.state_shardings(mesh) places it with P('device')"),
-        WrongAnswer("def targets_for(abstract_state, mesh):\n"
-                    "    old = jax.make_mesh((2, 4), ('host', 'device'))\n"
-                    "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(old))\n",
-                    "not on the mesh you were given"),
-        WrongAnswer("def targets_for(abstract_state, mesh):\n"
-                    "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh, axis='host'))\n",
-                    "moments split over 'device'"),
-    ),
+    run=_targets,
+    meshes=((4, 2), (1, 8), (2, 2)),
+    wrong=dict.fromkeys((
+        "def targets_for(abstract_state, mesh):\n    return abstract_state\n",
+        "def targets_for(abstract_state, mesh):\n"
+        "    return stack_ckpt.restore_targets(abstract_state, NamedSharding(mesh, P()))\n",
+        "def targets_for(abstract_state, mesh):\n"
+        "    old = jax.make_mesh((2, 4), ('host', 'device'))\n"
+        "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(old))\n",
+        "def targets_for(abstract_state, mesh):\n"
+        "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh, axis='host'))\n",
+    ), _what_it_does),
+    otherwise=_what_it_does,
     hints=(
         "The targets are the abstract state's shapes and dtypes, each with a sharding on the mesh "
         "you restore onto, not the one you saved from.",
