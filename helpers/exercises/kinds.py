@@ -36,6 +36,7 @@ import numpy as np
 from jax import P
 from jax.sharding import NamedSharding
 
+from helpers import hosts
 from helpers.exercises import forms
 from helpers.exercises.core import (
     PRELUDE, Exercise, Message, Mistake, NotAttempted, _guarded, describe, explain, say,
@@ -268,6 +269,12 @@ def course_mesh(shape: tuple[int, ...], names: tuple[str, ...] = ("host", "devic
 def placed(mesh, data, spec=P(("host", "device"))):
     """`data` on `mesh`, placed by `spec` (by default its rows over every device, host by host)."""
     return jax.device_put(data, NamedSharding(mesh, spec))
+
+
+def from_hosts(parts: list, spec, layout: tuple[int, int] = (2, 4)):
+    """The global array that len(parts) emulated hosts build from their own parts with `spec`, as
+    make_array_from_process_local_data does on the course mesh of this layout (helpers.hosts)."""
+    return hosts.make_array_from_process_local_data(NamedSharding(course_mesh(layout), spec), parts)
 
 
 _VARYING = re.compile(r"possibly varying over \{([^}]*)\}|replicated across mesh ax[ie]s (.*?), but could not infer")

@@ -4,13 +4,14 @@ from __future__ import annotations
 import jax
 import numpy as np
 from jax import P
-from jax.sharding import NamedSharding
 from jax.sharding import Mesh
 
 from helpers import hosts
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Rule, Slot, SpecExercise, ValueExercise, course_mesh, normal_spec, placement
+from helpers.exercises.kinds import (
+    Rule, Slot, SpecExercise, ValueExercise, course_mesh, from_hosts, normal_spec, placement,
+)
 from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -25,10 +26,8 @@ _LOCAL = (16, 4)  # each host's batch
 
 def _global_shapes() -> tuple:
     """The global shapes the emulated hosts' make_array_from_process_local_data builds."""
-    mesh = course_mesh((HOSTS, 4))
     parts = [np.zeros(_LOCAL, np.float32)] * HOSTS
-    return tuple(tuple(hosts.make_array_from_process_local_data(NamedSharding(mesh, s), parts).shape)
-                 for s in _SHAPE_SPECS)
+    return tuple(from_hosts(parts, spec).shape for spec in _SHAPE_SPECS)
 
 
 def _rows(shapes) -> tuple:

@@ -6,13 +6,13 @@ import functools
 import jax
 import numpy as np
 from jax import P
-from jax.sharding import NamedSharding
 
 from helpers import train
-from helpers import hosts
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Rule, ValueExercise, course_mesh, entry, normal_spec, placement, same_spec
+from helpers.exercises.kinds import (
+    Rule, ValueExercise, course_mesh, entry, from_hosts, normal_spec, placed, placement, same_spec,
+)
 from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -24,7 +24,7 @@ _CANDIDATES = (P(("host", "device")), P("device"), P("host"), P(("device", "host
 def _emulated(spec, step: int = 7):
     """The global batch the two emulated hosts build with `spec` from their own rows of `step`."""
     parts = [train.host_batch(step, h, HOSTS)[0] for h in range(HOSTS)]
-    return np.asarray(hosts.make_array_from_process_local_data(NamedSharding(course_mesh((HOSTS, 4)), spec), parts))
+    return np.asarray(from_hosts(parts, spec))
 
 
 @functools.cache
@@ -139,15 +139,14 @@ def _equal_copies() -> frozenset:
     """Devices whose parameter copies are equal after one step of the P('device') / 'device' step, run by JAX."""
     mesh = course_mesh((HOSTS, 4))
     parts = [train.host_batch(0, h, HOSTS) for h in range(HOSTS)]
-    x, y = (hosts.make_array_from_process_local_data(NamedSharding(mesh, P("device")), [p[i] for p in parts])
-            for i in (0, 1))
+    x, y = (from_hosts([p[i] for p in parts], P("device")) for i in (0, 1))
 
     def body(params, x, y):
         grads = jax.grad(lambda p: jax.lax.pmean(train.loss_fn(p, x, y), "device"))(params)
         return jax.tree.map(lambda p, g: p - train.LEARNING_RATE * g, params, grads)
 
     step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P("device"), P("device")), out_specs=P()))
-    b2 = step(jax.device_put(train.init_params(), NamedSharding(mesh, P())), x, y)["b2"]
+    b2 = step(placed(mesh, train.init_params(), P()), x, y)["b2"]
     groups: dict[bytes, set] = {}
     for shard in b2.addressable_shards:
         groups.setdefault(np.asarray(shard.data).tobytes(), set()).add(shard.device.id)

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 from jax import P
-from jax.sharding import NamedSharding
 
-from helpers import hosts, train
+from helpers import train
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, describe, register
-from helpers.exercises.kinds import ProcessExercise, ProgramExercise, Rule, ValueExercise, course_mesh
+from helpers.exercises.kinds import ProcessExercise, ProgramExercise, Rule, ValueExercise, from_hosts
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 HOSTS = 2
@@ -180,7 +179,7 @@ register(ValueExercise(
 def _pitfall_length() -> int:
     """The length of the global array the two hosts build from their (128, 4) batches with P('device')."""
     parts = [np.zeros((train.GLOBAL_BATCH // HOSTS, train.IN_DIM), np.float32)] * HOSTS
-    return hosts.make_array_from_process_local_data(NamedSharding(course_mesh((HOSTS, 4)), P("device")), parts).shape[0]
+    return from_hosts(parts, P("device")).shape[0]
 
 
 register(ValueExercise(
