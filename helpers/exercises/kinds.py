@@ -472,6 +472,32 @@ def failure(result) -> Raised:
     return Raised(text, text)
 
 
+# What each host of a `together` run executes: every source on every layout, through the driver's `output`.
+_TOGETHER = """\
+from helpers.launch import initialize
+
+initialize()
+
+import json
+
+{driver}
+
+out = []
+for source in {sources}:
+    row = []
+    for layout in {layouts}:
+        namespace = {{}}
+        try:
+            exec({prelude} + source, namespace)
+            row.append(output(namespace, layout))
+        except Exception as error:  # the program raised: the first sentence of its error is its output
+            first = (str(error).splitlines() or [""])[0].split(". Expected")[0]
+            row.append(f"{{type(error).__name__}}: {{first[:200]}}")
+    out.append(row)
+print(json.dumps(out))
+"""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProcessExercise(ProgramExercise):
     """A function judged by what real processes (`helpers.launch.run`) print when they run it.
@@ -479,10 +505,10 @@ class ProcessExercise(ProgramExercise):
     `meshes` are (hosts, devices_per_host) layouts here. `driver` is a script with `{answer}` where
     one program's source goes (after the prelude and setup); each host prints its output as JSON on
     its last stdout line, and the output of a run is the tuple of the hosts' outputs. With
-    `together`, the driver takes `{sources}`, `{layouts}` and `{prelude}` instead, runs each source
-    itself and prints, per source, a list of its outputs, one per layout (text if it raised): one
-    run judges the reference and the whole catalogue, and the learner's function runs alone (a hang
-    in it spoils nothing else). With `on`, that one run has this layout and the `meshes` are
+    `together`, the driver defines `output(namespace, layout)` instead: what one program (run into
+    `namespace`) gives on one layout. One run then judges every source on every layout (an error
+    is its text): the reference and the whole catalogue at once, the learner's function alone (a
+    hang in it spoils nothing else). With `on`, that one run has this layout and the `meshes` are
     sub-meshes of it; without, each layout is its own run.
 
     A failed or hung run's output is `failure(result)`. Before any process starts, a stub is not
@@ -561,7 +587,8 @@ class ProcessExercise(ProgramExercise):
 
         layouts = self.meshes if self.on else (layout,)
         prelude = PRELUDE + self.setup + "\n"
-        script = (self.driver.format(sources=repr(list(sources)), layouts=repr(layouts), prelude=repr(prelude))
+        script = (_TOGETHER.format(driver=self.driver, sources=repr(list(sources)), layouts=repr(layouts),
+                                   prelude=repr(prelude))
                   if self.together else self.driver.replace("{answer}", prelude + sources[0]))
         hosts, per_host = self.on or layout
         result = run(source=script, hosts=hosts, devices_per_host=per_host, timeout=self.timeout, stall=self.stall)

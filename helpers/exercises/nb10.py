@@ -126,27 +126,18 @@ register(SpecExercise(
 
 # Host 0 "loaded" the model of seed SEED + 7; host h holds that of seed SEED + 7 + h. One real run of
 # 2 processes x 4 devices judges several init_state sources on several meshes (sub-meshes of the
-# processes' devices): each (source, mesh) is one entry of the JSON each host prints last.
+# processes' devices): `output` gives one source's verdict on one of them.
 _DRIVER = '''
-from helpers.launch import initialize
-
-initialize()
-
-import json
-
 import jax
 import numpy as np
 from flax import nnx
 
 from helpers import nnx_model
 
-SOURCES = {sources}
-LAYOUTS = {layouts}
-PRELUDE = {prelude}
 host = jax.process_index()
 _mine = nnx.state(nnx_model.create(nnx_model.SEED + 7 + host))  # what this host loaded
-_host0 = {{path: np.asarray(v.get_value())  # host 0's numbers, which every host must end up holding
-          for path, v in nnx.to_flat_state(nnx.state(nnx_model.create(nnx_model.SEED + 7)))}}
+_host0 = {path: np.asarray(v.get_value())  # host 0's numbers, which every host must end up holding
+          for path, v in nnx.to_flat_state(nnx.state(nnx_model.create(nnx_model.SEED + 7)))}
 
 
 def _mesh(layout):
@@ -170,25 +161,13 @@ def _verdict(state, hsdp):
     return [1, int(placed), int(numbers)]
 
 
-out = []
-for source in SOURCES:
-    row = []
-    for layout in LAYOUTS:
-        mesh = _mesh(layout)
-        namespace = {{}}
-        exec(PRELUDE + source, namespace)
-        hsdp = namespace["hsdp"] = nnx_model.state_shardings(mesh)  # this layout's, and its mesh
-        namespace["mesh"] = mesh
-        local_state = jax.tree.map(np.asarray, _mine)  # numpy on the host, like loaded weights
-        try:
-            with jax.set_mesh(mesh):
-                state = namespace["init_state"](local_state)
-        except Exception as error:  # the learner's code raised: its sentence is the output
-            row.append(f"{{type(error).__name__}}: {{(str(error).splitlines() or [''])[0].split('. Expected')[0][:200]}}")
-            continue
-        row.append(_verdict(state, hsdp))
-    out.append(row)
-print(json.dumps(out))
+def output(namespace, layout):
+    mesh = _mesh(layout)
+    hsdp = namespace["hsdp"] = nnx_model.state_shardings(mesh)  # this layout's, and its mesh
+    namespace["mesh"] = mesh
+    with jax.set_mesh(mesh):  # the host's numbers come as numpy, like loaded weights
+        state = namespace["init_state"](jax.tree.map(np.asarray, _mine))
+    return _verdict(state, hsdp)
 '''
 
 _SETUP = textwrap.dedent("""\
