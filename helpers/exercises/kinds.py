@@ -590,8 +590,9 @@ class ProcessExercise(ProgramExercise):
         script = (_TOGETHER.format(driver=self.driver, sources=repr(list(sources)), layouts=repr(layouts),
                                    prelude=repr(prelude))
                   if self.together else self.driver.replace("{answer}", prelude + sources[0]))
-        hosts, per_host = self.on or layout
-        result = run(source=script, hosts=hosts, devices_per_host=per_host, timeout=self.timeout, stall=self.stall)
+        num_hosts, per_host = self.on or layout
+        result = run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
+                     stall=self.stall)
         keys = [(self.id, s, l) for s in sources for l in layouts]
         if not result.ok:
             return dict.fromkeys(keys, failure(result))
