@@ -583,14 +583,15 @@ def _launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: 
             log=_tidy("".join(h.log), tidy),
             script_ended=SCRIPT_ENDED in stderr,
             where=_tidy(_where(stderr, script), tidy)))
+    failed = _causes_first(failed, results)
     if why:
         message = _timeout_message(why, results)
     elif failed:
-        message = _failure_message(_causes_first(failed, results), results)
+        message = _failure_message(failed, results)
     else:
         message = "all hosts finished"
     return RunResult(hosts=tuple(results), devices_per_host=devices_per_host, message=message,
-                     pids=tuple(pids), attempts=attempt)
+                     pids=tuple(pids), attempts=attempt, failed_first=tuple(h for group in failed for h in group))
 
 
 def run(script_path: str | os.PathLike | None = None, *, source: str | None = None,

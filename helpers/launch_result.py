@@ -169,6 +169,8 @@ class RunResult:
     message: str  # one deterministic sentence: what happened
     pids: tuple[int, ...] = dataclasses.field(default=(), repr=False, compare=False)
     attempts: int = dataclasses.field(default=1, repr=False, compare=False)
+    # hosts that failed on their own, first cause first (a host whose collective lost its peer after the host that died)
+    failed_first: tuple[int, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
     @property
     def ok(self) -> bool:

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import exercises
 from helpers.exercises import core, forms
-from helpers.exercises.kinds import Judged, ProgramExercise, SpecExercise, ValueExercise, close, placement, same_spec
+from helpers.exercises.kinds import ProgramExercise, SpecExercise, ValueExercise, close, placement, same_spec
 from tools.nbrun import course_notebooks, exercise_id, read
 from helpers.topology import emulated_hosts
 
@@ -32,7 +32,7 @@ def kernel_of_the_notebook(request):
 
 def _answer(exercise, entry):
     """A catalogue entry as the learner would hand it in (programs are source)."""
-    if isinstance(exercise, (ProgramExercise, Judged)):
+    if isinstance(exercise, ProgramExercise):
         return exercise.run_source(entry)
     return entry
 
@@ -60,10 +60,7 @@ def test_each_catalogued_mistake_earns_its_own_message(ex_id, n):
     entry, message = exercise.catalogue()[n]
     status, got = exercises.verdict(ex_id, _answer(exercise, entry))
     assert status == "mistake"
-    if isinstance(exercise, Judged):  # a judge function's catalogue holds fragments
-        assert message in got, f"expected {message!r} in {got!r}"
-    else:  # the exact message: no earlier entry shadows this one
-        assert got == message
+    assert got == message  # the exact message: no earlier entry shadows this one
 
 
 @pytest.mark.parametrize("ex_id", IDS)
@@ -276,18 +273,3 @@ def test_a_process_exercise_judges_what_each_real_host_printed():
         exercise.judge("def my_rows(host, hosts):\n    return 1 / 0\n")
     with pytest.raises(core.NotAttempted):
         exercise.judge("def my_rows(host, hosts):\n    raise NotImplementedError\n")
-
-
-def test_a_judge_function_still_works_for_what_no_kind_fits():
-    from helpers.exercises import Judged, WrongAnswer
-
-    def judge(answer):
-        if answer != 3:
-            raise core.Mistake("three, not two" if answer == 2 else "count again")
-
-    exercise = Judged(id="99.2", title="three", answer_name="n", solution="n = 3", hints=("a", "b"),
-                      judged_by=judge, wrong_answers=(WrongAnswer("n = 2", "three, not two"),))
-    exercise.judge(exercise.run_source(exercise.solution))
-    (source, fragment), = exercise.catalogue()
-    with pytest.raises(core.Mistake, match=fragment):
-        exercise.judge(exercise.run_source(source))

@@ -77,7 +77,7 @@ def test_a_crashing_host_stops_the_others_and_shows_its_error():
     result = launch.run(source=FAULT.format(fault="raise RuntimeError('host 1 broke')"),
                         hosts=2, devices_per_host=2, timeout=NEVER)
     assert not result.ok
-    assert result.failed_hosts == (1,)
+    assert result.failed_hosts == result.failed_first == (1,)
     assert result.message == "host 1 failed (exit status 1); the launcher stopped host 0"
     assert [h.status for h in result.hosts] == ["stopped", "failed"]
     text = str(result)

@@ -1,38 +1,53 @@
-"""Notebook 12's exercises that run real processes: what a failed or hung run is judged as.
+"""Exercises that run real processes (notebooks 08, 10-12): what a failed or hung run is judged as.
 
-The catalogue of each exercise is tested in tests/test_exercises.py; these tests cover the
-parts of helpers/exercises/nb12.py that the catalogue alone cannot reach.
+The catalogue of each exercise is tested in tests/test_exercises.py; these tests cover the parts
+of `kinds.ProcessExercise` that the catalogue alone cannot reach.
 """
 import pytest
 
 from helpers import launch
-from helpers.exercises import NotAttempted, get
-from helpers.exercises.kinds import Raised
-from helpers.exercises.nb12 import _outcome
+from helpers.exercises import Kernel, Mistake, NotAttempted, ProcessExercise, get
+from helpers.exercises.kinds import Raised, failure
 from helpers.launch_result import HostResult, RunResult
 
 LOST_PEER = ("Traceback (most recent call last):\n"
              "jax.errors.JaxRuntimeError: UNKNOWN: Gloo AllGather failed: Connection closed by peer\n")
 
 
-def _run(*hosts: HostResult) -> RunResult:
-    return RunResult(hosts=hosts, devices_per_host=1, message="")
+def _run(*hosts: HostResult, failed_first=()) -> RunResult:
+    return RunResult(hosts=hosts, devices_per_host=1, message="", failed_first=failed_first)
 
 
 def test_the_host_that_failed_first_is_named_not_the_one_that_lost_its_peer():
     result = _run(HostResult(0, "failed", 1, "", LOST_PEER),
-                  HostResult(1, "failed", 1, "", "IndexError: list index out of range\n"))
-    assert _outcome(result) == Raised("host 1 failed: IndexError: list index out of range")
+                  HostResult(1, "failed", 1, "", "IndexError: list index out of range\n"), failed_first=(1, 0))
+    assert failure(result) == Raised("IndexError: list index out of range on host 1")
 
 
 def test_a_hang_says_which_hosts_ran_and_which_had_ended():
     result = _run(HostResult(0, "timed out", None, "", ""),
                   HostResult(1, "timed out", None, "", "", script_ended=True))
-    assert _outcome(result) == Raised(
+    assert failure(result) == Raised(
         "the run hung: host 0 was still running; host 1 had ended its script")
 
 
-@pytest.mark.parametrize("ex_id", ["12.1", "12.2"])
+def test_the_host_that_raised_is_blamed_not_a_host_the_launcher_stopped(monkeypatch):
+    """Host 0 was stopped because host 1 raised: the verdict quotes host 1's error, on host 1."""
+    def fake_run(source, hosts, **options):
+        if "1 / 0" not in source:  # the reference: every host prints its rank
+            return RunResult(tuple(HostResult(h, "ok", 0, f"{h}\n", "") for h in range(hosts)), 1, "")
+        return _run(HostResult(0, "stopped", None, "", ""), *(
+            HostResult(h, "failed", 1, "", "ZeroDivisionError: division by zero\n") for h in range(1, hosts)),
+            failed_first=tuple(range(1, hosts)))
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    exercise = ProcessExercise(id="99.3", title="ranks", answer_name="rank", solution="def rank():\n    return 0\n",
+                               hints=("a", "b"), kernel=Kernel(devices=8), driver="{answer}", meshes=((2, 1), (3, 1)))
+    with pytest.raises(Mistake, match=r"^your function raised ZeroDivisionError: division by zero on host 1$"):
+        exercise.judge("def rank():\n    return 1 / 0\n")
+
+
+@pytest.mark.parametrize("ex_id", ["08.4", "10.3", "11.2", "12.1", "12.2"])
 def test_a_stub_or_a_non_function_is_told_without_starting_a_process(ex_id, monkeypatch):
     def no_run(*args, **kwargs):
         raise AssertionError("a process was started")

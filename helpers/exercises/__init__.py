@@ -11,7 +11,7 @@ from helpers.exercises.core import (  # noqa: F401  (the public API)
     reference, register, solution, verdict,
 )
 from helpers.exercises.kinds import (  # noqa: F401
-    Judged, ProcessExercise, ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, WrongAnswer,
+    ProcessExercise, ProgramExercise, Rule, Slot, SpecExercise, ValueExercise,
 )
 
 for _module in pkgutil.iter_modules(__path__):  # each notebook's module registers its exercises

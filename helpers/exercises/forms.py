@@ -236,3 +236,20 @@ def keys(names: tuple[str, ...], part: Form, what: str) -> Form:
             raise Mistake(f"expected a dict with the keys {listed}, each {what}; got {describe(answer)}")
         return tuple(part(answer[n]) for n in names)
     return form
+
+
+def or_refused(names: tuple[str, ...], part: Form, *, like: str, per: str, should_be: str) -> Form:
+    """One entry per name: a value in `part`'s form, or None where JAX refuses the expression."""
+    def form(answer: Any) -> tuple:
+        if not isinstance(answer, (tuple, list)) or len(answer) != len(names):
+            raise Mistake(f"expected a tuple of {len(names)} entries like {like}, one per {per}, but got "
+                          f"{describe(answer)}")
+        out = []
+        for name, entry in zip(names, answer):
+            try:
+                out.append(None if entry is None else part(entry))
+            except Mistake:
+                raise Mistake(f"the entry for {name} should be {should_be} or None (JAX refuses it), but it is "
+                              f"{describe(entry)}") from None
+        return tuple(out)
+    return form

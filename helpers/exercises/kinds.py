@@ -20,10 +20,12 @@ iterate, so a mistake is written once.
 """
 from __future__ import annotations
 
+import ast
 import inspect
 import itertools
 import json
 import math
+import re
 import textwrap
 import types
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ import numpy as np
 from jax import P
 from jax.sharding import NamedSharding
 
+from helpers import hosts
 from helpers.exercises import forms
 from helpers.exercises.core import (
     PRELUDE, Exercise, Message, Mistake, NotAttempted, _guarded, describe, explain, say,
@@ -53,6 +56,11 @@ class Rule:
     when: Callable[..., bool]
     say: Message
     example: Any = None
+
+
+def entry(i: int, *values: Any) -> Callable[[Any], bool]:
+    """A rule's test on a tuple answer: its entry `i` is one of `values`."""
+    return lambda answer: answer[i] in values
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -258,6 +266,26 @@ def course_mesh(shape: tuple[int, ...], names: tuple[str, ...] = ("host", "devic
     return jax.make_mesh(shape, names, devices=jax.devices()[: math.prod(shape)])
 
 
+def placed(mesh, data, spec=P(("host", "device"))):
+    """`data` on `mesh`, placed by `spec` (by default its rows over every device, host by host)."""
+    return jax.device_put(data, NamedSharding(mesh, spec))
+
+
+def from_hosts(parts: list, spec, layout: tuple[int, int] = (2, 4)):
+    """The global array that len(parts) emulated hosts build from their own parts with `spec`, as
+    make_array_from_process_local_data does on the course mesh of this layout (helpers.hosts)."""
+    return hosts.make_array_from_process_local_data(NamedSharding(course_mesh(layout), spec), parts)
+
+
+_VARYING = re.compile(r"possibly varying over \{([^}]*)\}|replicated across mesh ax[ie]s (.*?), but could not infer")
+
+
+def varying_over(error_text: str) -> str | None:
+    """The mesh axes a result still varies over, from shard_map's check_vma error; None for other errors."""
+    found = _VARYING.search(error_text)
+    return None if found is None else (found.group(1) or found.group(2)).strip()
+
+
 def close(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     """Two program outputs agree: same structure and shapes, values within tolerance."""
     if isinstance(a, Raised) or isinstance(b, Raised):
@@ -342,8 +370,7 @@ class ProgramExercise(Exercise):
     atol: float = 1e-5
 
     def judge(self, answer: Any) -> None:
-        if not callable(answer) and not isinstance(self, ProcessExercise):
-            raise Mistake(f"expected a function {self.answer_name}(...), but got {describe(answer)}")
+        answer = self.screen(answer)
         for layout in self.meshes:
             want = self.output_of_source(self.solution, layout)
             got = self.output_of_answer(answer, self.make_case(layout))
@@ -361,6 +388,12 @@ class ProgramExercise(Exercise):
         for rule in self.checks:
             if rule.when(answer, self.make_case(self.meshes[0])):
                 raise Mistake(say(rule.say, self._case(self.meshes[0])))
+
+    def screen(self, answer: Any) -> Any:
+        """The answer in the form `output_of_answer` takes, or a Mistake about its type."""
+        if not callable(answer):
+            raise Mistake(f"expected a function {self.answer_name}(...), but got {describe(answer)}")
+        return answer
 
     def _case(self, layout, got=None, want=None):
         return types.SimpleNamespace(mesh=self.make_case(layout), devices=_size(layout), layout=layout,
@@ -387,10 +420,10 @@ class ProgramExercise(Exercise):
         return _outputs[key]
 
     def catalogue(self) -> list[tuple[Any, str]]:
-        """Wrong programs told apart by output, then the examples of the error and check rules."""
-        cases = [(source, say(m, self._first_difference(source))) for source, m in self.wrong.items()]
-        return cases + [(r.example, say(r.say, self._first_difference(r.example)))
-                        for r in self.errors + self.families + self.checks]
+        """Wrong programs, then the examples of the rules; a program runs only when its message is
+        a function of what it computed (a catalogue of real-process programs starts no process)."""
+        entries = [*self.wrong.items(), *((r.example, r.say) for r in self.errors + self.families + self.checks)]
+        return [(source, m if isinstance(m, str) else say(m, self._first_difference(source))) for source, m in entries]
 
     def _first_difference(self, source: str):
         """The case where a program first parts from the reference (the one its message is about)."""
@@ -407,82 +440,176 @@ def _size(layout: tuple[int, ...]) -> int:
 
 # ----------------------------------------------------------------------------- real processes
 
+def _function_def(source: str, name: str) -> ast.FunctionDef | None:
+    """The top-level `def name(...)` of `source`; None if it has none (or is no Python)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
+def _is_stub(function: ast.FunctionDef) -> bool:
+    """True when the function's body (its docstring aside) only raises NotImplementedError."""
+    body = [s for s in function.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.unparse(body[0])
+
+
+def failure(result) -> Raised:
+    """What a run that did not end well did: the last error line of the host that failed first (in
+    the launcher's order: a host whose collective lost its peer comes after the host that died), or,
+    when none failed, where each host was when the run was stopped (a hang)."""
+    order = {h: i for i, h in enumerate(result.failed_first)}
+    failed = sorted((h for h in result.hosts if h.status == "failed"),
+                    key=lambda h: (order.get(h.host, len(order)), h.host))
+    if failed:
+        tail = failed[0].error_tail(3).strip().splitlines()
+        text = f"{tail[-1] if tail else 'no error message'} on host {failed[0].host}"
+    else:
+        states = ("had exited" if h.ok else "had ended its script" if h.script_ended else "was still running"
+                  for h in result.hosts)
+        text = "the run hung: " + "; ".join(f"host {h.host} {state}" for h, state in zip(result.hosts, states))
+    return Raised(text, text)
+
+
+# What each host of a `together` run executes: every source on every layout, through the driver's `output`.
+_TOGETHER = """\
+from helpers.launch import initialize
+
+initialize()
+
+import json
+
+{driver}
+
+out = []
+for source in {sources}:
+    row = []
+    for layout in {layouts}:
+        namespace = {{}}
+        try:
+            exec({prelude} + source, namespace)
+            row.append(output(namespace, layout))
+        except Exception as error:  # the program raised: the first sentence of its error is its output
+            first = (str(error).splitlines() or [""])[0].split(". Expected")[0]
+            row.append(f"{{type(error).__name__}}: {{first[:200]}}")
+    out.append(row)
+print(json.dumps(out))
+"""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProcessExercise(ProgramExercise):
-    """Escape hatch: judged by running the learner's code in real processes (`helpers.launch.run`).
+    """A function judged by what real processes (`helpers.launch.run`) print when they run it.
 
-    `driver` is a script with `{answer}` where the answer's source goes (the learner's function,
-    read with inspect.getsource, or a catalogued program). Each host must print, as the last line
-    of its stdout, its output as JSON. `meshes` are (hosts, devices_per_host) layouts here; the
-    output of one run is the tuple of the hosts' outputs. A host that fails makes the output
-    "host h failed: <its error>", so a catalogued program that fails the same way matches.
+    `meshes` are (hosts, devices_per_host) layouts here. `driver` is a script with `{answer}` where
+    one program's source goes (after the prelude and setup); each host prints its output as JSON on
+    its last stdout line, and the output of a run is the tuple of the hosts' outputs. With
+    `together`, the driver defines `output(namespace, layout)` instead: what one program (run into
+    `namespace`) gives on one layout. One run then judges every source on every layout (an error
+    is its text): the reference and the whole catalogue at once, the learner's function alone (a
+    hang in it spoils nothing else). With `on`, that one run has this layout and the `meshes` are
+    sub-meshes of it; without, each layout is its own run.
+
+    A failed or hung run's output is `failure(result)`. Before any process starts, a stub is not
+    attempted, anything but a function `answer_name` (or its source) is a Mistake, and
+    `precheck(fn)` may call the function in the kernel. Catalogued programs keep their source
+    (`run_source`), so each runs once.
     """
 
     run: Callable = None  # not used: the driver is the run
     driver: str
+    signature: str = "(...)"  # the function's parameters, for the message about an answer that is none
+    precheck: Callable[[Callable], None] | None = None
+    together: bool = False
+    on: tuple[int, int] | None = None
     timeout: float = 60.0
+    stall: float | None = None  # a run where every host printed, then none did for `stall` s, hung
 
     def make_case(self, layout):
         return layout
 
-    def output_of_answer(self, answer: Any, layout) -> Any:
-        if isinstance(answer, str):
-            source = answer
-        else:
+    def run_source(self, source: str) -> Any:
+        fn = super().run_source(source)
+        if callable(fn):  # exec'd code has no file its source could be read from
+            fn.__course_source__ = source
+        return fn
+
+    def screen(self, answer: Any) -> str:
+        """The answer's source; NotAttempted for a stub, a Mistake for anything but the function."""
+        source = answer if isinstance(answer, str) else getattr(answer, "__course_source__", None)
+        if source is None and inspect.isfunction(answer):
             try:
                 source = textwrap.dedent(inspect.getsource(answer))
             except (OSError, TypeError):
-                raise Mistake(f"the source of {describe(answer)} cannot be read; define it with def in a cell") from None
-        return self._launch(source, layout)
-
-    def output_of_source(self, source: str, layout) -> Any:
-        key = (self.id, source, layout)
-        if key not in _outputs:
-            _outputs[key] = self._launch(source, layout)
-        return _outputs[key]
-
-    def _launch(self, source: str, layout) -> Any:
-        from helpers.launch import run
-
-        hosts, per_host = layout
-        script = self.driver.replace("{answer}", PRELUDE + self.setup + "\n" + source)
-        result = run(source=script, hosts=hosts, devices_per_host=per_host, timeout=self.timeout)
-        outputs = []
-        for host in result.hosts:
-            if not host.ok:
-                tail = host.error_tail(3).strip().splitlines()
-                if any("NotImplementedError" in line for line in tail):
-                    raise NotAttempted
-                what = tail[-1] if host.status == "failed" and tail else f"nothing: it {host.status}"
-                return Raised(f"{what} on host {host.host}")
-            lines = host.stdout.strip().splitlines()
+                raise Mistake(f"the source of {self.answer_name} cannot be read; define it with def in a "
+                              "cell") from None
+        function = _function_def(source, self.answer_name) if source is not None else None
+        if function is None:
+            raise Mistake(f"expected a function {self.answer_name}{self.signature}, defined with def in a cell, "
+                          f"but got {describe(answer)}")
+        if _is_stub(function):
+            raise NotAttempted
+        if self.precheck is not None:
             try:
-                outputs.append(json.loads(lines[-1]))
-            except (IndexError, ValueError):
-                return Raised(f"host {host.host} printed no result line")
-        return tuple(outputs)
-
-
-# ----------------------------------------------------------------------------- anything else
-
-@dataclass(frozen=True)
-class WrongAnswer:
-    """A known wrong answer (as source code) and a fragment of the message it must earn."""
-
-    source: str
-    message: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Judged(Exercise):
-    """Any other judge function, raising Mistake when wrong (kept from the first engine API; prefer a
-    kind, where the catalogue is the judge and no mistake is written twice)."""
-
-    judged_by: Callable[[Any], None]
-    wrong_answers: tuple[WrongAnswer, ...] = ()
+                self.precheck(answer if callable(answer) else self.run_source(source))
+            except Mistake as error:  # an error rule names it as the real run would
+                rule = next((r for r in self.errors if r.when(str(error))), None)
+                raise (Mistake(say(rule.say, self._case(self.meshes[0]))) if rule else error) from None
+        return source
 
     def judge(self, answer: Any) -> None:
-        self.judged_by(answer)
+        try:
+            super().judge(answer)
+        finally:  # the learner's outputs are kept for this judgement only
+            for key in [k for k in _outputs if k[0] == self.id and k[1] not in self._known()]:
+                del _outputs[key]
 
-    def catalogue(self) -> list[tuple[Any, str]]:
-        return [(w.source, w.message) for w in self.wrong_answers]
+    def _known(self) -> tuple[str, ...]:
+        return (self.solution, *self.wrong, *(r.example for r in self.errors + self.families + self.checks))
+
+    def output_of_answer(self, source: str, layout) -> Any:
+        got = self.output_of_source(source, layout)
+        if isinstance(got, Raised) and "NotImplementedError" in got.raw:
+            raise NotAttempted
+        return got
+
+    def output_of_source(self, source: str, layout) -> Any:
+        """What a program printed on this layout; known programs run once (together, if so declared)."""
+        if (self.id, source, layout) not in _outputs:
+            known = self._known()
+            _outputs.update(self._launch(known if self.together and source in known else (source,), layout))
+        return _outputs[(self.id, source, layout)]
+
+    def _launch(self, sources: tuple[str, ...], layout) -> dict:
+        """{(id, source, layout): output} for every source on `layout` (on every layout, with `on`)."""
+        from helpers.launch import run
+
+        layouts = self.meshes if self.on else (layout,)
+        prelude = PRELUDE + self.setup + "\n"
+        script = (_TOGETHER.format(driver=self.driver, sources=repr(list(sources)), layouts=repr(layouts),
+                                   prelude=repr(prelude))
+                  if self.together else self.driver.replace("{answer}", prelude + sources[0]))
+        num_hosts, per_host = self.on or layout
+        result = run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
+                     stall=self.stall)
+        keys = [(self.id, s, l) for s in sources for l in layouts]
+        if not result.ok:
+            return dict.fromkeys(keys, failure(result))
+        printed = []
+        for host in result.hosts:
+            try:
+                printed.append(json.loads(host.last_line))
+            except ValueError:
+                return dict.fromkeys(keys, Raised(f"host {host.host} printed no result line"))
+        if not self.together:
+            return {keys[0]: tuple(printed)}
+        outputs = {}
+        for i, source in enumerate(sources):
+            for j, each in enumerate(layouts):
+                got = [every[i][j] for every in printed]
+                error = next(((h, g) for h, g in enumerate(got) if isinstance(g, str)), None)
+                outputs[(self.id, source, each)] = (Raised(f"{error[1]} on host {error[0]}", error[1]) if error
+                                                    else tuple(got))
+        return outputs
+

@@ -79,9 +79,7 @@ def _total(name):
 
 
 register(ProgramExercise(
-    id="00.1", kernel=KERNEL,
-    title="the environment of one host process",
-    answer_name="host_env",
+    id="00.1", kernel=KERNEL, answer_name="host_env", title="the environment of one host process",
     solution='''
 def host_env(host_id, num_hosts, devices_per_host, port):
     """Environment variables for one host process of a run on this machine."""
@@ -170,9 +168,8 @@ def _what_the_hosts_take() -> tuple[int, int, int]:
 
 
 register(ValueExercise(
-    id="00.2", kernel=KERNEL,
+    id="00.2", kernel=KERNEL, answer_name="host1_rows",
     title="a global count where a per-host one belongs: which rows each host takes",
-    answer_name="host1_rows",
     solution="host1_rows = (8, 15, 48)  # reshape(8, -1): 8 blocks of 8 rows; the 2 hosts take blocks 0 and 1",
     form=forms.ints(3, like="(0, 7, 0)", what="(host 1's first row, its last row, rows no host takes)"),
     right=_what_the_hosts_take,

@@ -80,9 +80,7 @@ def _build(body: str) -> str:
 
 
 register(ProgramExercise(
-    id="01.1", kernel=KERNEL,
-    title="a (host, device) mesh from a list of devices",
-    answer_name="build_mesh",
+    id="01.1", kernel=KERNEL, answer_name="build_mesh", title="a (host, device) mesh from a list of devices",
     solution='''
 def build_mesh(devices, num_hosts):
     """A ('host', 'device') mesh: row h holds host h's devices."""
@@ -149,9 +147,7 @@ def _host1_cells() -> frozenset:
 
 
 register(ValueExercise(
-    id="01.2", kernel=KERNEL,
-    title="the cells of host 1's devices in a shuffled mesh",
-    answer_name="host1_cells",
+    id="01.2", kernel=KERNEL, answer_name="host1_cells", title="the cells of host 1's devices in a shuffled mesh",
     solution="host1_cells = [(0, 1), (0, 3), (1, 1), (1, 3)]  # shuffled.devices is [[0 4 1 5] [2 6 3 7]]",
     form=forms.cells(like="[(0, 1), (1, 2)]"),
     right=_host1_cells,
@@ -233,9 +229,8 @@ def _about(letter: str) -> Rule:
 
 
 register(ValueExercise(
-    id="01.3", kernel=KERNEL,
+    id="01.3", kernel=KERNEL, answer_name="follows_hosts",
     title="which meshes have a 'host' axis that follows the hosts",
-    answer_name="follows_hosts",
     solution='follows_hosts = {"A", "B", "D"}',
     form=forms.letters("ABCDE", like="{'A', 'B'}"),
     right=_following,
@@ -261,9 +256,8 @@ _NOT_SPREAD = ("make_mesh does not spread the mesh over the hosts: it takes the 
                "jax.devices(), 0 to 3, all host 0's")
 
 register(ValueExercise(
-    id="01.4", kernel=KERNEL,
+    id="01.4", kernel=KERNEL, answer_name="small_mesh_hosts",
     title="the hosts behind jax.make_mesh((2, 2), ...) on 2 hosts x 4 devices",
-    answer_name="small_mesh_hosts",
     solution="small_mesh_hosts = [[0, 0], [0, 0]]  # devices 0-3: the first 4 of jax.devices(), all host 0's",
     form=forms.grid(2, 2, like="[[0, 1], [0, 1]]", what="host numbers"),
     right=_small_mesh_hosts,

@@ -24,9 +24,8 @@ _ONE_ROW = ("16 rows over 8 devices makes tiles of 2 rows; (start, stop) stops o
 _TILE_OF_ONE = "each tile has 16 / 8 = 2 rows, not 1: scale the tile number by the tile size"
 
 register(ValueExercise(
-    id="02.1", kernel=KERNEL,
+    id="02.1", kernel=KERNEL, answer_name="device5_rows",
     title="the rows device 5 holds under P(('device', 'host'), None)",
-    answer_name="device5_rows",
     solution="device5_rows = (6, 8)  # device 5 is (host=1, device=1): tile 1 * 2 + 1 = 3 of 8, rows 6:8",
     form=forms.span(like="(0, 2) for rows 0 and 1"),
     right=lambda: _rows_of(5, (("device", "host"), None), (16, 8)),
@@ -63,9 +62,7 @@ def _copies() -> tuple[int, ...]:
 
 
 register(ValueExercise(
-    id="02.2", kernel=KERNEL,
-    title="how many devices hold each tile of an (8, 8) array",
-    answer_name="copies",
+    id="02.2", kernel=KERNEL, answer_name="copies", title="how many devices hold each tile of an (8, 8) array",
     solution="copies = (8, 4, 2, 1)  # the product of the sizes of the mesh axes each spec leaves unused",
     form=forms.ints(4, like="(1, 2, 3, 4)", what="one per spec"),
     right=_copies,
@@ -110,9 +107,8 @@ def _splits_features(spec) -> bool:
 
 
 register(SpecExercise(
-    id="02.3", kernel=KERNEL,
+    id="02.3", kernel=KERNEL, answer_name="batch_spec",
     title="the spec that gives every device its own rows, host by host",
-    answer_name="batch_spec",
     solution='batch_spec = P(("host", "device"))  # or P(("host", "device"), None): dim 0 over both axes, host first',
     mesh=lambda: course_mesh(MESH),
     slots=(Slot(

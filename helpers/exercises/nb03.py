@@ -4,13 +4,14 @@ from __future__ import annotations
 import jax
 import numpy as np
 from jax import P
-from jax.sharding import NamedSharding
 from jax.sharding import Mesh
 
 from helpers import hosts
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Rule, Slot, SpecExercise, ValueExercise, course_mesh, normal_spec, placement
+from helpers.exercises.kinds import (
+    Rule, Slot, SpecExercise, ValueExercise, course_mesh, from_hosts, normal_spec, placement,
+)
 from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -25,10 +26,8 @@ _LOCAL = (16, 4)  # each host's batch
 
 def _global_shapes() -> tuple:
     """The global shapes the emulated hosts' make_array_from_process_local_data builds."""
-    mesh = course_mesh((HOSTS, 4))
     parts = [np.zeros(_LOCAL, np.float32)] * HOSTS
-    return tuple(tuple(hosts.make_array_from_process_local_data(NamedSharding(mesh, s), parts).shape)
-                 for s in _SHAPE_SPECS)
+    return tuple(from_hosts(parts, spec).shape for spec in _SHAPE_SPECS)
 
 
 def _rows(shapes) -> tuple:
@@ -38,9 +37,8 @@ def _rows(shapes) -> tuple:
 _STACKED, _ALONE = HOSTS * _LOCAL[0], _LOCAL[0]
 
 register(ValueExercise(
-    id="03.1", kernel=KERNEL,
+    id="03.1", kernel=KERNEL, answer_name="global_shapes",
     title="the global shapes JAX infers from two hosts' (16, 4) batches",
-    answer_name="global_shapes",
     solution="global_shapes = ((32, 4), (32, 4), (16, 4), (16, 4))  # 'host' named: the hosts' rows stack",
     form=forms.tuple_of(*(forms.shape(f"the shape for {format_spec(s)}") for s in _SHAPE_SPECS),
                         like="((8, 4), (8, 4), (8, 4), (8, 4))", what="one per spec", of="shapes"),
@@ -101,9 +99,7 @@ def _axes(spec) -> list:
 
 
 register(SpecExercise(
-    id="03.2", kernel=KERNEL,
-    title="the batch spec on a devices-first mesh",
-    answer_name="data_spec",
+    id="03.2", kernel=KERNEL, answer_name="data_spec", title="the batch spec on a devices-first mesh",
     solution='data_spec = P(("device", "host"))  # on this mesh "device" runs over the hosts, so it comes first',
     mesh=_devices_first,
     slots=(Slot(
@@ -182,9 +178,7 @@ _GETS_WRONG = ((False, True, False, True), (True, False, False, True), (True, Tr
                (True, True, False, False))  # for each mesh, an answer wrong about it alone
 
 register(ValueExercise(
-    id="03.3", kernel=KERNEL,
-    title="the meshes host_local_array_to_global_array accepts",
-    answer_name="hla2ga_accepts",
+    id="03.3", kernel=KERNEL, answer_name="hla2ga_accepts", title="the meshes host_local_array_to_global_array accepts",
     solution="hla2ga_accepts = (True, True, False, True)  # only C splits a host's devices into pieces",
     form=forms.booleans(4, like="(True, False, True, False)", what="one per mesh A to D"),
     right=_accepts,

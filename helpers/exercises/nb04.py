@@ -58,9 +58,7 @@ def _says(entry: str, equal: bool):
 _OWN = "comes from this device's own 4 examples, and nothing averages it over the devices"
 
 register(ValueExercise(
-    id="04.1", kernel=KERNEL,
-    title="which copies of the state stay equal after a pmap step",
-    answer_name="still_equal",
+    id="04.1", kernel=KERNEL, answer_name="still_equal", title="which copies of the state stay equal after a pmap step",
     solution="still_equal = (True, False, True, False, True)  # w, b, step, mean_x, mean_all",
     form=forms.booleans(5, like="(False, True, False, True, False)", what="one per entry (w, b, step, mean_x, mean_all)"),
     right=_equal_after_step,
@@ -99,9 +97,7 @@ def _g_shapes() -> tuple:
 
 
 register(ValueExercise(
-    id="04.2", kernel=KERNEL,
-    title="out_axes=1 moves the device axis; out_axes=None drops it",
-    answer_name="g_shapes",
+    id="04.2", kernel=KERNEL, answer_name="g_shapes", title="out_axes=1 moves the device axis; out_axes=None drops it",
     solution="g_shapes = ((5, 8, 2), ())  # (5, 2) per device, stacked as axis 1; one scalar psum",
     form=forms.tuple_of(forms.shape("the first output's shape"), forms.shape("the second output's shape"),
                         like="((8, 2), (3,))", of="shapes", lists=False),
@@ -148,9 +144,7 @@ def _total_is(n: float):
 
 
 register(ValueExercise(
-    id="04.3", kernel=KERNEL,
-    title="pmap on several hosts: local shapes, global collectives",
-    answer_name="host1",
+    id="04.3", kernel=KERNEL, answer_name="host1", title="pmap on several hosts: local shapes, global collectives",
     solution="host1 = (124.0, [2, 3], (2,))  # psum over all 4 hosts; global positions; local shape",
     form=forms.tuple_of(forms.number("total[0]"), forms.number_list("index.tolist()"), forms.shape("total.shape"),
                         like="(1.0, [0, 1], (2,))", what="(total[0], index.tolist(), total.shape)", of="values",

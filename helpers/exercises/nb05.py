@@ -1,17 +1,14 @@
 """Exercises of notebook 05: shard_map blocks, collectives over mesh axes, out_specs and check_vma."""
 from __future__ import annotations
 
-import re
-
 import jax
 import numpy as np
 from jax import P
-from jax.sharding import NamedSharding
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import (
-    ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, axes_apart, course_mesh, lacks,
+    ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, axes_apart, course_mesh, lacks, placed, varying_over,
 )
 from helpers.layout import format_spec
 
@@ -25,7 +22,7 @@ _W8 = (3.0, 1.0, 4.0, 1.0, 5.0, 9.0, 2.0, 6.0)
 def _host_sums() -> tuple[float, ...]:
     """over_hosts(w8) of the notebook: a psum over 'host' on the (2, 4) mesh, run by JAX."""
     mesh = course_mesh((2, 4))
-    w8 = jax.device_put(np.asarray(_W8, np.float32), NamedSharding(mesh, P(DATA)))
+    w8 = placed(mesh, np.asarray(_W8, np.float32))
     over_hosts = jax.shard_map(lambda v: jax.lax.psum(v, "host"), mesh=mesh, in_specs=P(DATA), out_specs=P(DATA))
     return tuple(np.asarray(over_hosts(w8)).tolist())
 
@@ -34,9 +31,7 @@ _NEIGHBOURS = ("'host' does not pair neighbouring devices: device d of host 0 (w
                "host 1 (w8[4 + d])")
 
 register(ValueExercise(
-    id="05.1", kernel=KERNEL,
-    title="a psum over 'host' pairs device d of every host",
-    answer_name="host_sums",
+    id="05.1", kernel=KERNEL, answer_name="host_sums", title="a psum over 'host' pairs device d of every host",
     solution="host_sums = [8.0, 10.0, 6.0, 7.0, 8.0, 10.0, 6.0, 7.0]  # w8[d] + w8[4 + d], on both hosts",
     form=forms.numbers(8, "the 8 values of over_hosts(w8)"),
     right=_host_sums,
@@ -61,9 +56,7 @@ register(ValueExercise(
 # --------------------------------------------------------------------------- 05.2
 
 register(SpecExercise(
-    id="05.2", kernel=KERNEL,
-    title="out_specs names the axes a result still varies over",
-    answer_name="sums_out_specs",
+    id="05.2", kernel=KERNEL, answer_name="sums_out_specs", title="out_specs names the axes a result still varies over",
     solution="sums_out_specs = P('device')  # after the psum over 'host' the sums vary over 'device' only",
     mesh=lambda: course_mesh((2, 4)),
     slots=(Slot(
@@ -100,7 +93,7 @@ register(SpecExercise(
 def _batch(mesh):
     """A seeded (3 rows per device, 5) array placed over every device of `mesh`."""
     data = np.random.default_rng(7).normal(size=(3 * mesh.size, 5)).astype(np.float32) + 3.0
-    return jax.device_put(data, NamedSharding(mesh, P(DATA)))
+    return placed(mesh, data)
 
 
 def _column_mean_case(column_mean, mesh):
@@ -109,10 +102,7 @@ def _column_mean_case(column_mean, mesh):
 
 def _varying(axes: str):
     """A test on shard_map's check_vma error: the result still varies over exactly `axes`."""
-    def when(error_text: str) -> bool:
-        found = re.search(r"possibly varying over \{([^}]*)\}", error_text)
-        return bool(found) and (axes is None or found.group(1).strip() == axes)
-    return when
+    return lambda text: varying_over(text) is not None and axes in (None, varying_over(text))
 
 
 def _column_mean(body: str, out_specs: str = "P()", extra: str = "") -> str:
@@ -121,9 +111,8 @@ def _column_mean(body: str, out_specs: str = "P()", extra: str = "") -> str:
 
 
 register(ProgramExercise(
-    id="05.3", kernel=KERNEL,
+    id="05.3", kernel=KERNEL, answer_name="column_mean",
     title="a global mean: block sums, then a collective over both axes",
-    answer_name="column_mean",
     solution='''
 def column_mean(x, mesh):
     """Column means of a global (N, C) array, via shard_map."""

@@ -7,10 +7,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import P
-from jax.sharding import NamedSharding
 
+from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, describe, register
-from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise, course_mesh, equations
+from helpers.exercises.kinds import (
+    ProgramExercise, Rule, ValueExercise, course_mesh, entry, equations, placed, varying_over,
+)
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 DATA = ("host", "device")
@@ -24,11 +26,6 @@ def loss_fn(params, x, y):
     return jnp.mean((pred - y) ** 2)
 '''
 _MISMATCH = re.compile(r"in_specs passed to shard_map: (P\(.*?\)) does not match the specs of the input: (P\(.*?\)) for arg")
-_VARYING = re.compile(r"possibly varying over \{([^}]*)\}|replicated across mesh ax[ie]s (.*?), but could not infer")
-
-
-def _placed(mesh, data, spec=P(DATA)):
-    return jax.device_put(data, NamedSharding(mesh, spec))
 
 
 # --------------------------------------------------------------------------- 06.1
@@ -38,8 +35,8 @@ _PSUMS = ("psum(w, DATA)", "psum(x, 'device')", "psum(d, DATA)")
 
 def _typed_inputs(mesh):
     """The notebook's w (1.0 on every device), d (device d of each host holds d) and x (device k holds k)."""
-    return (_placed(mesh, jnp.float32(1.0), P()), _placed(mesh, jnp.arange(4.0), P("device")),
-            _placed(mesh, jnp.arange(8.0)))
+    return (placed(mesh, jnp.float32(1.0), P()), placed(mesh, jnp.arange(4.0), P("device")),
+            placed(mesh, jnp.arange(8.0)))
 
 
 def _device0_gets(which: int) -> float | None:
@@ -58,49 +55,28 @@ def _device0_gets(which: int) -> float | None:
     return float(np.ravel(np.asarray(out))[0])
 
 
-def _sums_form(answer):
-    like = "(1.0, 2.0, None)"
-    if not isinstance(answer, (tuple, list)) or len(answer) != 3:
-        raise Mistake(f"expected a tuple of 3 entries like {like}, one per psum, but got {describe(answer)}")
-    values = []
-    for name, entry in zip(_PSUMS, answer):
-        if entry is None:
-            values.append(None)
-        elif isinstance(entry, (int, float)) and not isinstance(entry, bool):
-            values.append(float(entry))
-        else:
-            raise Mistake(f"the entry for {name} should be a number (what device 0 gets) or None (JAX refuses "
-                          f"it), but it is {describe(entry)}")
-    return tuple(values)
-
-
-def _entry(i: int, *values):
-    return lambda v: v[i] in values
-
-
 register(ValueExercise(
-    id="06.1", kernel=KERNEL,
-    title="read jax.typeof, predict a psum",
-    answer_name="device0_gets",
+    id="06.1", kernel=KERNEL, answer_name="device0_gets", title="read jax.typeof, predict a psum",
     setup=_DATA_SETUP,
     solution="device0_gets = (8.0, 6.0, None)  # w is added 8 times; x over host 0's 4 devices; d: refused",
-    form=_sums_form,
+    form=forms.or_refused(_PSUMS, forms.number("a psum's result"), like="(1.0, 2.0, None)", per="psum",
+                          should_be="a number (what device 0 gets)"),
     right=lambda: tuple(_device0_gets(i) for i in range(3)),
     rules=(
-        Rule(_entry(0, 1.0), example=(1.0, 6.0, None),
+        Rule(entry(0, 1.0), example=(1.0, 6.0, None),
              say="w's type has no {V:...}: it is the same on every device, but psum does not skip it. JAX makes it "
                  "vary first (the pvary above) and then adds every device's copy"),
-        Rule(_entry(0, 2.0, 4.0), example=(4.0, 6.0, None),
+        Rule(entry(0, 2.0, 4.0), example=(4.0, 6.0, None),
              say="psum over DATA adds over both mesh axes: one copy of w from every device of both hosts"),
         Rule(lambda v: v[0] is None, example=(None, 6.0, None),
              say="JAX accepts psum(w, DATA): w varies over neither axis, so it is made to vary over both, and "
                  "then summed"),
-        Rule(_entry(1, 28.0), example=(8.0, 28.0, None),
+        Rule(entry(1, 28.0), example=(8.0, 28.0, None),
              say="28 is the sum over all 8 devices; psum over 'device' alone adds the 4 devices of device 0's own "
                  "host"),
-        Rule(_entry(1, 22.0), example=(8.0, 22.0, None),
+        Rule(entry(1, 22.0), example=(8.0, 22.0, None),
              say="22 is host 1's sum (4 + 5 + 6 + 7); device 0 is on host 0"),
-        Rule(_entry(1, 0.0, None), example=(8.0, 0.0, None),
+        Rule(entry(1, 0.0, None), example=(8.0, 0.0, None),
              say="x varies over (host, device), so psum over 'device' is allowed and adds the x of the devices "
                  "along 'device': device 0 gets the sum over its host's 4 devices"),
         Rule(lambda v: v[0] != 8.0, example=(3.0, 6.0, None),
@@ -131,7 +107,7 @@ def _momentum_inputs(mesh):
     y = (x @ rng.normal(size=f) + 0.5).astype(np.float32)
     params = {"w": jnp.asarray(rng.normal(size=f), jnp.float32), "b": jnp.asarray(0.2, jnp.float32)}
     velocity = {"w": jnp.asarray(rng.normal(size=f) * 0.1, jnp.float32), "b": jnp.asarray(-0.05, jnp.float32)}
-    return params, velocity, _placed(mesh, x), _placed(mesh, y)
+    return params, velocity, placed(mesh, x), placed(mesh, y)
 
 
 def _momentum_step(make_momentum_step, mesh):
@@ -192,9 +168,8 @@ def _mismatch(error_text: str, host_placed: bool) -> bool:
 
 
 register(ProgramExercise(
-    id="06.2", kernel=KERNEL,
+    id="06.2", kernel=KERNEL, answer_name="make_momentum_step",
     title="a momentum step ported to shard_map, gradient and all",
-    answer_name="make_momentum_step",
     setup=_MODEL_SETUP,
     solution='''
 def make_momentum_step(mesh):
@@ -241,7 +216,7 @@ def make_momentum_step(mesh):
              example=_momentum(_GRAD_PMEAN, specs="in_specs=(P(DATA), P(), P(DATA), P(DATA)), out_specs=(P(), P(), P())"),
              say="an in_specs entry splits a scalar input: parameters and optimizer state are replicated, so their "
                  "in_specs is P()"),
-        Rule(lambda text: bool(_VARYING.search(text)),
+        Rule(lambda text: varying_over(text) is not None,
              example=_momentum('''        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
         grads = jax.lax.pmean(grads, DATA)'''),
              say="a result you return with out_specs=P() still differs between devices (check_vma refuses it): "
@@ -298,7 +273,7 @@ def _masked_inputs(mesh):
     per_host = mesh.shape["device"]
     mask = np.concatenate([np.arange(4) < _real_rows(k, per_host) for k in range(mesh.size)]).astype(np.float32)
     params = {"w": jnp.asarray([0.5, -1.0, 2.0], jnp.float32), "b": jnp.float32(0.3)}
-    return params, _placed(mesh, x), _placed(mesh, y), _placed(mesh, mask)
+    return params, placed(mesh, x), placed(mesh, y), placed(mesh, mask)
 
 
 def _masked_run(global_loss, mesh):
@@ -318,9 +293,8 @@ def _loss(body: str) -> str:
 
 
 register(ProgramExercise(
-    id="06.3", kernel=KERNEL,
+    id="06.3", kernel=KERNEL, answer_name="global_loss",
     title="the global mean loss when hosts hold different numbers of real rows",
-    answer_name="global_loss",
     setup=_DATA_SETUP,
     solution='''
 def global_loss(params, x, y, mask):
@@ -345,7 +319,7 @@ def global_loss(params, x, y, mask):
             lambda case: f"your loss is 1/{case.devices} of the global mean: the two psums already give the sum "
                          "and the count over every device; do not divide by the number of devices again",
     },
-    errors=(Rule(lambda text: bool(_VARYING.search(text)),
+    errors=(Rule(lambda text: varying_over(text) is not None,
                  example=_loss("jnp.sum(err) / jax.lax.psum(jnp.sum(mask), DATA)"),
                  say="your loss still differs between devices, so out_specs=P() refuses it: both the sum of the "
                      "errors and the count of real rows must be summed over ('host', 'device') with psum"),),
@@ -371,7 +345,7 @@ def _summed_grad(scaled_loss, mesh):
     params = {"w": jnp.asarray([1.0, -0.5, 0.25], jnp.float32), "b": jnp.float32(0.1)}
     grad = jax.jit(jax.shard_map(jax.grad(scaled_loss), mesh=mesh, in_specs=(P(), P(DATA), P(DATA)),
                                  out_specs=P()))
-    return jax.tree.map(np.asarray, grad(params, _placed(mesh, x), _placed(mesh, y)))
+    return jax.tree.map(np.asarray, grad(params, placed(mesh, x), placed(mesh, y)))
 
 
 def _scaled(denominator: str) -> str:
@@ -381,9 +355,8 @@ def _scaled(denominator: str) -> str:
 
 
 register(ProgramExercise(
-    id="06.5", kernel=KERNEL,
+    id="06.5", kernel=KERNEL, answer_name="scaled_loss",
     title="a device's loss scaled so that the summed gradient is the global mean's",
-    answer_name="scaled_loss",
     setup=_DATA_SETUP,
     solution='''
 def scaled_loss(params, x, y):
@@ -425,7 +398,7 @@ def _batch(mesh, integers: bool = False):
     rng = np.random.default_rng(4 if integers else 3)
     shape = (3 * mesh.size, 5)
     data = rng.integers(0, 4, size=shape) if integers else rng.normal(size=shape)
-    return _placed(mesh, data.astype(np.float32))
+    return placed(mesh, data.astype(np.float32))
 
 
 def _per_block(body, mesh, *args):
@@ -445,9 +418,7 @@ def _noisy(index: str, ret: str = "block + jax.random.uniform(k, block.shape)") 
 
 
 register(ProgramExercise(
-    id="06.4", kernel=KERNEL,
-    title="per-device randomness that matches pmap's",
-    answer_name="noisy_body",
+    id="06.4", kernel=KERNEL, answer_name="noisy_body", title="per-device randomness that matches pmap's",
     setup=_DATA_SETUP,
     solution='''
 def noisy_body(key, block):

@@ -6,13 +6,13 @@ import functools
 import jax
 import numpy as np
 from jax import P
-from jax.sharding import NamedSharding
 
 from helpers import train
-from helpers import hosts
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Rule, ValueExercise, course_mesh, normal_spec, placement, same_spec
+from helpers.exercises.kinds import (
+    Rule, ValueExercise, course_mesh, entry, from_hosts, normal_spec, placed, placement, same_spec,
+)
 from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -24,7 +24,7 @@ _CANDIDATES = (P(("host", "device")), P("device"), P("host"), P(("device", "host
 def _emulated(spec, step: int = 7):
     """The global batch the two emulated hosts build with `spec` from their own rows of `step`."""
     parts = [train.host_batch(step, h, HOSTS)[0] for h in range(HOSTS)]
-    return np.asarray(hosts.make_array_from_process_local_data(NamedSharding(course_mesh((HOSTS, 4)), spec), parts))
+    return np.asarray(from_hosts(parts, spec))
 
 
 @functools.cache
@@ -48,18 +48,13 @@ def _fix_form(answer):
     return known, axes
 
 
-def _spec_is(spec):
-    return lambda fix: fix[0] == spec
-
-
 _BOTH = frozenset({"host", "device"})
 
 # ------------------------------------------------------------------ 07.1 the fix
 
 register(ValueExercise(
-    id="07.1", kernel=KERNEL,
+    id="07.1", kernel=KERNEL, answer_name="fix",
     title="P(('host', 'device')), averaged over ('host', 'device'): one model, all the data",
-    answer_name="fix",
     solution="fix = (P(('host', 'device')), ('host', 'device'))  # split over both, average over both",
     form=_fix_form,
     right=_data_parallel,
@@ -67,16 +62,16 @@ register(ValueExercise(
            "that is the step from the shard_map question the course started from: it runs, but P('device') claims "
            "every host has the same rows, so each host's copy trains on its own data"},
     rules=(
-        Rule(_spec_is(P("device")), example=(P("device"), _BOTH),
+        Rule(entry(0, P("device")), example=(P("device"), _BOTH),
              say="P('device') types the batch as the same on every host, so JAX refuses one average over both axes "
                  "(section 5 shows JAX raising): the spec must change too"),
-        Rule(_spec_is(P("host")), example=(P("host"), _BOTH),
+        Rule(entry(0, P("host")), example=(P("host"), _BOTH),
              say="P('host') gives each host's whole 128 rows to every one of its 4 devices: the 4 devices repeat "
                  "the same work instead of splitting it"),
-        Rule(_spec_is(P(("device", "host"))), example=(P(("device", "host")), _BOTH),
+        Rule(entry(0, P(("device", "host"))), example=(P(("device", "host")), _BOTH),
              say="P(('device', 'host')) splits the rows 8 ways but device-major, so the global array interleaves "
                  "blocks of host 0 and host 1; list the axes in mesh order, host first"),
-        Rule(_spec_is(P()), example=(P(), _BOTH),
+        Rule(entry(0, P()), example=(P(), _BOTH),
              say="P() replicates the batch: every device would claim to hold all rows, and every host to have the "
                  "same ones"),
         Rule(lambda fix: len(normal_spec(fix[0])) > 1, example=(P("host", "device"), _BOTH),
@@ -109,9 +104,7 @@ def _per_device() -> int:
 
 
 register(ValueExercise(
-    id="07.2", kernel=KERNEL,
-    title="device 5 holds rows 160..191 of the global batch",
-    answer_name="device5_rows",
+    id="07.2", kernel=KERNEL, answer_name="device5_rows", title="device 5 holds rows 160..191 of the global batch",
     solution="device5_rows = (160, 192)  # host 1's rows are 128..255; its second device gets 160..191",
     form=forms.span(like="(0, 32)"),
     right=lambda: placement(course_mesh((HOSTS, 4)), P(("host", "device")), _BATCH)[5][0],
@@ -146,15 +139,14 @@ def _equal_copies() -> frozenset:
     """Devices whose parameter copies are equal after one step of the P('device') / 'device' step, run by JAX."""
     mesh = course_mesh((HOSTS, 4))
     parts = [train.host_batch(0, h, HOSTS) for h in range(HOSTS)]
-    x, y = (hosts.make_array_from_process_local_data(NamedSharding(mesh, P("device")), [p[i] for p in parts])
-            for i in (0, 1))
+    x, y = (from_hosts([p[i] for p in parts], P("device")) for i in (0, 1))
 
     def body(params, x, y):
         grads = jax.grad(lambda p: jax.lax.pmean(train.loss_fn(p, x, y), "device"))(params)
         return jax.tree.map(lambda p, g: p - train.LEARNING_RATE * g, params, grads)
 
     step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P("device"), P("device")), out_specs=P()))
-    b2 = step(jax.device_put(train.init_params(), NamedSharding(mesh, P())), x, y)["b2"]
+    b2 = step(placed(mesh, train.init_params(), P()), x, y)["b2"]
     groups: dict[bytes, set] = {}
     for shard in b2.addressable_shards:
         groups.setdefault(np.asarray(shard.data).tobytes(), set()).add(shard.device.id)
@@ -162,9 +154,8 @@ def _equal_copies() -> frozenset:
 
 
 register(ValueExercise(
-    id="07.3", kernel=KERNEL,
+    id="07.3", kernel=KERNEL, answer_name="equal_copies",
     title="with P('device') each host's devices agree, the hosts do not",
-    answer_name="equal_copies",
     solution="equal_copies = [[0, 1, 2, 3], [4, 5, 6, 7]]  # one group per host",
     form=forms.groups(DEVICES, like="[[0, 1], [2, 3, 4, 5, 6, 7]]"),
     right=_equal_copies,

@@ -1,18 +1,13 @@
 """Exercises of notebook 08: real multi-process runs."""
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 from jax import P
-from jax.sharding import NamedSharding
 
-from helpers import hosts, train
+from helpers import train
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, Mistake, NotAttempted, describe, register, say
-from helpers.exercises.kinds import ProcessExercise, ProgramExercise, Rule, ValueExercise, course_mesh
+from helpers.exercises.core import Kernel, describe, register
+from helpers.exercises.kinds import ProcessExercise, ProgramExercise, Rule, ValueExercise, from_hosts
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 HOSTS = 2
@@ -83,9 +78,8 @@ def _said(case, text: str) -> str:
 
 
 register(ProgramExercise(
-    id="08.1", kernel=KERNEL,
+    id="08.1", kernel=KERNEL, answer_name="load_my_rows",
     title="a host-local loader: one contiguous block of each step's global batch",
-    answer_name="load_my_rows",
     solution='''
 import numpy as np
 
@@ -147,9 +141,8 @@ def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
 _MINE = 97  # the length of the notebook's `mine`, each host's own numpy array
 
 register(ValueExercise(
-    id="08.2", kernel=KERNEL,
+    id="08.2", kernel=KERNEL, answer_name="gathered_shapes",
     title="process_allgather: (256,) for the global errors, (2, 97) for the hosts' numpy arrays",
-    answer_name="gathered_shapes",
     solution="gathered_shapes = ((256,), (2, 97))  # the global array whole; one row per host",
     form=forms.tuple_of(forms.shape("the shape of every"), forms.shape("the shape of copies"),
                         like="((3,), (2, 5))", of="shapes", lists=False),
@@ -186,13 +179,12 @@ register(ValueExercise(
 def _pitfall_length() -> int:
     """The length of the global array the two hosts build from their (128, 4) batches with P('device')."""
     parts = [np.zeros((train.GLOBAL_BATCH // HOSTS, train.IN_DIM), np.float32)] * HOSTS
-    return hosts.make_array_from_process_local_data(NamedSharding(course_mesh((HOSTS, 4)), P("device")), parts).shape[0]
+    return from_hosts(parts, P("device")).shape[0]
 
 
 register(ValueExercise(
-    id="08.3", kernel=KERNEL,
+    id="08.3", kernel=KERNEL, answer_name="errors_gathered",
     title="with P('device') each host gathers 128 errors: the global array is one host's batch",
-    answer_name="errors_gathered",
     solution="errors_gathered = 128  # P('device'): the global array is one host's 128 rows",
     form=forms.whole("how many errors each host gets"),
     right=_pitfall_length,
@@ -213,40 +205,6 @@ register(ValueExercise(
 
 
 # ------------------------------------------------------------------ 08.4 a global result, on every host
-
-@dataclass(frozen=True, kw_only=True)
-class _OnEveryHost(ProcessExercise):
-    """A ProcessExercise whose answer is screened first, so a stub or a non-function starts no process.
-
-    Functions made from catalogue source (by `run_source`) keep that source (exec'd code has no file
-    Python could read it from).
-    """
-
-    def judge(self, answer: Any) -> None:
-        if isinstance(answer, str) or not inspect.isfunction(answer) or answer.__name__ != self.answer_name:
-            raise Mistake(f"expected your function {self.answer_name}(errors), but got {describe(answer)}")
-        if answer.__code__.co_names == ("NotImplementedError",):
-            raise NotAttempted
-        super().judge(answer)
-
-    def output_of_answer(self, answer: Any, layout) -> Any:
-        source = getattr(answer, "__course_source__", None)
-        if source is not None:  # a catalogued program: the same source prints the same, so it runs once
-            return self.output_of_source(source, layout)
-        return super().output_of_answer(answer, layout)
-
-    def run_source(self, source: str) -> Any:
-        fn = super().run_source(source)
-        if callable(fn):
-            fn.__course_source__ = source
-        return fn
-
-    def catalogue(self) -> list[tuple[Any, str]]:
-        """The catalogue, running only what a message needs (a rule's message about the error it met)."""
-        return ([(source, message) for source, message in self.wrong.items()]
-                + [(rule.example, say(rule.say, self._first_difference(rule.example)))
-                   for rule in self.errors + self.families + self.checks])
-
 
 _MEAN_DRIVER = '''
 from helpers.launch import initialize
@@ -287,10 +245,9 @@ def _hosts_disagree(case) -> bool:
     return isinstance(case.got, tuple) and len({tuple(h) for h in case.got}) > 1
 
 
-register(_OnEveryHost(
-    id="08.4", kernel=KERNEL,
+register(ProcessExercise(
+    id="08.4", kernel=KERNEL, answer_name="mean_error", signature="(errors, mask)",
     title="a global masked mean read on every host: the same number everywhere",
-    answer_name="mean_error",
     setup="from jax.experimental import multihost_utils\n",
     solution='''
 def mean_error(errors, mask):

@@ -12,8 +12,8 @@ from jax.sharding import AxisType, Mesh
 
 from helpers import train
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, Mistake, describe, register
-from helpers.exercises.kinds import ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, course_mesh
+from helpers.exercises.core import Kernel, register
+from helpers.exercises.kinds import ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, course_mesh, entry
 from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -29,9 +29,7 @@ _BATCH_OVER_DEVICE = ("'device' already splits the hidden units; if it also spli
                       "see its own rows times its own columns. Split the batch over 'host' only")
 
 register(SpecExercise(
-    id="09.1", kernel=KERNEL,
-    title="batch over 'host', hidden units over 'device'",
-    answer_name="tp_specs",
+    id="09.1", kernel=KERNEL, answer_name="tp_specs", title="batch over 'host', hidden units over 'device'",
     solution='''tp_specs = {
     "x": P("host", None),     # data parallel across hosts
     "w1": P(None, "device"),  # each device: 4 of the 16 hidden units...
@@ -96,9 +94,8 @@ def _tp(body: str) -> str:
 _PARTIAL = 'jnp.tanh(x @ p["w1"] + p["b1"]) @ p["w2"]'
 
 register(ProgramExercise(
-    id="09.2", kernel=KERNEL,
+    id="09.2", kernel=KERNEL, answer_name="tp_forward",
     title="tensor-parallel forward: partial products, psum over 'device', then b2",
-    answer_name="tp_forward",
     solution='''
 def tp_forward(p, x):
     """One device's part of the MLP: its 4 hidden units, then the sum over the host's devices."""
@@ -134,6 +131,7 @@ def tp_forward(p, x):
 # ------------------------------------------------------------------ 09.3 read a type, predict a reduction
 
 _EXPRESSIONS = ("jnp.sum(h, axis=1)", "jnp.sum(h, axis=0)", "h @ pe['w2']")
+_LIKE = "('float32[8@host]', 'float32[3]', None)"
 
 
 def _typed_results(mesh=None) -> tuple:
@@ -162,43 +160,28 @@ def _right_types() -> tuple:
     return _typed_results()
 
 
-def _types_form(answer):
-    like = "('float32[8@host]', 'float32[3]', None)"
-    if not isinstance(answer, (tuple, list)) or len(answer) != 3:
-        raise Mistake(f"expected a tuple of 3 entries like {like}, one per expression, but got {describe(answer)}")
-    for name, entry in zip(_EXPRESSIONS, answer):
-        if entry is not None and not isinstance(entry, str):
-            raise Mistake(f"the entry for {name} should be the text jax.typeof prints (a string) or None (JAX "
-                          f"refuses it), but it is {describe(entry)}")
-    return tuple(None if e is None else forms.text(like)(e) for e in answer)
-
-
-def _at(i: int, *texts):
-    return lambda v: v[i] in texts
-
-
 register(ValueExercise(
-    id="09.3", kernel=KERNEL,
+    id="09.3", kernel=KERNEL, answer_name="result_types",
     title="read h's type, predict what a reduction over a split axis gives",
-    answer_name="result_types",
     solution='result_types = ("float32[256@host]", "float32[16@device]", None)  # h @ w2: the split sum is ambiguous',
-    form=_types_form,
+    form=forms.or_refused(_EXPRESSIONS, forms.text(_LIKE), like=_LIKE, per="expression",
+                          should_be="the text jax.typeof prints (a string)"),
     right=_right_types,
     rules=(
-        Rule(_at(0, "float32[256]"), example=("float32[256]", "float32[16@device]", None),
+        Rule(entry(0, "float32[256]"), example=("float32[256]", "float32[16@device]", None),
              say="summing over the columns adds across 'device' (JAX inserts that all-reduce), but the rows are "
                  "untouched: they keep their split over 'host'"),
-        Rule(_at(0, "float32[256@host,16@device]", "float32[256@host,1]", "float32[256@host,1@device]"),
+        Rule(entry(0, "float32[256@host,16@device]", "float32[256@host,1]", "float32[256@host,1@device]"),
              example=("float32[256@host,1]", "float32[16@device]", None),
              say="jnp.sum(h, axis=1) removes axis 1: the result has one dimension, the 256 rows"),
-        Rule(_at(0, "float32[256@(host,device)]", "float32[256@device]"),
+        Rule(entry(0, "float32[256@(host,device)]", "float32[256@device]"),
              example=("float32[256@(host,device)]", "float32[16@device]", None),
              say="a reduction does not move the rows to other devices: the 256 rows stay split over 'host' only"),
         Rule(lambda v: v[0] is None, example=(None, "float32[16@device]", None),
              say="JAX accepts jnp.sum(h, axis=1): a sum has no partner whose sharding could disagree"),
-        Rule(_at(1, "float32[16]"), example=("float32[256@host]", "float32[16]", None),
+        Rule(entry(1, "float32[16]"), example=("float32[256@host]", "float32[16]", None),
              say="summing over the rows adds across 'host'; the 16 columns keep their split over 'device'"),
-        Rule(_at(1, "float32[256@host]"), example=("float32[256@host]", "float32[256@host]", None),
+        Rule(entry(1, "float32[256@host]"), example=("float32[256@host]", "float32[256@host]", None),
              say="axis=0 sums over the rows: what is left are the 16 columns"),
         Rule(lambda v: v[1] is None, example=("float32[256@host]", None, None),
              say="JAX accepts jnp.sum(h, axis=0): the sum over the 'host' split is one all-reduce"),

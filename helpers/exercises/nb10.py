@@ -6,16 +6,12 @@ real processes (one run judges the reference and every catalogued mistake on bot
 """
 from __future__ import annotations
 
-import inspect
-import json
 import textwrap
-from dataclasses import dataclass
-from typing import Any
 
 from jax import P
 
 from helpers.exercises import forms
-from helpers.exercises.core import PRELUDE, Kernel, Mistake, NotAttempted, describe, register
+from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import ProcessExercise, Raised, Rule, Slot, SpecExercise, ValueExercise, course_mesh
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -44,9 +40,8 @@ def _nu_factor() -> float:
 
 
 register(ValueExercise(
-    id="10.1", kernel=KERNEL,
+    id="10.1", kernel=KERNEL, answer_name="nu_factor",
     title="the gradient trap leaves AdamW's loss alone and makes nu 64 times too large",
-    answer_name="nu_factor",
     solution="nu_factor = 64  # the gradient is 8 x too large, and nu averages its square: 8 ** 2",
     form=forms.number("nu_factor"),
     right=_nu_factor,
@@ -83,9 +78,8 @@ _HOST_ONLY = ("'host' alone splits the array between the two hosts and copies ea
 
 
 register(SpecExercise(
-    id="10.2", kernel=KERNEL,
+    id="10.2", kernel=KERNEL, answer_name="moment_specs",
     title="AdamW's moments split over 'device', a whole copy per host (HSDP)",
-    answer_name="moment_specs",
     solution=textwrap.dedent("""\
         moment_specs = {
             "hidden.kernel": P(None, "device"),  # (4, 16): split the 16 columns
@@ -132,27 +126,18 @@ register(SpecExercise(
 
 # Host 0 "loaded" the model of seed SEED + 7; host h holds that of seed SEED + 7 + h. One real run of
 # 2 processes x 4 devices judges several init_state sources on several meshes (sub-meshes of the
-# processes' devices): each (source, mesh) is one entry of the JSON each host prints last.
+# processes' devices): `output` gives one source's verdict on one of them.
 _DRIVER = '''
-from helpers.launch import initialize
-
-initialize()
-
-import json
-
 import jax
 import numpy as np
 from flax import nnx
 
 from helpers import nnx_model
 
-SOURCES = {sources}
-LAYOUTS = {layouts}
-PRELUDE = {prelude}
 host = jax.process_index()
 _mine = nnx.state(nnx_model.create(nnx_model.SEED + 7 + host))  # what this host loaded
-_host0 = {{path: np.asarray(v.get_value())  # host 0's numbers, which every host must end up holding
-          for path, v in nnx.to_flat_state(nnx.state(nnx_model.create(nnx_model.SEED + 7)))}}
+_host0 = {path: np.asarray(v.get_value())  # host 0's numbers, which every host must end up holding
+          for path, v in nnx.to_flat_state(nnx.state(nnx_model.create(nnx_model.SEED + 7)))}
 
 
 def _mesh(layout):
@@ -176,25 +161,13 @@ def _verdict(state, hsdp):
     return [1, int(placed), int(numbers)]
 
 
-out = []
-for source in SOURCES:
-    row = []
-    for layout in LAYOUTS:
-        mesh = _mesh(layout)
-        namespace = {{}}
-        exec(PRELUDE + source, namespace)
-        hsdp = namespace["hsdp"] = nnx_model.state_shardings(mesh)  # this layout's, and its mesh
-        namespace["mesh"] = mesh
-        local_state = jax.tree.map(np.asarray, _mine)  # numpy on the host, like loaded weights
-        try:
-            with jax.set_mesh(mesh):
-                state = namespace["init_state"](local_state)
-        except Exception as error:  # the learner's code raised: its sentence is the output
-            row.append(f"{{type(error).__name__}}: {{(str(error).splitlines() or [''])[0].split('. Expected')[0][:200]}}")
-            continue
-        row.append(_verdict(state, hsdp))
-    out.append(row)
-print(json.dumps(out))
+def output(namespace, layout):
+    mesh = _mesh(layout)
+    hsdp = namespace["hsdp"] = nnx_model.state_shardings(mesh)  # this layout's, and its mesh
+    namespace["mesh"] = mesh
+    with jax.set_mesh(mesh):  # the host's numbers come as numpy, like loaded weights
+        state = namespace["init_state"](jax.tree.map(np.asarray, _mine))
+    return _verdict(state, hsdp)
 '''
 
 _SETUP = textwrap.dedent("""\
@@ -242,89 +215,12 @@ def _otherwise(case) -> str:
     return f"{where}, host(s) {hosts} do not hold host 0's numbers: every host must end with host 0's local_state"
 
 
-_runs: dict[tuple[str, tuple[int, int]], Any] = {}  # (source, layout) -> its output in a real run
-
-
-@dataclass(frozen=True, kw_only=True)
-class _InitExercise(ProcessExercise):
-    """ProcessExercise for init_state(local_state). Stubs and non-functions are told apart before any
-    run; one real run judges many sources on every layout: the reference and the catalogue together,
-    a learner's function alone (so that a hang in it cannot spoil theirs)."""
-
-    def run_source(self, source: str) -> Any:
-        """The function `source` defines, carrying its source (exec'd code has no file to read it from)."""
-        fn = super().run_source(source)
-        if callable(fn):
-            fn.__course_source__ = source
-        return fn
-
-    def judge(self, answer: Any) -> None:
-        self._screen(answer)  # before any run: a stub or a non-function costs no processes
-        super().judge(answer)
-
-    def _screen(self, answer: Any) -> None:
-        if isinstance(answer, str) or not inspect.isfunction(answer) or answer.__name__ != self.answer_name:
-            raise Mistake(f"expected your function {self.answer_name}(local_state) (def "
-                          f"{self.answer_name}(local_state): ...), but got {describe(answer)}")
-        if answer.__code__.co_names == ("NotImplementedError",):
-            raise NotAttempted
-
-    def output_of_answer(self, answer: Any, layout) -> Any:
-        source = answer if isinstance(answer, str) else getattr(answer, "__course_source__", None)
-        if source is None:
-            try:
-                source = textwrap.dedent(inspect.getsource(answer))
-            except (OSError, TypeError):
-                raise Mistake(f"the source of {describe(answer)} cannot be read; define it with def in a cell") from None
-        got = self.output_of_source(source, layout)
-        if isinstance(got, Raised) and got.text.startswith("NotImplementedError"):
-            raise NotAttempted
-        return got
-
-    def output_of_source(self, source: str, layout) -> Any:
-        if (source, layout) not in _runs:
-            known = [self.solution, *self.wrong]
-            _runs.update(self._launch_together(known if source in known else [source]))
-        return _runs[(source, layout)]
-
-    def _launch_together(self, sources: list[str]) -> dict:
-        """The output of every source on every layout of `meshes`, from one run of 2 processes x 4 devices."""
-        from helpers.launch import run
-
-        script = self.driver.format(sources=repr(sources), layouts=repr(self.meshes),
-                                    prelude=repr(PRELUDE + self.setup + "\n"))
-        result = run(source=script, hosts=2, devices_per_host=4, timeout=self.timeout)
-        every = [(s, layout) for s in sources for layout in self.meshes]
-        failed = next((host for host in result.hosts if not host.ok), None)
-        if failed is not None:
-            tail = failed.error_tail(3).strip().splitlines()
-            what = tail[-1] if failed.status == "failed" and tail else f"nothing: it {failed.status}"
-            return dict.fromkeys(every, Raised(f"{what} on host {failed.host}"))
-        try:
-            per_host = [json.loads(host.stdout.strip().splitlines()[-1]) for host in result.hosts]
-        except (IndexError, ValueError):
-            return dict.fromkeys(every, Raised("a host printed no result line"))
-        outputs = {}
-        for i, source in enumerate(sources):
-            for j, layout in enumerate(self.meshes):
-                got = [rows[i][j] for rows in per_host]
-                error = next(((h, g) for h, g in enumerate(got) if isinstance(g, str)), None)
-                outputs[(source, layout)] = Raised(f"{error[1]} on host {error[0]}") if error else tuple(got)
-        return outputs
-
-    def catalogue(self) -> list[tuple[Any, str]]:
-        """The wrong programs and their messages (fixed text), without running anything: listing
-        the mistakes must not start real processes; judging them does."""
-        return list(self.wrong.items())
-
-
-register(_InitExercise(
-    id="10.3", kernel=KERNEL,
+register(ProcessExercise(
+    id="10.3", kernel=KERNEL, answer_name="init_state", signature="(local_state)",
     title="weights only host 0 has: broadcast them, then place them by hsdp",
-    answer_name="init_state",
     setup=_SETUP,
     solution=_SOLUTION,
-    driver=_DRIVER,
+    driver=_DRIVER, together=True, on=(2, 4),
     timeout=180.0,
     meshes=((2, 4), (2, 2)),
     wrong={

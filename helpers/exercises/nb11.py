@@ -1,14 +1,12 @@
 """Exercises of notebook 11: the masked mean, padded rows judged in real processes, restore targets."""
 from __future__ import annotations
 
-import inspect
-import json
-import textwrap
-from dataclasses import dataclass
-from typing import Any
+import jax
+import numpy as np
 
-from helpers.exercises.core import PRELUDE, Kernel, Mistake, NotAttempted, call_learner, describe, register
-from helpers.exercises.kinds import Judged, ProcessExercise, ProgramExercise, Raised, Rule, WrongAnswer, course_mesh
+from helpers.exercises.core import Kernel, Mistake, call_learner, describe, register
+from helpers.exercises.kinds import ProcessExercise, ProgramExercise, Rule, placed
+from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8); no emulated hosts
 
@@ -17,12 +15,6 @@ KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8); no emulated h
 
 def _masked_mean_case(masked_mean, mesh):
     """The learner's masked mean of padded values on `mesh`: 3 data sets of uneven sizes."""
-    import jax
-    import numpy as np
-    from jax import P
-    from jax.sharding import NamedSharding
-
-    sharding = NamedSharding(mesh, P(("host", "device")))
     rng = np.random.default_rng(11)
     results = []
     for real in (mesh.size * 3 - 1, mesh.size + 3, 5):  # none of them divides the devices
@@ -30,15 +22,14 @@ def _masked_mean_case(masked_mean, mesh):
         values = np.full(rows, 7.0, np.float32)  # padding rows hold a value too (a zero row's error)
         values[:real] = rng.uniform(0.0, 2.0, real)
         mask = (np.arange(rows) < real).astype(np.float32)
-        out = masked_mean(jax.device_put(values, sharding), jax.device_put(mask, sharding))
+        out = masked_mean(placed(mesh, values), placed(mesh, mask))
         results.append(np.float32(out))
     return np.asarray(results)
 
 
 register(ProgramExercise(
-    id="11.1", kernel=KERNEL,
+    id="11.1", kernel=KERNEL, answer_name="masked_mean",
     title="the masked sum over the mask's sum: the exact mean of the real rows",
-    answer_name="masked_mean",
     solution='''
 def masked_mean(values, mask):
     """The mean of `values` over the rows where mask == 1.0."""
@@ -67,88 +58,14 @@ def masked_mean(values, mask):
 
 # --------------------------------------------------------------------------- 11.2 padded rows
 
-_runs: dict[tuple[str, tuple[int, int]], Any] = {}  # (source, layout) -> its output in a real run
-
-
-@dataclass(frozen=True, kw_only=True)
-class _RowsInRealProcesses(ProcessExercise):
-    """A ProcessExercise whose answer is first called here, so a stub or a crash starts no process.
-
-    One real run per layout judges many sources: the reference and the catalogue together, a
-    learner's function alone (so that a hang in it cannot spoil theirs). Functions made from
-    catalogue source (by `run_source`) keep that source, since Python cannot read the source of
-    code run with exec.
-    """
-
-    def judge(self, answer: Any) -> None:
-        if not callable(answer):
-            raise Mistake(f"expected a function {self.answer_name}(num_records, num_hosts, "
-                          f"local_devices), but got {describe(answer)}")
-        try:
-            rows = call_learner(answer, 1001, 2, 4)
-        except Mistake as error:  # an error rule names it as the real run would
-            rule = next((r for r in self.errors if r.when(str(error))), None)
-            raise Mistake(rule.say) if rule else error from None
-        if isinstance(rows, bool) or not isinstance(rows, int):
-            raise Mistake(f"expected a whole number of rows, but {self.answer_name}(1001, 2, 4) "
-                          f"returned {describe(rows)}")
-        super().judge(getattr(answer, "__source__", answer))
-
-    def output_of_answer(self, answer: Any, layout) -> Any:
-        if not isinstance(answer, str):
-            try:
-                answer = textwrap.dedent(inspect.getsource(answer))
-            except (OSError, TypeError):
-                raise Mistake(f"the source of {describe(answer)} cannot be read; define it with def in a cell") from None
-        return self.output_of_source(answer, layout)
-
-    def run_source(self, source: str) -> Any:
-        fn = super().run_source(source)
-        fn.__source__ = source
-        return fn
-
-    def catalogue(self) -> list[tuple[Any, str]]:
-        """The wrong programs and error examples with their messages (fixed text), without running
-        anything: listing the mistakes must not start real processes; judging them does."""
-        return list(self.wrong.items()) + [(rule.example, rule.say) for rule in self.errors]
-
-    def output_of_source(self, source: str, layout) -> Any:
-        if (source, layout) not in _runs:
-            known = [self.solution, *self.wrong]
-            _runs.update(self._launch_together(known if source in known else [source], layout))
-        return _runs[(source, layout)]
-
-    def _launch_together(self, sources: list[str], layout) -> dict:
-        """The output of every source on this (hosts, devices_per_host) layout, from one real run."""
-        from helpers.launch import run
-
-        script = self.driver.format(sources=repr(sources), prelude=repr(PRELUDE + self.setup + "\n"))
-        result = run(source=script, hosts=layout[0], devices_per_host=layout[1], timeout=self.timeout)
-        failed = next((host for host in result.hosts if not host.ok), None)
-        if failed is not None:
-            tail = failed.error_tail(3).strip().splitlines()
-            what = tail[-1] if failed.status == "failed" and tail else f"nothing: it {failed.status}"
-            return {(s, layout): Raised(f"{what} on host {failed.host}", what) for s in sources}
-        try:
-            per_host = [json.loads(host.stdout.strip().splitlines()[-1]) for host in result.hosts]
-        except (IndexError, ValueError):
-            return {(s, layout): Raised("a host printed no result line") for s in sources}
-        outputs = {}
-        for i, source in enumerate(sources):
-            got = [rows[i] for rows in per_host]
-            error = next(((h, g) for h, g in enumerate(got) if isinstance(g, str)), None)
-            if error and error[1].startswith("NotImplementedError"):
-                raise NotAttempted
-            outputs[(source, layout)] = Raised(f"{error[1]} on host {error[0]}", error[1]) if error else tuple(got)
-        return outputs
+def _whole_rows(eval_rows) -> None:
+    """Called in the kernel before any real run: the function returns a whole number of rows."""
+    rows = call_learner(eval_rows, 1001, 2, 4)
+    if isinstance(rows, bool) or not isinstance(rows, int):
+        raise Mistake(f"expected a whole number of rows, but eval_rows(1001, 2, 4) returned {describe(rows)}")
 
 
 _ROWS_DRIVER = '''
-from helpers.launch import initialize
-initialize()
-
-import json
-
 import grain
 import jax
 import numpy as np
@@ -157,24 +74,22 @@ from jax.sharding import NamedSharding
 
 from helpers.stack_data import pad_with_mask
 
-SOURCES = {sources}
-PRELUDE = {prelude}
 hosts, devices = jax.process_count(), jax.local_device_count()
 shard = grain.sharding.ShardByJaxProcess()
 sharding = NamedSharding(jax.make_mesh((hosts, devices), ("host", "device")), P(("host", "device")))
 
 
-def evaluate(eval_rows):
+def output(namespace, layout):
     """Per held-out set: [records, global rows, masked mean]; rows -1 / -2 when it fails."""
     out = []
     for n in (1001, 998, 13):  # record i has the value i + 1
         mine = np.asarray(list(grain.MapDataset.source(np.arange(1, n + 1, dtype=np.float32))[shard.shard_index::hosts]))
-        rows = int(eval_rows(n, hosts, devices))
+        rows = int(namespace["eval_rows"](n, hosts, devices))
         biggest = -(-n // hosts)  # host 0's share; every host can tell, so all take the same branch
         if rows < biggest:
             out.append([n, -1, 0.0])
             continue
-        part = pad_with_mask({{"v": mine}}, rows)
+        part = pad_with_mask({"v": mine}, rows)
         try:
             v, m = (jax.make_array_from_process_local_data(sharding, part[k]) for k in ("v", "mask"))
         except Exception:  # IndivisibleError: the same on every host, before any collective
@@ -182,23 +97,12 @@ def evaluate(eval_rows):
             continue
         out.append([n, int(v.shape[0]), round(float((v * m).sum() / m.sum()), 3)])
     return out
-
-
-results = []
-for source in SOURCES:
-    namespace = {{}}
-    exec(PRELUDE + source, namespace)
-    try:
-        results.append(evaluate(namespace["eval_rows"]))
-    except Exception as error:  # the learner's function raised (the same on every host)
-        results.append(f"{{type(error).__name__}}: {{(str(error).splitlines() or [''])[0][:200]}}")
-print(json.dumps(results))
 '''
 
-register(_RowsInRealProcesses(
+register(ProcessExercise(
     id="11.2", kernel=KERNEL,
     title="each host's share rounded up to a multiple of its devices: equal rows, every record kept",
-    answer_name="eval_rows",
+    answer_name="eval_rows", signature="(num_records, num_hosts, local_devices)", precheck=_whole_rows,
     solution='''
 import math
 
@@ -209,7 +113,7 @@ def eval_rows(num_records, num_hosts, local_devices):
     return math.ceil(share / local_devices) * local_devices
 ''',
     setup="import math\n",
-    driver=_ROWS_DRIVER,
+    driver=_ROWS_DRIVER, together=True,
     meshes=((2, 4), (1, 2)),
     timeout=120.0,
     wrong={
@@ -249,73 +153,68 @@ from helpers import nnx_model, stack_ckpt
 
 
 def _leaf_name(path) -> str:
-    import jax
-
     name = jax.tree_util.keystr(path, simple=True, separator=".").removesuffix(".value")
     owner, _, rest = name.partition(".")
     return f"{ {'0': 'model', '1': 'optimizer'}.get(owner, owner)}.{rest}"
 
 
-def _judge_targets(targets_for) -> None:
-    import jax
-
-    from helpers import nnx_model
-    from helpers.layout import format_spec
+def _targets(targets_for, mesh) -> str:
+    """What is wrong with the restore targets targets_for makes for `mesh` (its first wrong leaf), or 'right'."""
+    from helpers import nnx_model  # Flax: imported when a check needs it
 
     _, abstract = nnx_model.abstract_state()
-    for shape in ((4, 2), (1, 8)):
-        mesh = course_mesh(shape)
-        got = call_learner(targets_for, abstract, mesh)
-        if jax.tree.structure(got) != jax.tree.structure(abstract):
-            raise Mistake(f"targets_for returned {describe(got)}, not a tree shaped like the train "
-                          "state (abstract_state): map over abstract_state's leaves")
-        want = jax.tree.leaves(nnx_model.state_shardings(mesh))
-        flat = jax.tree_util.tree_flatten_with_path(got)[0]
-        for (path, leaf), template, right in zip(flat, jax.tree.leaves(abstract), want):
-            name = _leaf_name(path)
-            if getattr(leaf, "shape", None) != template.shape or getattr(leaf, "dtype", None) != template.dtype:
-                raise Mistake(f"{name}: the target should have the saved shape {template.shape} and "
-                              f"dtype {template.dtype}; yours is {describe(leaf)}")
-            sharding = getattr(leaf, "sharding", None)
-            if sharding is None:
-                raise Mistake(f"{name} has no sharding: Orbax would fall back on the mesh saved in the "
-                              "checkpoint (2 x 4) and refuse another topology. Give every leaf a "
-                              "sharding on the mesh you restore onto")
-            if getattr(sharding, "mesh", None) is not None and sharding.mesh.shape != mesh.shape:
-                raise Mistake(f"{name} is placed on a mesh {dict(sharding.mesh.shape)}, not on the mesh "
-                              f"you were given, {dict(mesh.shape)}: build the targets from `mesh`")
-            if sharding.devices_indices_map(template.shape) != right.devices_indices_map(template.shape):
-                spec = getattr(sharding, "spec", sharding)
-                raise Mistake(f"{name} is placed with {format_spec(spec)} on {dict(mesh.shape)}, but "
-                              f"nnx_model.state_shardings(mesh) places it with {format_spec(right.spec)}: "
-                              "moments split over 'device', everything else replicated")
+    got = targets_for(abstract, mesh)
+    if jax.tree.structure(got) != jax.tree.structure(abstract):
+        return (f"targets_for returned {describe(got)}, not a tree shaped like the train "
+                "state (abstract_state): map over abstract_state's leaves")
+    want = jax.tree.leaves(nnx_model.state_shardings(mesh))
+    flat = jax.tree_util.tree_flatten_with_path(got)[0]
+    for (path, leaf), template, right in zip(flat, jax.tree.leaves(abstract), want):
+        name = _leaf_name(path)
+        if getattr(leaf, "shape", None) != template.shape or getattr(leaf, "dtype", None) != template.dtype:
+            return (f"{name}: the target should have the saved shape {template.shape} and "
+                    f"dtype {template.dtype}; yours is {describe(leaf)}")
+        sharding = getattr(leaf, "sharding", None)
+        if sharding is None:
+            return (f"{name} has no sharding: Orbax would fall back on the mesh saved in the "
+                    "checkpoint (2 x 4) and refuse another topology. Give every leaf a "
+                    "sharding on the mesh you restore onto")
+        if getattr(sharding, "mesh", None) is not None and sharding.mesh.shape != mesh.shape:
+            return (f"{name} is placed on a mesh {dict(sharding.mesh.shape)}, not on the mesh "
+                    f"you were given, {dict(mesh.shape)}: build the targets from `mesh`")
+        if sharding.devices_indices_map(template.shape) != right.devices_indices_map(template.shape):
+            spec = getattr(sharding, "spec", sharding)
+            return (f"{name} is placed with {format_spec(spec)} on {dict(mesh.shape)}, but "
+                    f"nnx_model.state_shardings(mesh) places it with {format_spec(right.spec)}: "
+                    "moments split over 'device', everything else replicated")
+    return "right"
 
 
-register(Judged(
-    id="11.3", kernel=KERNEL,
-    title="restore targets carry the new mesh's shardings",
-    answer_name="targets_for",
+def _what_it_does(case) -> str:
+    return case.got
+
+
+register(ProgramExercise(
+    id="11.3", kernel=KERNEL, answer_name="targets_for", title="restore targets carry the new mesh's shardings",
     setup=_TARGET_SETUP,
     solution='''
 def targets_for(abstract_state, mesh):
     """Restore targets for the train state on `mesh`."""
     return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh))
 ''',
-    judged_by=_judge_targets,
-    wrong_answers=(
-        WrongAnswer("def targets_for(abstract_state, mesh):\n    return abstract_state\n",
-                    "has no sharding: Orbax would fall back on the mesh saved"),
-        WrongAnswer("def targets_for(abstract_state, mesh):\n"
-                    "    return stack_ckpt.restore_targets(abstract_state, NamedSharding(mesh, P()))\n",
-                    "but nnx_model.state_shardings(mesh) places it with P('device')"),
-        WrongAnswer("def targets_for(abstract_state, mesh):\n"
-                    "    old = jax.make_mesh((2, 4), ('host', 'device'))\n"
-                    "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(old))\n",
-                    "not on the mesh you were given"),
-        WrongAnswer("def targets_for(abstract_state, mesh):\n"
-                    "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh, axis='host'))\n",
-                    "moments split over 'device'"),
-    ),
+    run=_targets,
+    meshes=((4, 2), (1, 8), (2, 2)),
+    wrong=dict.fromkeys((
+        "def targets_for(abstract_state, mesh):\n    return abstract_state\n",
+        "def targets_for(abstract_state, mesh):\n"
+        "    return stack_ckpt.restore_targets(abstract_state, NamedSharding(mesh, P()))\n",
+        "def targets_for(abstract_state, mesh):\n"
+        "    old = jax.make_mesh((2, 4), ('host', 'device'))\n"
+        "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(old))\n",
+        "def targets_for(abstract_state, mesh):\n"
+        "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh, axis='host'))\n",
+    ), _what_it_does),
+    otherwise=_what_it_does,
     hints=(
         "The targets are the abstract state's shapes and dtypes, each with a sharding on the mesh "
         "you restore onto, not the one you saved from.",

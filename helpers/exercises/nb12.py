@@ -2,36 +2,17 @@
 from __future__ import annotations
 
 import ast
-import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from helpers.exercises import forms
-from helpers.exercises.core import PRELUDE, Kernel, Mistake, NotAttempted, register
-from helpers.exercises.kinds import ProcessExercise, Raised, Rule, ValueExercise
+from helpers.exercises.core import Kernel, register
+from helpers.exercises.kinds import ProcessExercise, Rule, ValueExercise
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 MYSTERY = Path(__file__).resolve().parents[2] / "notebooks" / "scripts" / "mystery_hang.py"
 
 
 # ------------------------------------------------------------- real runs that may hang
-
-def _outcome(result) -> Any:
-    """What a failed or hung run did, in words that do not depend on timing or line numbers."""
-    # a host whose collective lost its peer (gloo) failed because another host died first
-    failed = sorted((h for h in result.hosts if h.status == "failed"),
-                    key=lambda h: ("Gloo" in h.error_tail(), h.host))
-    if failed:
-        host = failed[0]
-        tail = host.error_tail(3).strip().splitlines()
-        text = f"host {host.host} failed: {tail[-1] if tail else 'no error message'}"
-        return Raised(text, text)
-    states = [f"host {h.host} " + ("had ended its script" if h.script_ended else "was still running")
-              for h in result.hosts]
-    text = "the run hung: " + "; ".join(states)
-    return Raised(text, text)
-
 
 def _hung(case) -> str:
     return (f"{case.got.text}. A host waited in a collective that another host did not call: "
@@ -41,73 +22,6 @@ def _hung(case) -> str:
 def _any_hang(example: str) -> Rule:
     """A rule for every run that hangs in a way the catalogue does not name; `example` does."""
     return Rule(lambda raw: raw.startswith("the run hung"), example=example, say=_hung)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RealRunExercise(ProcessExercise):
-    """A ProcessExercise whose runs may hang on purpose: the launcher stops a silent run.
-
-    The driver prints a line right after joining, so a run where every host then stays silent
-    for `stall` seconds is a hang, told apart from a crash and judged like any other output.
-    An answer whose source still raises NotImplementedError is not attempted (no run needed).
-    """
-
-    stall: float = 5.0
-
-    def judge(self, answer: Any) -> None:
-        self._source(answer)  # a stub or a non-function is told before any process starts
-        super().judge(answer)
-
-    def output_of_answer(self, answer: Any, layout) -> Any:
-        return self._launch(self._source(answer), layout)
-
-    def _source(self, answer: Any) -> str:
-        """The answer's source: a function from a cell, one made from a known source, or text."""
-        if isinstance(answer, str):
-            source = answer
-        elif callable(answer):
-            source = self._source_of(answer)
-        else:
-            raise Mistake(f"expected a function {self.answer_name}(...), defined with def in a cell")
-        if re.search(r"^\s*raise NotImplementedError", source, re.MULTILINE):
-            raise NotAttempted
-        return source
-
-    def _source_of(self, fn) -> str:
-        """A function's source from its cell, or the known source (solution, catalogue) it was made from."""
-        import inspect
-        import textwrap
-
-        try:
-            return textwrap.dedent(inspect.getsource(fn))
-        except (OSError, TypeError):
-            pass
-        for known in (self.solution, *self.wrong, *(r.example for r in self.errors + self.checks)):
-            made = self.run_source(known)
-            if getattr(made, "__code__", None) is not None and \
-                    getattr(fn, "__code__", None) is not None and \
-                    made.__code__.co_code == fn.__code__.co_code and \
-                    made.__code__.co_consts == fn.__code__.co_consts:
-                return known
-        if "NotImplementedError" in getattr(getattr(fn, "__code__", None), "co_names", ()):
-            raise NotAttempted  # the stub, made from source (not typed in a cell)
-        raise Mistake(f"the source of {self.answer_name} cannot be read; define it with def in a cell")
-
-    def _launch(self, source: str, layout) -> Any:
-        import json
-
-        from helpers.launch import run
-
-        hosts, per_host = layout
-        script = self.driver.replace("{answer}", PRELUDE + self.setup + "\n" + source)
-        result = run(source=script, hosts=hosts, devices_per_host=per_host,
-                     timeout=self.timeout, stall=self.stall)
-        if not result.ok:
-            return _outcome(result)
-        try:
-            return tuple(json.loads(h.stdout.strip().splitlines()[-1]) for h in result.hosts)
-        except (IndexError, ValueError):
-            return Raised("a host printed no result line")
 
 
 _SETUP = "from jax.experimental import multihost_utils\n"
@@ -164,13 +78,11 @@ _LOG_LOCAL_MEAN = '''def log_line(step, x):
     return None
 '''
 
-register(RealRunExercise(
-    id="12.1", kernel=KERNEL,
-    title="every host runs the collective; only host 0 logs",
-    answer_name="log_line",
+register(ProcessExercise(
+    id="12.1", kernel=KERNEL, answer_name="log_line", title="every host runs the collective; only host 0 logs",
     solution=LOG_SOLUTION,
     driver=_LOG_DRIVER,
-    setup=_SETUP,
+    setup=_SETUP, stall=5.0,  # the driver prints once joined: hosts all silent for 5 s hung
     meshes=((2, 1), (2, 2)),
     wrong={
         _LOG_ON_HOST_0_ONLY: "the run hung: host 0 computed the mean, a collective, and waited for "
@@ -227,13 +139,12 @@ def steps_together(my_batches):
     return int(multihost_utils.broadcast_one_to_all(np.int32(my_batches)))
 '''
 
-register(RealRunExercise(
-    id="12.2", kernel=KERNEL,
+register(ProcessExercise(
+    id="12.2", kernel=KERNEL, answer_name="steps_together",
     title="every host runs the fewest batches any host has, so the epoch ends together",
-    answer_name="steps_together",
     solution=EPOCH_SOLUTION,
     driver=_EPOCH_DRIVER,
-    setup=_SETUP,
+    setup=_SETUP, stall=5.0,  # the driver prints once joined: hosts all silent for 5 s hung
     meshes=((2, 1), (3, 1)),
     wrong={
         _EPOCH_OWN_COUNT: "the run hung: each host ran its own number of steps, so host 1 finished "
@@ -269,9 +180,8 @@ def _mystery_answer() -> tuple[int, int]:
 
 
 register(ValueExercise(
-    id="12.3", kernel=KERNEL,
+    id="12.3", kernel=KERNEL, answer_name="stuck",
     title="hosts 0 and 2 wait in step 4 for host 1, which skipped a batch and finished early",
-    answer_name="stuck",
     solution="stuck = (1, 4)  # host 1 skipped step 2, so its steps 3 and 4 met the others' 2 and 3",
     form=forms.tuple_of(forms.whole("a host"), forms.whole("a step"),
                         like="(0, 1)", what="(the host the others wait for, the step they wait in)"),

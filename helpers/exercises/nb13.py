@@ -8,13 +8,17 @@ cross hosts compared with the flat psum.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import jax
+import numpy as np
 from jax import P
 
 from helpers.exercises.core import Kernel, Mistake, register
-from helpers.exercises.kinds import ProgramExercise, Rule
+from helpers.exercises.kinds import ProgramExercise, Rule, placed
+from helpers.traffic import format_bytes as _b, hosts_along, traffic
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 DATA = ("host", "device")
@@ -26,57 +30,39 @@ SETUP = 'DATA = ("host", "device")\n'
 
 def _grads(mesh):
     """Seeded whole-number gradients: one row of 2n numbers per device (64 bytes on 8 devices)."""
-    import jax
-    import numpy as np
-    from jax.sharding import NamedSharding
-
     n = mesh.size
     data = np.random.default_rng(1300 + n).integers(-5, 6, size=(n, 2 * n)).astype(np.float32)
-    return jax.device_put(data, NamedSharding(mesh, P(DATA)))
+    return placed(mesh, data)
 
 
 def _batch(mesh):
     """A seeded (2n, 2n) batch split by rows: each device holds 2 whole rows."""
-    import jax
-    import numpy as np
-    from jax.sharding import NamedSharding
-
     n = mesh.size
     data = np.random.default_rng(1310 + n).normal(size=(2 * n, 2 * n)).astype(np.float32)
-    return jax.device_put(data, NamedSharding(mesh, P(DATA, None)))
+    return placed(mesh, data, P(DATA, None))
 
 
 def _allreduce_program(body, mesh):
-    import jax
-
     return jax.shard_map(body, mesh=mesh, in_specs=P(DATA), out_specs=P(DATA)), _grads(mesh)
 
 
 def _reshard_program(body, mesh):
-    import jax
-
     return jax.shard_map(body, mesh=mesh, in_specs=P(DATA, None), out_specs=P(None, DATA)), _batch(mesh)
 
 
 def _runner(program: Callable) -> Callable:
     def run(body, mesh):
-        import numpy as np
-
         fn, x = program(body, mesh)
         return np.asarray(fn(x))
     return run
 
 
 def _report(program: Callable, body, mesh):
-    from helpers.traffic import hosts_along, traffic
-
     fn, x = program(body, mesh)
     return traffic(fn, x, host_of=hosts_along(mesh))
 
 
 def _flat(block):
-    import jax
-
     return jax.lax.psum(block, DATA)
 
 
@@ -95,15 +81,11 @@ def _known_report(program: Callable, source: str | None, mesh, exercise=None):
 # ----------------------------------------------------------------------------- wrong sums
 
 def _shape_off(case) -> bool:
-    import numpy as np
-
     return np.shape(case.got) != np.shape(case.want)
 
 
 def _multiple(case) -> float | None:
     """k when the learner's result is k times the sum (k != 1), else None."""
-    import numpy as np
-
     if _shape_off(case):
         return None
     got, want = np.asarray(case.got, float), np.asarray(case.want, float)
@@ -135,15 +117,6 @@ SUM_OTHERWISE = ("your numbers are not the sum of every device's block: compare 
 
 # ----------------------------------------------------------------------------- traffic rules
 
-@dataclass(frozen=True)
-class TrafficRule:
-    """A mistake seen in the compiled program: `when(yours, flat)` on two traffic reports."""
-
-    when: Callable[..., bool]
-    say: Callable[..., str]
-    example: str
-
-
 @dataclass(frozen=True, kw_only=True)
 class PuzzleExercise(ProgramExercise):
     """A program exercise whose right numbers must also come from the right collectives.
@@ -153,7 +126,7 @@ class PuzzleExercise(ProgramExercise):
     """
 
     program: Callable
-    traffic: tuple[TrafficRule, ...] = ()
+    traffic: tuple[Rule, ...] = ()  # when(yours, flat) on two traffic reports; say(yours, flat)
 
     def judge(self, answer: Any) -> None:
         super().judge(answer)
@@ -178,12 +151,6 @@ def _kinds(report) -> set[str]:
     return set(report.kinds())
 
 
-def _b(n) -> str:
-    from helpers.traffic import format_bytes
-
-    return format_bytes(n)
-
-
 def _body(lines: str, name: str) -> str:
     """A catalogued program: `def name(block):` with these lines as its body."""
     indented = "\n".join("    " + line for line in lines.strip().splitlines())
@@ -192,14 +159,11 @@ def _body(lines: str, name: str) -> str:
 
 # ----------------------------------------------------------------------------- 13.1
 
-def _two_steps(lines: str) -> str:
-    return _body(lines, "allreduce_two_steps")
-
+_two_steps = functools.partial(_body, name="allreduce_two_steps")
 
 register(PuzzleExercise(
-    id="13.1", kernel=KERNEL, setup=SETUP, meshes=MESHES,
+    id="13.1", kernel=KERNEL, setup=SETUP, meshes=MESHES, answer_name="allreduce_two_steps",
     title="an all-reduce is a reduce-scatter, then an all-gather",
-    answer_name="allreduce_two_steps",
     solution='''
 def allreduce_two_steps(block):
     """The sum of every device's block, from psum_scatter and all_gather."""
@@ -240,12 +204,12 @@ return jax.lax.all_gather(piece, DATA, axis=0, tiled=True)'''):
             "dimension 1, the gradient's numbers",
     },
     traffic=(
-        TrafficRule(
+        Rule(
             lambda yours, flat: "all-reduce" in _kinds(yours),
             lambda yours, flat: "the numbers are right, but your program still runs an all-reduce (a psum): "
                                 "build it from psum_scatter and all_gather only",
             _two_steps("return jax.lax.psum(block, DATA)")),
-        TrafficRule(
+        Rule(
             lambda yours, flat: "reduce-scatter" not in _kinds(yours),
             lambda yours, flat: f"the numbers are right, but no psum_scatter: your program sends "
                                 f"{_b(yours.across_hosts + yours.inside_hosts)} in all, psum {_b(flat.across_hosts + flat.inside_hosts)}. "
@@ -263,14 +227,11 @@ return jax.lax.all_gather(piece, DATA, axis=0, tiled=True)'''):
 
 # ----------------------------------------------------------------------------- 13.2
 
-def _ring(lines: str) -> str:
-    return _body(lines, "ring_allreduce")
-
+_ring = functools.partial(_body, name="ring_allreduce")
 
 register(PuzzleExercise(
-    id="13.2", kernel=KERNEL, setup=SETUP, meshes=MESHES,
+    id="13.2", kernel=KERNEL, setup=SETUP, meshes=MESHES, answer_name="ring_allreduce",
     title="a ring all-reduce: n - 1 steps of ppermute",
-    answer_name="ring_allreduce",
     solution='''
 def ring_allreduce(block):
     """The sum of every device's block, passed around a ring with ppermute."""
@@ -321,7 +282,7 @@ return total'''):
                          "jax.lax.axis_size(DATA) for the number of devices",
     },
     traffic=(
-        TrafficRule(
+        Rule(
             lambda yours, flat: _kinds(yours) - {"collective-permute"} != set(),
             lambda yours, flat: "the numbers are right, but your program uses "
                                 f"{', '.join(sorted(_kinds(yours) - {'collective-permute'}))}: build the ring "
@@ -339,14 +300,11 @@ return total'''):
 
 # ----------------------------------------------------------------------------- 13.3
 
-def _to_features(lines: str) -> str:
-    return _body(lines, "batch_to_features")
-
+_to_features = functools.partial(_body, name="batch_to_features")
 
 register(PuzzleExercise(
-    id="13.3", kernel=KERNEL, setup=SETUP, meshes=MESHES,
+    id="13.3", kernel=KERNEL, setup=SETUP, meshes=MESHES, answer_name="batch_to_features",
     title="all_to_all reshards rows into columns, each piece straight to its owner",
-    answer_name="batch_to_features",
     solution='''
 def batch_to_features(block):
     """This device's rows in, this device's columns (of every row) out, with all_to_all."""
@@ -375,7 +333,7 @@ def batch_to_features(block):
             "new axis: pass tiled=True",
     },
     traffic=(
-        TrafficRule(
+        Rule(
             lambda yours, flat: "all-gather" in _kinds(yours),
             lambda yours, flat: f"the numbers are right, but you gather the whole batch on every device and keep "
                                 f"a slice: {_b(yours.across_hosts)} cross hosts. all_to_all sends each device only "
@@ -384,7 +342,7 @@ def batch_to_features(block):
 full = jax.lax.all_gather(block, DATA, axis=0, tiled=True)
 width = full.shape[1] // jax.lax.axis_size(DATA)
 return jax.lax.dynamic_slice_in_dim(full, jax.lax.axis_index(DATA) * width, width, axis=1)''')),
-        TrafficRule(
+        Rule(
             lambda yours, flat: _kinds(yours) != {"all-to-all"},
             lambda yours, flat: f"the numbers are right, but your program runs {', '.join(sorted(_kinds(yours))) or 'no collective'}: "
                                 "this puzzle is one all_to_all",
@@ -406,14 +364,11 @@ return jax.lax.dynamic_slice_in_dim(everything, me * width, width, axis=1)''')),
 
 # ----------------------------------------------------------------------------- 13.4
 
-def _hier(lines: str) -> str:
-    return _body(lines, "hierarchical_allreduce")
-
+_hier = functools.partial(_body, name="hierarchical_allreduce")
 
 register(PuzzleExercise(
-    id="13.4", kernel=KERNEL, setup=SETUP, meshes=MESHES,
+    id="13.4", kernel=KERNEL, setup=SETUP, meshes=MESHES, answer_name="hierarchical_allreduce",
     title="a hierarchical all-reduce sends only a piece across hosts",
-    answer_name="hierarchical_allreduce",
     solution='''
 def hierarchical_allreduce(block):
     """The sum of every device's block: inside each host, then across hosts, then back."""
@@ -449,12 +404,12 @@ return jax.lax.all_gather(piece, "host", axis=1, tiled=True)'''):
             "over 'device', inside the host",
     },
     traffic=(
-        TrafficRule(
+        Rule(
             lambda yours, flat: yours.kinds() == ["all-reduce"] and len(yours.collectives[0].groups) == 1,
             lambda yours, flat: "that is the flat psum itself, one ring over all devices: split it into the three "
                                 "steps (inside, across, back)",
             _hier("return jax.lax.psum(block, DATA)")),
-        TrafficRule(
+        Rule(
             lambda yours, flat: ("all-reduce" in _kinds(yours) and "reduce-scatter" not in _kinds(yours)
                                 and yours.across_hosts >= flat.across_hosts),
             lambda yours, flat: f"the numbers are right, but {_b(yours.across_hosts)} cross hosts, more than the "
@@ -462,7 +417,7 @@ return jax.lax.all_gather(piece, "host", axis=1, tiled=True)'''):
                                 "holds the whole gradient, and each sends all of it across. Scatter first "
                                 "(psum_scatter), so only a piece crosses",
             _hier('return jax.lax.psum(jax.lax.psum(block, "device"), "host")')),
-        TrafficRule(
+        Rule(
             lambda yours, flat: yours.across_hosts >= flat.across_hosts,
             lambda yours, flat: f"the numbers are right, but {_b(yours.across_hosts)} cross hosts, not fewer than "
                                 f"the flat psum's {_b(flat.across_hosts)}: reduce inside each host first (over "
