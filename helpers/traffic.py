@@ -2,7 +2,8 @@
 
 The truth is the program XLA compiled: `jax.jit(f).lower(*args).compile().as_text()`. Every
 collective in it (all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute) is
-read with its replica groups or source-target pairs. In the compiled SPMD program those are
+read with its replica groups (as id lists, in XLA's iota form, or as the mesh axes that
+`jax.jit` on a mesh emits) or source-target pairs. In the compiled SPMD program those are
 *logical* ids: positions in the program's device assignment (for a shard_map, the mesh's
 devices in `mesh.devices.flat` order), which this module turns into real devices.
 
@@ -58,6 +59,12 @@ _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%(?P<name>[\w.\-]+) = (?P<shape>.+?)
 _ARRAY = re.compile(r"\b(?P<dtype>[a-z]+\d*(?:e\d+m\d+\w*)?)\[(?P<dims>[\d,]*)\]")
 _EXPLICIT_GROUPS = re.compile(r"replica_groups=\{(?P<body>(?:\{[\d,]*\},?)*)\}")
 _IOTA_GROUPS = re.compile(r"replica_groups=\[(?P<shape>[\d,]+)\]<=\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?")
+_MESH_GROUPS = re.compile(
+    r"replica_groups=mesh\[(?P<axes>[^\]]*)\]"
+    r"(?:, device_ids=\((?:\[(?P<dims>[\d,]+)\](?:T\((?P<perm>[\d,]+)\))?|(?P<ids>[\d,]+))\))?"
+    r" \{(?P<along>[^}]*)\}")
+_MESH_AXIS = re.compile(r"'?(?P<name>[^',=\s]+)'?=(?P<size>\d+)")
+_ALONG_AXIS = re.compile(r"'?(?P<name>[^',:\s]+)'?(?::\((?P<pre>\d+)\)(?P<size>\d+))?")
 _PAIRS = re.compile(r"source_target_pairs=\{(?P<body>(?:\{\d+,\d+\},?)*)\}")
 _CALLED = re.compile(r"\b(?P<key>body|condition|calls|to_apply|true_computation|false_computation)=%(?P<name>[\w.\-]+)")
 _BRANCHES = re.compile(r"branch_computations=\{(?P<names>[^}]*)\}")
@@ -360,14 +367,17 @@ def shape_bytes(shape: str) -> int | Fraction:
 
 
 def replica_groups(rest: str, size: int) -> list[list[int]]:
-    """The logical ids of each group, from `replica_groups=` in either of XLA's two forms.
+    """The logical ids of each group, from `replica_groups=` in any of XLA's three forms.
 
     Explicit: `{{0,1},{2,3}}`. Iota: `[G,S]<=[dims]T(perm)` means iota(prod(dims)) reshaped to
     dims, transposed by perm, reshaped to G groups of S. An empty list means one group of all
-    `size` participants.
+    `size` participants. Mesh axes (what `jax.jit` emits): see `mesh_axes_groups`.
     """
     import numpy as np
 
+    mesh = _MESH_GROUPS.search(rest)
+    if mesh:
+        return mesh_axes_groups(mesh, size)
     iota = _IOTA_GROUPS.search(rest)
     if iota:
         shape = [int(v) for v in iota["shape"].split(",")]
@@ -381,6 +391,58 @@ def replica_groups(rest: str, size: int) -> list[list[int]]:
         raise ValueError(f"no replica_groups in this collective: {rest[:120]!r}")
     groups = [[int(v) for v in g.split(",") if v] for g in re.findall(r"\{([\d,]*)\}", explicit["body"])]
     return groups or [list(range(size))]
+
+
+def mesh_axes_groups(match: re.Match, size: int) -> list[list[int]]:
+    """The groups of `replica_groups=mesh['a'=2,'b'=4], device_ids=(...) {'b'}`, as logical ids.
+
+    The mesh's logical ids (row-major: `device_ids` given as an iota `[dims]T(perm)` or as a
+    list; iota(size) without it) form an array of the mesh's shape, and a group is every
+    device that differs only along the axes in braces, listed with the first-named axis major.
+    A sub-axis `'a':(k)m` is the m-sized factor of axis 'a' after a major factor of size k.
+    """
+    import numpy as np
+
+    axes = [(m["name"], int(m["size"])) for m in _MESH_AXIS.finditer(match["axes"])]
+    names, sizes = [name for name, _ in axes], [n for _, n in axes]
+    if math.prod(sizes) != size:
+        raise ValueError(f"the mesh {match['axes']!r} of a collective has {math.prod(sizes)} devices, "
+                         f"but the program runs on {size}")
+    if match["dims"]:
+        ids = np.arange(size).reshape([int(v) for v in match["dims"].split(",")])
+        if match["perm"]:
+            ids = ids.transpose([int(v) for v in match["perm"].split(",")])
+    elif match["ids"]:
+        ids = np.array([int(v) for v in match["ids"].split(",")])
+    else:
+        ids = np.arange(size)
+    along = [(m["name"], m["pre"] and int(m["pre"]), m["size"] and int(m["size"]))
+             for m in _ALONG_AXIS.finditer(match["along"])]
+    unknown = [name for name, _, _ in along if name not in names]
+    if unknown:
+        raise ValueError(f"a collective runs along {unknown}, which its mesh {match['axes']!r} does not have")
+    # Split each mesh axis into the factors its sub-axes name, major to minor (padding between).
+    factors: list[int] = []  # the mesh's shape, with every axis split into its factors
+    position = {}  # (name, pre) -> index of that factor in `factors`
+    for name, full in axes:
+        pieces = sorted((pre, n) for axis, pre, n in along if axis == name and pre is not None)
+        if not pieces:
+            position[(name, None)] = len(factors)
+            factors.append(full)
+            continue
+        done = 1
+        for pre, n in pieces:
+            if pre != done:
+                factors.append(pre // done)
+            position[(name, pre)] = len(factors)
+            factors.append(n)
+            done = pre * n
+        if done != full:
+            factors.append(full // done)
+    grouped = [position[(name, pre)] for name, pre, _ in along]
+    others = [d for d in range(len(factors)) if d not in grouped]
+    members = math.prod(factors[d] for d in grouped)
+    return ids.reshape(factors).transpose(others + grouped).reshape(-1, members).tolist()
 
 
 def source_target_pairs(rest: str) -> list[tuple[int, int]]:
@@ -434,10 +496,12 @@ def _collective(match: re.Match, devices: list, repeats: int) -> Collective:
 
 # ----------------------------------------------------------------------------- programs
 def compile_program(fn: Callable, *args: Any) -> Any:
-    """`jax.jit(fn).lower(*args).compile()`: the program XLA will run."""
+    """`jax.jit(fn).lower(*args).compile()`: the program XLA will run (a jitted `fn` as it is,
+    with its own `out_shardings`)."""
     import jax
 
-    return jax.jit(fn).lower(*args).compile()
+    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
+    return jitted.lower(*args).compile()
 
 
 def device_assignment(compiled: Any) -> list:

@@ -1,6 +1,7 @@
 """The traffic counter: replica groups read from JAX's compiled programs, checked against what
 the collectives actually did when run, on several meshes and device orders; the cost model's
 arithmetic; and clear errors for what it cannot count."""
+import math
 from fractions import Fraction
 from itertools import combinations
 
@@ -104,6 +105,73 @@ def test_permute_pairs_are_who_really_sent_to_whom(shape, order):
         assert sorted(T.groups_as_ids(parsed)) == sorted((int(v[0]), d.id) for d, v in ran.items()), axes
 
 
+def one_id_per_device(mesh, layout):
+    """A global int array, one dimension per mesh axis in `layout` order, whose one element on
+    device d is 2 ** d.id."""
+    order = [mesh.axis_names.index(a) for a in layout]
+    values = np.vectorize(lambda d: 2 ** d.id)(mesh.devices).astype(np.int32).transpose(order)
+    return jax.device_put(values, NamedSharding(mesh, P(*layout)))
+
+
+@pytest.mark.parametrize("shape,order", RUN_MESHES, ids=[f"{s}-{o}" for s, o in RUN_MESHES])
+def test_jit_all_reduce_groups_are_the_devices_its_sum_really_adds(shape, order):
+    """jax.jit on a mesh writes replica_groups=mesh[...] {axes}: read them, then check them by running.
+
+    The array's dimensions follow the mesh's axes, then the reverse order (which makes XLA write
+    the mesh's devices as a transposed iota, device_ids=([..]T(..)))."""
+    mesh = build_mesh(shape, order)
+    for layout in (mesh.axis_names, mesh.axis_names[::-1]):
+        x = one_id_per_device(mesh, layout)
+        for axes in axis_subsets(mesh.axis_names):
+            summed = tuple(layout.index(a) for a in axes)
+            kept = P(*[a for a in layout if a not in axes])
+            fn = jax.jit(lambda v: v.sum(axis=summed), out_shardings=NamedSharding(mesh, kept))
+            compiled = T.compile_program(fn, x)
+            assert "replica_groups=mesh[" in compiled.as_text()  # the form this test is about
+            found = T.parse_collectives(compiled.as_text(), T.device_assignment(compiled))
+            assert {c.kind for c in found} == {"all-reduce"}, axes
+            value = {d: 2 ** d.id for d in mesh.devices.flat}  # what the parsed groups say each device ends with
+            for reduce in found:  # XLA may sum one axis at a time: apply them in program order
+                value = {d: sum(value[m] for m in next(g for g in reduce.groups if d in g)) for d in value}
+            for shard in compiled(x).addressable_shards:
+                assert int(np.asarray(shard.data).item()) == value[shard.device], (layout, axes)
+
+
+@pytest.mark.parametrize("shape,order", RUN_MESHES, ids=[f"{s}-{o}" for s, o in RUN_MESHES])
+def test_jit_all_gather_groups_list_devices_in_the_order_it_gathers_them(shape, order):
+    mesh = build_mesh(shape, order)
+    ids = np.vectorize(lambda d: d.id)(mesh.devices).astype(np.int32)
+    x = jax.device_put(ids, NamedSharding(mesh, P(*mesh.axis_names)))
+    for axis in mesh.axis_names:
+        kept = P(*[None if a == axis else a for a in mesh.axis_names])
+        compiled = T.compile_program(jax.jit(lambda v: v, out_shardings=NamedSharding(mesh, kept)), x)
+        gather = only(T.parse_collectives(compiled.as_text(), T.device_assignment(compiled)), "all-gather")
+        for shard in compiled(x).addressable_shards:
+            group = next(g for g in gather.groups if shard.device in g)
+            assert [d.id for d in group] == np.asarray(shard.data).ravel().tolist(), axis
+
+
+def test_jit_and_shard_map_name_the_same_groups_for_the_same_sum():
+    mesh = build_mesh((2, 4), "shuffled")
+    spec = P(("host", "device"))
+    x = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, spec))
+    by_jit = T.collectives(jax.jit(lambda v: v.sum(0), out_shardings=NamedSharding(mesh, P())), x)
+    by_shard_map = T.collectives(jax.shard_map(lambda b: jax.lax.psum(b.sum(0), ("host", "device")), mesh=mesh,
+                                               in_specs=spec, out_specs=P()), x)
+    assert [sorted(T.groups_as_ids(c)) for c in by_jit] == [sorted(T.groups_as_ids(c)) for c in by_shard_map]
+
+
+def test_the_traffic_of_a_jitted_step_with_its_own_out_shardings():
+    """The review's example: a jitted function is compiled as it is, and its groups are read."""
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    x = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P(("host", "device"))))
+    report = T.traffic(jax.jit(lambda v: v.sum(0), out_shardings=NamedSharding(mesh, P())), x,
+                       host_of=T.hosts_along(mesh))
+    (reduce,) = report.collectives
+    assert reduce.kind == "all-reduce" and T.groups_as_ids(reduce) == [list(range(8))]
+    assert (report.inside_hosts, report.across_hosts) == (6 * 112, 2 * 112)  # as the flat psum by hand
+
+
 @pytest.mark.parametrize("order", list(ORDERS))
 def test_reduce_scatter_and_all_to_all_groups_on_a_host_device_mesh(order):
     mesh = build_mesh((2, 4), order)
@@ -192,6 +260,29 @@ def test_iota_replica_groups():
     assert T.replica_groups("replica_groups=[2,4]<=[8], dims", 8) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert T.replica_groups("replica_groups=[4,2]<=[2,4]T(1,0), x", 8) == [[0, 4], [1, 5], [2, 6], [3, 7]]
     assert T.replica_groups("replica_groups={}, to_apply=%add", 4) == [[0, 1, 2, 3]]
+
+
+def test_mesh_axes_replica_groups():
+    """XLA's mesh form: the mesh's logical ids, grouped along the axes in braces (sub-axes too).
+
+    The sub-axis cases were checked once against XLA itself: the text compiled and run with
+    2 ** id on each device (jaxlib 0.10.2)."""
+    groups = T.replica_groups
+    assert groups("replica_groups=mesh['a'=2,'b'=4] {'a'}, x", 8) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert groups("replica_groups=mesh['a'=2,'b'=4] {'b'}, x", 8) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert groups("replica_groups=mesh['a'=2,'b'=4] {'b','a'}", 8) == [[0, 4, 1, 5, 2, 6, 3, 7]]
+    assert groups("replica_groups=mesh['axis_0'=8,'axis_1'=1] {'axis_0'}, use", 8) == [list(range(8))]
+    assert groups("replica_groups=mesh['a'=8] {}", 8) == [[d] for d in range(8)]
+    transposed = "replica_groups=mesh['a'=4,'b'=2], device_ids=([2,4]T(1,0)) {'a'}"
+    listed = "replica_groups=mesh['a'=4,'b'=2], device_ids=(0,4,1,5,2,6,3,7) {'a'}"
+    assert groups(transposed, 8) == groups(listed, 8) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert groups("replica_groups=mesh['a'=8] {'a':(2)2}", 8) == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert groups("replica_groups=mesh['a'=8] {'a':(1)2,'a':(4)2}", 8) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    assert groups("replica_groups=mesh['a'=8] {'a':(4)2,'a':(1)2}", 8) == [[0, 4, 1, 5], [2, 6, 3, 7]]
+    with pytest.raises(ValueError, match="has 8 devices, but the program runs on 4"):
+        groups("replica_groups=mesh['a'=2,'b'=4] {'a'}", 4)
+    with pytest.raises(ValueError, match=r"along \['c'\]"):
+        groups("replica_groups=mesh['a'=2,'b'=4] {'c'}", 8)
 
 
 def test_shape_bytes():
