@@ -89,7 +89,7 @@ class Collective:
 
     kind: str  # one of KINDS
     name: str  # the HLO instruction's name
-    jax_op: str  # the JAX primitive it came from, from the HLO metadata ("psum", "ppermute", ...)
+    jax_op: str  # the JAX primitive it came from, from the HLO metadata ("psum", ...; "compiler" if none)
     nbytes: int | Fraction  # bytes of the result on one device
     groups: tuple[tuple[Any, ...], ...]  # devices of each group, in ring order (empty for a permute)
     pairs: tuple[tuple[Any, Any], ...] = ()  # (source, target) devices of a collective-permute
@@ -484,14 +484,25 @@ def _collective(match: re.Match, devices: list, repeats: int) -> Collective:
         return devices[k]
 
     op_name = _OP_NAME.search(rest)
-    jax_op = op_name["name"].rsplit("/", 1)[-1] if op_name else "?"
-    jax_op = _JAX_NAMES.get(jax_op, jax_op)
+    jax_op = _jax_op(op_name["name"]) if op_name else "compiler"
     nbytes = shape_bytes(match["shape"])
     if kind == "collective-permute":
         pairs = tuple((device(s), device(t)) for s, t in source_target_pairs(rest))
         return Collective(kind, match["name"], jax_op, nbytes, (), pairs, repeats)
     groups = tuple(tuple(device(k) for k in g) for g in replica_groups(rest, len(devices)))
     return Collective(kind, match["name"], jax_op, nbytes, groups, (), repeats)
+
+
+def _jax_op(op_name: str) -> str:
+    """The JAX primitive of an HLO op_name: 'jit(f)/psum_invariant' -> 'psum'. XLA writes several
+    merged ops as 'jit(f)/(a/reduce_sum:b/dot_general)': the first, and '+' for the others."""
+    names: list[str] = []
+    for part in op_name.split(":"):
+        name = part.rsplit("/", 1)[-1].strip("()")
+        name = _JAX_NAMES.get(name, name)
+        if name not in names:
+            names.append(name)
+    return names[0] + ("+" if len(names) > 1 else "")
 
 
 # ----------------------------------------------------------------------------- programs

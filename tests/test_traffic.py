@@ -169,6 +169,7 @@ def test_the_traffic_of_a_jitted_step_with_its_own_out_shardings():
                        host_of=T.hosts_along(mesh))
     (reduce,) = report.collectives
     assert reduce.kind == "all-reduce" and T.groups_as_ids(reduce) == [list(range(8))]
+    assert reduce.jax_op == "reduce_sum"
     assert (report.inside_hosts, report.across_hosts) == (6 * 112, 2 * 112)  # as the flat psum by hand
 
 
@@ -283,6 +284,19 @@ def test_mesh_axes_replica_groups():
         groups("replica_groups=mesh['a'=2,'b'=4] {'a'}", 4)
     with pytest.raises(ValueError, match=r"along \['c'\]"):
         groups("replica_groups=mesh['a'=2,'b'=4] {'c'}", 8)
+
+
+def test_the_jax_op_names_its_primitive():
+    assert T._jax_op("jit(f)/psum_invariant") == "psum"
+    assert T._jax_op("jit(step)/(transpose(jvp())/reduce_sum:transpose(jvp())/dot_general:jvp()/reduce_sum)") == \
+        "reduce_sum+"
+
+
+def test_a_collective_the_compiler_added_is_named_so():
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    x = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P(("host", "device"))))
+    (gather,) = T.collectives(jax.jit(lambda v: 2 * v, out_shardings=NamedSharding(mesh, P())), x)
+    assert (gather.kind, gather.jax_op) == ("all-gather", "compiler")
 
 
 def test_shape_bytes():
