@@ -11,8 +11,9 @@ host that calls it with the same seed builds the same numbers:
 
 `reference_losses(steps)` trains on one device on the global batches of `helpers.train`: the
 curve every distributed run in notebooks 10-11 must reproduce. `state_shardings(mesh)` places
-the train state the HSDP way of notebook 10: parameters and step counts replicated, each AdamW
-moment split over the mesh's `'device'` axis (a copy per host). The distributed train steps are
+the train state as notebook 10 does, optimizer-state sharding (ZeRO-1 style): parameters and
+step counts replicated, each AdamW moment split over the mesh's `'device'` axis (a copy per
+host). The distributed train steps are
 written in the notebooks; this module holds only what would otherwise be written twice.
 """
 from __future__ import annotations
@@ -104,7 +105,7 @@ def abstract_state(seed: int = SEED):
 
 
 def moment_spec(shape: tuple[int, ...], devices: int, axis: str = "device") -> P:
-    """HSDP spec of one AdamW moment: its largest dimension that `devices` divides, split over `axis`.
+    """Spec of one AdamW moment: its largest dimension that `devices` divides, split over `axis`.
 
     >>> moment_spec((4, 16), 4), moment_spec((1,), 4)
     (P(None, 'device'), P())
@@ -130,7 +131,7 @@ def state_specs(state, devices: int, axis: str = "device"):
 
 
 def state_shardings(mesh, seed: int = SEED, axis: str = "device"):
-    """NamedShardings for the whole train state on `mesh`: parameters replicated, moments HSDP."""
+    """NamedShardings for the whole train state on `mesh`: parameters replicated, moments split over `axis`."""
     _, state = abstract_state(seed)
     specs = state_specs(state, mesh.shape[axis], axis)
     return jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs)

@@ -111,7 +111,7 @@ def test_state_shardings_place_moments_per_host_and_parameters_everywhere():
 
 @pytest.mark.multiprocess
 def test_the_init_exercise_is_judged_on_what_real_hosts_hold():
-    """10.3's verdicts come from real hosts: [a train state, placed by hsdp, host 0's numbers]."""
+    """10.3's verdicts come from real hosts: [a train state, placed by opt_sharded, host 0's numbers]."""
     from helpers import exercises
     from helpers.exercises import nb10
 

@@ -1,7 +1,8 @@
 """Exercises of notebook 10: Flax NNX and Optax on a (host, device) mesh.
 
-10.1 the factor the gradient trap puts into AdamW's nu; 10.2 the HSDP specs of AdamW's moments;
-10.3 weights only host 0 has, broadcast to every host and placed by the HSDP shardings, judged in
+10.1 the factor the gradient trap puts into AdamW's nu; 10.2 the specs of AdamW's moments split
+over 'device' (optimizer-state sharding, ZeRO-1 style); 10.3 weights only host 0 has, broadcast to
+every host and placed by those shardings, judged in
 real processes (one run judges the reference and every catalogued mistake on both meshes).
 """
 from __future__ import annotations
@@ -70,7 +71,7 @@ register(ValueExercise(
 # --------------------------------------------------------------------------- 10.2 the moments' specs
 
 NAMES = ("hidden.kernel", "hidden.bias", "out.kernel", "out.bias")
-_ACROSS_HOSTS = ("that splits the moment over the hosts too: each host would hold only half of it. HSDP keeps a "
+_ACROSS_HOSTS = ("that splits the moment over the hosts too: each host would hold only half of it. The rule keeps a "
                  "whole copy on every host and splits it over the 4 devices of each host, 'device' only")
 _WHOLE = "P() keeps a whole copy on every device: nothing is saved. 4 divides a dimension of this array; split it"
 _HOST_ONLY = ("'host' alone splits the array between the two hosts and copies each half on a host's 4 devices: "
@@ -79,7 +80,7 @@ _HOST_ONLY = ("'host' alone splits the array between the two hosts and copies ea
 
 register(SpecExercise(
     id="10.2", kernel=KERNEL, answer_name="moment_specs",
-    title="AdamW's moments split over 'device', a whole copy per host (HSDP)",
+    title="AdamW's moments split over 'device', a whole copy per host (optimizer-state sharding)",
     solution=textwrap.dedent("""\
         moment_specs = {
             "hidden.kernel": P(None, "device"),  # (4, 16): split the 16 columns
@@ -147,14 +148,14 @@ def _mesh(layout):
     return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])
 
 
-def _verdict(state, hsdp):
-    """[an nnx.State of global arrays shaped like the train state, placed by hsdp, holding host 0's numbers]"""
+def _verdict(state, opt_sharded):
+    """[an nnx.State of global arrays shaped like the train state, placed by opt_sharded, holding host 0's numbers]"""
     if not isinstance(state, nnx.State):
         return [0, 0, 0]
     leaves = dict(nnx.to_flat_state(state))
     if set(leaves) != set(_host0) or not all(isinstance(v.get_value(), jax.Array) for v in leaves.values()):
         return [0, 0, 0]
-    targets = dict(nnx.to_flat_state(hsdp))  # path -> NamedSharding
+    targets = dict(nnx.to_flat_state(opt_sharded))  # path -> NamedSharding
     placed = all(leaves[p].get_value().sharding.is_equivalent_to(targets[p], _host0[p].ndim) for p in leaves)
     numbers = all(np.array_equal(np.asarray(s.data), _host0[p][s.index])
                   for p, v in leaves.items() for s in v.get_value().addressable_shards)
@@ -163,11 +164,11 @@ def _verdict(state, hsdp):
 
 def output(namespace, layout):
     mesh = _mesh(layout)
-    hsdp = namespace["hsdp"] = nnx_model.state_shardings(mesh)  # this layout's, and its mesh
+    opt_sharded = namespace["opt_sharded"] = nnx_model.state_shardings(mesh)  # this layout's, and its mesh
     namespace["mesh"] = mesh
     with jax.set_mesh(mesh):  # the host's numbers come as numpy, like loaded weights
         state = namespace["init_state"](jax.tree.map(np.asarray, _mine))
-    return _verdict(state, hsdp)
+    return _verdict(state, opt_sharded)
 '''
 
 _SETUP = textwrap.dedent("""\
@@ -177,23 +178,23 @@ _SETUP = textwrap.dedent("""\
 
     SEED = nnx_model.SEED
     mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ("host", "device"))
-    hsdp = nnx_model.state_shardings(mesh)
+    opt_sharded = nnx_model.state_shardings(mesh)
     """)
 
 _SOLUTION = textwrap.dedent('''\
     def init_state(local_state):
-        """The train state placed by hsdp, holding host 0's local_state on every host."""
-        return jax.device_put(multihost_utils.broadcast_one_to_all(local_state), hsdp)
+        """The train state placed by opt_sharded, holding host 0's local_state on every host."""
+        return jax.device_put(multihost_utils.broadcast_one_to_all(local_state), opt_sharded)
     ''')
 
 _DEVICE_PUT_OWN = textwrap.dedent('''\
     def init_state(local_state):
-        return jax.device_put(local_state, hsdp)
+        return jax.device_put(local_state, opt_sharded)
     ''')
 
 _FRESH_SEED = textwrap.dedent('''\
     def init_state(local_state):
-        return jax.jit(lambda: nnx.state(nnx_model.create(SEED)), out_shardings=hsdp)()
+        return jax.jit(lambda: nnx.state(nnx_model.create(SEED)), out_shardings=opt_sharded)()
     ''')
 
 _NOT_PLACED = textwrap.dedent('''\
@@ -210,14 +211,14 @@ def _otherwise(case) -> str:
         return (f"{where}, init_state did not return the train state: an nnx.State shaped like "
                 "local_state whose every leaf is a jax.Array on the mesh")
     if any(not verdict[1] for verdict in case.got):
-        return f"{where}, the state is not placed by hsdp: every leaf must have hsdp's sharding"
+        return f"{where}, the state is not placed by opt_sharded: every leaf must have opt_sharded's sharding"
     hosts = [host for host, verdict in enumerate(case.got) if not verdict[2]]
     return f"{where}, host(s) {hosts} do not hold host 0's numbers: every host must end with host 0's local_state"
 
 
 register(ProcessExercise(
     id="10.3", kernel=KERNEL, answer_name="init_state", signature="(local_state)",
-    title="weights only host 0 has: broadcast them, then place them by hsdp",
+    title="weights only host 0 has: broadcast them, then place them by opt_sharded",
     setup=_SETUP,
     solution=_SOLUTION,
     driver=_DRIVER, together=True, on=(2, 4),
@@ -227,11 +228,11 @@ register(ProcessExercise(
         _DEVICE_PUT_OWN: "jax.device_put compared the hosts' local_state (numpy) across the hosts and refused: "
                          "they differ, and device_put cannot tell which host is right. Send host 0's numbers "
                          "to every host first",
-        _FRESH_SEED: "every host holds the same numbers, placed by hsdp, but not host 0's local_state (a "
+        _FRESH_SEED: "every host holds the same numbers, placed by opt_sharded, but not host 0's local_state (a "
                      "fresh model of seed SEED is not the weights host 0 loaded): every host must end with "
                      "host 0's local_state as it is",
         _NOT_PLACED: "every host has host 0's numbers, but as numpy arrays on the host: place them on the "
-                     "devices by hsdp",
+                     "devices by opt_sharded",
     },
     otherwise=_otherwise,
     hints=(
@@ -239,6 +240,6 @@ register(ProcessExercise(
         "hosts. Something must carry host 0's numbers to the other hosts first: "
         "jax.experimental.multihost_utils has a function for exactly that.",
         "multihost_utils.broadcast_one_to_all(local_state) returns host 0's numbers on every host (as "
-        "numpy); jax.device_put(..., hsdp) then places them.",
+        "numpy); jax.device_put(..., opt_sharded) then places them.",
     ),
 ))
