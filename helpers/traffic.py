@@ -371,13 +371,14 @@ def replica_groups(rest: str, size: int) -> list[list[int]]:
 
     Explicit: `{{0,1},{2,3}}`. Iota: `[G,S]<=[dims]T(perm)` means iota(prod(dims)) reshaped to
     dims, transposed by perm, reshaped to G groups of S. An empty list means one group of all
-    `size` participants. Mesh axes (what `jax.jit` emits): see `mesh_axes_groups`.
+    `size` participants. Mesh axes, what `jax.jit` on a mesh emits: `mesh['a'=2,'b'=4] {'b'}`
+    (see `_mesh_axes_groups`).
     """
     import numpy as np
 
     mesh = _MESH_GROUPS.search(rest)
     if mesh:
-        return mesh_axes_groups(mesh, size)
+        return _mesh_axes_groups(mesh, size)
     iota = _IOTA_GROUPS.search(rest)
     if iota:
         shape = [int(v) for v in iota["shape"].split(",")]
@@ -393,7 +394,7 @@ def replica_groups(rest: str, size: int) -> list[list[int]]:
     return groups or [list(range(size))]
 
 
-def mesh_axes_groups(match: re.Match, size: int) -> list[list[int]]:
+def _mesh_axes_groups(match: re.Match, size: int) -> list[list[int]]:
     """The groups of `replica_groups=mesh['a'=2,'b'=4], device_ids=(...) {'b'}`, as logical ids.
 
     The mesh's logical ids (row-major: `device_ids` given as an iota `[dims]T(perm)` or as a
