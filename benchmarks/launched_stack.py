@@ -65,8 +65,9 @@ def mesh() -> jax.sharding.Mesh:
 def train_state(size, on_mesh):
     """(state, abstract state, shardings): notebook 10's state, or a synthetic one of `size` rows.
 
-    A synthetic state is laid out the HSDP way of notebook 10: `params` replicated, the two
-    AdamW-like moments `mu` and `nu` split over 'device'; its numbers depend only on `size`.
+    A synthetic state is laid out like notebook 10's optimizer-state sharding (ZeRO-1 style):
+    `params` replicated, the two AdamW-like moments `mu` and `nu` split over 'device'; its
+    numbers depend only on `size`.
     """
     from flax import nnx
 
