@@ -94,6 +94,7 @@ class Collective:
     groups: tuple[tuple[Any, ...], ...]  # devices of each group, in ring order (empty for a permute)
     pairs: tuple[tuple[Any, Any], ...] = ()  # (source, target) devices of a collective-permute
     repeats: int = 1  # how often it runs (loop trip counts)
+    op_name: str = ""  # the HLO metadata's op_name, the JAX call path(s) it came from ("" if none)
 
     def transfers(self) -> list[Transfer]:
         """Every device-to-device transfer of one run, by the cost model in the module docstring."""
@@ -484,14 +485,15 @@ def _collective(match: re.Match, devices: list, repeats: int) -> Collective:
             raise ValueError(f"{match['name']} names device {k}, but the program runs on {len(devices)} devices")
         return devices[k]
 
-    op_name = _OP_NAME.search(rest)
-    jax_op = _jax_op(op_name["name"]) if op_name else "compiler"
+    found = _OP_NAME.search(rest)
+    op_name = found["name"] if found else ""
+    jax_op = _jax_op(op_name) if op_name else "compiler"
     nbytes = shape_bytes(match["shape"])
     if kind == "collective-permute":
         pairs = tuple((device(s), device(t)) for s, t in source_target_pairs(rest))
-        return Collective(kind, match["name"], jax_op, nbytes, (), pairs, repeats)
+        return Collective(kind, match["name"], jax_op, nbytes, (), pairs, repeats, op_name)
     groups = tuple(tuple(device(k) for k in g) for g in replica_groups(rest, len(devices)))
-    return Collective(kind, match["name"], jax_op, nbytes, groups, (), repeats)
+    return Collective(kind, match["name"], jax_op, nbytes, groups, (), repeats, op_name)
 
 
 def _jax_op(op_name: str) -> str:
@@ -504,6 +506,21 @@ def _jax_op(op_name: str) -> str:
         if name not in names:
             names.append(name)
     return names[0] + ("+" if len(names) > 1 else "")
+
+
+def autodiff_pass(op_name: str) -> str:
+    """The pass of a gradient computation that a collective's op_name comes from: 'forward',
+    'backward' (autodiff names the gradient's ops `transpose(...)`), 'both' when XLA merged ops
+    of the two passes (`prefix/(a:b)`), or 'unknown' for one the compiler added (no op_name).
+
+    >>> autodiff_pass("jit(f)/(jvp()/psum_invariant:transpose(jvp())/reduce_sum)")
+    'both'
+    """
+    if not op_name:
+        return "unknown"
+    prefix, _, merged = op_name.partition("/(") if ":" in op_name else (op_name, "", "")
+    passes = {"backward" if "transpose(" in prefix + part else "forward" for part in merged.split(":")}
+    return passes.pop() if len(passes) == 1 else "both"
 
 
 # ----------------------------------------------------------------------------- programs

@@ -292,6 +292,27 @@ def test_the_jax_op_names_its_primitive():
         "reduce_sum+"
 
 
+def test_the_pass_is_read_from_autodiffs_transpose_marker():
+    assert T.autodiff_pass("jit(f)/shard_map/jvp()/psum_invariant") == "forward"
+    assert T.autodiff_pass("jit(f)/transpose(jvp())/shard_map/reduce_scatter") == "backward"
+    assert T.autodiff_pass("jit(f)/(jvp()/psum_invariant:transpose(jvp())/reduce_sum)") == "both"
+    assert T.autodiff_pass("jit(f)/transpose(jvp())/(psum_invariant:reduce_sum)") == "backward"  # shared prefix
+    assert T.autodiff_pass("") == "unknown"
+
+
+def test_a_gradient_steps_collectives_carry_their_pass():
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    x = jax.device_put(jnp.ones((8, 8)), NamedSharding(mesh, P("device")))
+    w = jax.device_put(jnp.ones((8,)), NamedSharding(mesh, P("device")))
+
+    def loss(w, x):  # all_gather forward; its gradient is a reduce-scatter
+        return jax.lax.psum(jnp.sum(jnp.tanh(x @ jax.lax.all_gather(w, "device", tiled=True))), "device")
+
+    fn = jax.shard_map(loss, mesh=mesh, in_specs=(P("device"), P("device")), out_specs=P())
+    found = {(c.kind, T.autodiff_pass(c.op_name)) for c in T.collectives(jax.grad(fn), w, x)}
+    assert ("all-gather", "forward") in found and ("reduce-scatter", "backward") in found
+
+
 def test_a_collective_the_compiler_added_is_named_so():
     mesh = jax.make_mesh((2, 4), ("host", "device"))
     x = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P(("host", "device"))))
