@@ -202,7 +202,7 @@ register(ValueExercise(
         Rule(lambda a: a[0] == 1, example=(1, 5),
              say="the host is right; now the step: the last loss hosts 0 and 2 print is of step 3"),
     ),
-    otherwise="read the three columns again: which host printed something the others did not, "
+    otherwise="read the three hosts' output again: which host printed something the others did not, "
               "and where do the others stop?",
     hints=(
         "A collective does not know about steps: it pairs each host's first call with the others' "
