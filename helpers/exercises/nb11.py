@@ -165,23 +165,31 @@ def _targets(targets_for, mesh) -> str:
     _, abstract = nnx_model.abstract_state()
     got = targets_for(abstract, mesh)
     if jax.tree.structure(got) != jax.tree.structure(abstract):
-        return (f"targets_for returned {describe(got)}, not a tree shaped like the train "
-                "state (abstract_state): map over abstract_state's leaves")
+        return (f"targets_for returned {describe(got)}, not a tree shaped like the train state: "
+                "Orbax matches each target to a saved array by its path in the tree (the nnx "
+                "variables included) and refuses ('tree structures do not match'). Put your "
+                "targets back into jax.tree.structure(abstract_state)")
     want = jax.tree.leaves(nnx_model.state_shardings(mesh))
     flat = jax.tree_util.tree_flatten_with_path(got)[0]
     for (path, leaf), template, right in zip(flat, jax.tree.leaves(abstract), want):
         name = _leaf_name(path)
-        if getattr(leaf, "shape", None) != template.shape or getattr(leaf, "dtype", None) != template.dtype:
-            return (f"{name}: the target should have the saved shape {template.shape} and "
-                    f"dtype {template.dtype}; yours is {describe(leaf)}")
-        sharding = getattr(leaf, "sharding", None)
+        if not isinstance(leaf, jax.ShapeDtypeStruct):
+            return f"{name} is {describe(leaf)}: a target is a jax.ShapeDtypeStruct(shape, dtype, sharding=...)"
+        if leaf.shape != template.shape:
+            return (f"{name}: the target has shape {leaf.shape}, the saved array {template.shape}: "
+                    "take the shape from the abstract state's leaf")
+        if leaf.dtype != template.dtype:
+            return (f"{name}: the target's dtype is {leaf.dtype}, the saved array's {template.dtype}: "
+                    f"Orbax converts to the target's dtype without a word, so it would come back as "
+                    f"{leaf.dtype}. Take the dtype from the abstract state's leaf")
+        sharding = leaf.sharding
         if sharding is None:
-            return (f"{name} has no sharding: Orbax would fall back on the mesh saved in the "
-                    "checkpoint (2 x 4) and refuse another topology. Give every leaf a "
-                    "sharding on the mesh you restore onto")
+            return (f"{name} has no sharding: Orbax then places it as the checkpoint says, on the "
+                    "mesh it was saved from (2 x 4, across 2 processes), and on any other topology "
+                    "it refuses ('Topology mismatch detected'). Give every leaf its sharding on `mesh`")
         if getattr(sharding, "mesh", None) is not None and sharding.mesh.shape != mesh.shape:
             return (f"{name} is placed on a mesh {dict(sharding.mesh.shape)}, not on the mesh "
-                    f"you were given, {dict(mesh.shape)}: build the targets from `mesh`")
+                    f"you were given, {dict(mesh.shape)}: take the shardings of the mesh you restore onto")
         if sharding.devices_indices_map(template.shape) != right.devices_indices_map(template.shape):
             spec = getattr(sharding, "spec", sharding)
             return (f"{name} is placed with {format_spec(spec)} on {dict(mesh.shape)}, but "
@@ -194,31 +202,66 @@ def _what_it_does(case) -> str:
     return case.got
 
 
+def _uses_restore_targets(fn, mesh) -> bool:
+    """True when the function calls stack_ckpt.restore_targets (the exercise builds targets without it)."""
+    return "restore_targets" in getattr(getattr(fn, "__code__", None), "co_names", ())
+
+
+def _per_leaf(make: str) -> str:
+    """A targets_for that builds one target per leaf with the expression `make` (of a, s)."""
+    return ("def targets_for(abstract_state, mesh):\n"
+            "    shardings = jax.tree.leaves(nnx_model.state_shardings(mesh))\n"
+            f"    targets = [{make} for a, s in zip(jax.tree.leaves(abstract_state), shardings)]\n"
+            "    return jax.tree.unflatten(jax.tree.structure(abstract_state), targets)\n")
+
+
 register(ProgramExercise(
     id="11.3", kernel=KERNEL, answer_name="targets_for", title="restore targets carry the new mesh's shardings",
     setup=_TARGET_SETUP,
     solution='''
 def targets_for(abstract_state, mesh):
-    """Restore targets for the train state on `mesh`."""
-    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh))
+    """Restore targets for the train state on `mesh`: one ShapeDtypeStruct per array."""
+    shardings = jax.tree.leaves(nnx_model.state_shardings(mesh))  # one per array, in leaf order
+    targets = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)
+               for a, s in zip(jax.tree.leaves(abstract_state), shardings)]
+    return jax.tree.unflatten(jax.tree.structure(abstract_state), targets)
 ''',
     run=_targets,
     meshes=((4, 2), (1, 8), (2, 2)),
     wrong=dict.fromkeys((
-        "def targets_for(abstract_state, mesh):\n    return abstract_state\n",
         "def targets_for(abstract_state, mesh):\n"
-        "    return stack_ckpt.restore_targets(abstract_state, NamedSharding(mesh, P()))\n",
+        "    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), abstract_state)\n",
+        _per_leaf("jax.ShapeDtypeStruct(a.shape, jnp.float32, sharding=s)"),
         "def targets_for(abstract_state, mesh):\n"
         "    old = jax.make_mesh((2, 4), ('host', 'device'))\n"
-        "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(old))\n",
+        "    shardings = jax.tree.leaves(nnx_model.state_shardings(old))\n"
+        "    targets = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)\n"
+        "               for a, s in zip(jax.tree.leaves(abstract_state), shardings)]\n"
+        "    return jax.tree.unflatten(jax.tree.structure(abstract_state), targets)\n",
         "def targets_for(abstract_state, mesh):\n"
-        "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh, axis='host'))\n",
+        "    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, P())),\n"
+        "                        abstract_state)\n",
+        "def targets_for(abstract_state, mesh):\n"
+        "    shardings = jax.tree.leaves(nnx_model.state_shardings(mesh, axis='host'))\n"
+        "    targets = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)\n"
+        "               for a, s in zip(jax.tree.leaves(abstract_state), shardings)]\n"
+        "    return jax.tree.unflatten(jax.tree.structure(abstract_state), targets)\n",
+        "def targets_for(abstract_state, mesh):\n"
+        "    shardings = jax.tree.leaves(nnx_model.state_shardings(mesh))\n"
+        "    return [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)\n"
+        "            for a, s in zip(jax.tree.leaves(abstract_state), shardings)]\n",
     ), _what_it_does),
+    checks=(Rule(_uses_restore_targets, example=(
+        "def targets_for(abstract_state, mesh):\n"
+        "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh))\n"),
+        say="your targets are right, but stack_ckpt.restore_targets built them: build one "
+            "jax.ShapeDtypeStruct per leaf yourself, to see what a target is"),),
     otherwise=_what_it_does,
     hints=(
-        "The targets are the abstract state's shapes and dtypes, each with a sharding on the mesh "
-        "you restore onto, not the one you saved from.",
-        "nnx_model.state_shardings(mesh) gives the script's shardings on `mesh`; "
-        "stack_ckpt.restore_targets puts them on the abstract state's leaves.",
+        "A target is jax.ShapeDtypeStruct(shape, dtype, sharding=...): the shape and dtype of the "
+        "abstract state's leaf, the sharding of the mesh you restore onto.",
+        "jax.tree.leaves(abstract_state) and jax.tree.leaves(nnx_model.state_shardings(mesh)) "
+        "list the arrays and their shardings in the same order; zip them, then "
+        "jax.tree.unflatten(jax.tree.structure(abstract_state), targets).",
     ),
 ))

@@ -25,6 +25,8 @@ def _any_hang(example: str) -> Rule:
 
 
 _SETUP = "from jax.experimental import multihost_utils\n"
+# 12.1's function also has the demos' global_mean (the PREAMBLE of notebook 12's first cell)
+_LOG_SETUP = _SETUP + "global_mean = jax.jit(jnp.mean)  # on a global array: a collective\n"
 _JOIN = ("from helpers.launch import initialize\ninitialize()\n"
          "print('joined', flush=True)\n{answer}\n"
          "import json\n"
@@ -49,7 +51,7 @@ _LOG_DRIVER = _JOIN + (
 
 LOG_SOLUTION = '''def log_line(step, x):
     """The line host 0 logs at this step, like 'step 0: mean 5.50'; None on every other host."""
-    mean = float(jnp.mean(x))  # a collective: every host computes it
+    mean = float(global_mean(x))  # a collective: every host computes it
     if jax.process_index() == 0:
         return f"step {step}: mean {mean:.2f}"
     return None
@@ -82,7 +84,7 @@ register(ProcessExercise(
     id="12.1", kernel=KERNEL, answer_name="log_line", title="every host runs the collective; only host 0 logs",
     solution=LOG_SOLUTION,
     driver=_LOG_DRIVER,
-    setup=_SETUP, stall=5.0,  # the driver prints once joined: hosts all silent for 5 s hung
+    setup=_LOG_SETUP, stall=5.0,  # the driver prints once joined: hosts all silent for 5 s hung
     meshes=((2, 1), (2, 2)),
     wrong={
         _LOG_ON_HOST_0_ONLY: "the run hung: host 0 computed the mean, a collective, and waited for "
@@ -200,7 +202,7 @@ register(ValueExercise(
         Rule(lambda a: a[0] == 1, example=(1, 5),
              say="the host is right; now the step: the last loss hosts 0 and 2 print is of step 3"),
     ),
-    otherwise="read the three columns again: which host printed something the others did not, "
+    otherwise="read the three hosts' output again: which host printed something the others did not, "
               "and where do the others stop?",
     hints=(
         "A collective does not know about steps: it pairs each host's first call with the others' "
