@@ -35,7 +35,7 @@ lab: $(STAMP)
 		--ServerApp.default_url=/lab/tree/notebooks/00_fake_devices.ipynb $(LAB_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -rs
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder -rs
 
 notebook: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make notebook NB=02"; exit 2; }

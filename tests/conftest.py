@@ -7,6 +7,8 @@
 """
 import os
 
+import pytest
+
 from helpers.devices import use_fake_devices
 from helpers.launch_result import LOG_NOISE
 
@@ -36,3 +38,52 @@ def _patch_nbval() -> None:
 
 
 _patch_nbval()
+
+
+# ------------------------------------------------- spreading the suite over xdist workers
+# `make test` runs `--dist loadgroup`: tests that share a group run on one worker, every other
+# test goes wherever a worker is free. Groups: the cells of one notebook (nbval runs them in one
+# kernel, in order); a module's tests that share a module-scoped fixture (built once); the tests
+# of one exercise (its programs' outputs are computed once per worker, by real runs for some).
+
+def _module_scoped_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
+
+
+def _exercise_id(item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("ex_id") if callspec and item.path.name == "test_exercises.py" else None
+
+
+def _group(item) -> str | None:
+    if item.path.suffix == ".ipynb":
+        return f"nbval-{item.path.stem[:2]}"
+    if _module_scoped_fixture(item):
+        return item.path.stem
+    if _exercise_id(item):
+        return f"exercise-{_exercise_id(item)}"
+    return None
+
+
+def _cost_rank(item) -> tuple[int, int]:
+    """Heaviest first, so the two workers end together: whole-notebook runs, later notebooks (the
+    ones that start real processes) before earlier ones; then module groups and exercises judged in
+    real processes; then the rest, in collection order."""
+    from helpers.exercises import ProcessExercise, get
+
+    if item.path.name == "test_solved_notebooks.py" and hasattr(item, "callspec"):
+        return 0, -int(item.callspec.id[:2])
+    if item.path.suffix == ".ipynb":
+        return 1, -int(item.path.name[:2])
+    if _module_scoped_fixture(item) or (_exercise_id(item) and isinstance(get(_exercise_id(item)), ProcessExercise)):
+        return 2, 0
+    return 3, 0
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _group(item):
+            item.add_marker(pytest.mark.xdist_group(_group(item)))
+    items.sort(key=_cost_rank)  # stable: each notebook's cells keep their order
