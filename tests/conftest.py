@@ -81,9 +81,20 @@ def _cost_rank(item) -> tuple[int, int]:
     return 3, 0
 
 
+def _tell_the_scheduler(item, group: str) -> None:
+    """xdist's scheduler reads a test's group from its id, `nodeid@group`. xdist 3.8 writes that
+    into `item._nodeid`, which pytest 9.2 no longer reads (the id is `item._id`): write it there."""
+    if hasattr(item, "_id") and not item.nodeid.endswith(f"@{group}"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if _group(item):
-            item.add_marker(pytest.mark.xdist_group(_group(item)))
+        if group := _group(item):
+            item.add_marker(pytest.mark.xdist_group(group))
+            if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+                _tell_the_scheduler(item, group)
     items.sort(key=_cost_rank)  # stable: each notebook's cells keep their order
