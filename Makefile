@@ -71,4 +71,4 @@ bench-compare: $(STAMP)
 	$(BIN)/python -m benchmarks.compare $(or $(COMPARE_RUNS),$(A) $(B))
 
 clean:
-	rm -rf $(VENV) solutions .pytest_cache
+	rm -rf $(VENV) solutions .pytest_cache .jax-cache

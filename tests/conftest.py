@@ -4,13 +4,24 @@
 - nbval ignores stderr that is only JAX/absl log noise, so a harmless log line cannot fail a
   notebook; a cell that raises still fails (nbval checks errors apart from outputs).
 - No test, and no notebook kernel a test starts, records a learner's progress.
+- Every JAX process of the suite (this one, notebook kernels, launched hosts) keeps what XLA
+  compiles in `.jax-cache/`, so a second run loads the same programs instead of compiling them
+  again. JAX keys each entry by the program, its flags and the JAX version. With a size limit,
+  JAX reads and writes entries under a file lock (filelock), so no process reads a half-written
+  one; the least recently used entries go first.
 """
 import os
+from pathlib import Path
 
 import pytest
 
-from helpers.devices import use_fake_devices
-from helpers.launch_result import LOG_NOISE
+for name, value in {"JAX_COMPILATION_CACHE_DIR": str(Path(__file__).resolve().parents[1] / ".jax-cache"),
+                    "JAX_COMPILATION_CACHE_MAX_SIZE": str(512 * 2**20),
+                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}.items():  # small programs too
+    os.environ.setdefault(name, value)
+
+from helpers.devices import use_fake_devices  # noqa: E402 (after the cache settings: it imports JAX)
+from helpers.launch_result import LOG_NOISE  # noqa: E402
 
 use_fake_devices(8)
 os.environ["COURSE_PROGRESS_FILE"] = "off"
