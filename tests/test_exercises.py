@@ -277,7 +277,8 @@ def test_a_process_exercise_judges_what_each_real_host_printed():
     exercise.judge(own)
     with pytest.raises(core.Mistake, match="every host read host 0's rows"):
         exercise.judge(same)
-    with pytest.raises(core.Mistake, match=r"your function raised ZeroDivisionError: division by zero on host 0"):
+    # every host divides by zero: the message names whichever failed first
+    with pytest.raises(core.Mistake, match=r"your function raised ZeroDivisionError: division by zero on host [01]"):
         exercise.judge("def my_rows(host, hosts):\n    return 1 / 0\n")
     with pytest.raises(core.NotAttempted):
         exercise.judge("def my_rows(host, hosts):\n    raise NotImplementedError\n")
