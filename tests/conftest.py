@@ -15,10 +15,15 @@ from pathlib import Path
 
 import pytest
 
-for name, value in {"JAX_COMPILATION_CACHE_DIR": str(Path(__file__).resolve().parents[1] / ".jax-cache"),
-                    "JAX_COMPILATION_CACHE_MAX_SIZE": str(512 * 2**20),
-                    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}.items():  # small programs too
-    os.environ.setdefault(name, value)
+try:
+    import filelock  # noqa: F401 (JAX locks the cache with it)
+except ImportError:  # an older .venv (make test reinstalls it): no cache rather than an unlocked one
+    pass
+else:
+    for name, value in {"JAX_COMPILATION_CACHE_DIR": str(Path(__file__).resolve().parents[1] / ".jax-cache"),
+                        "JAX_COMPILATION_CACHE_MAX_SIZE": str(512 * 2**20),
+                        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}.items():  # small programs too
+        os.environ.setdefault(name, value)
 
 from helpers.devices import use_fake_devices  # noqa: E402 (after the cache settings: it imports JAX)
 from helpers.launch_result import LOG_NOISE  # noqa: E402
