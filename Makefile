@@ -37,7 +37,7 @@ lab: $(STAMP)
 		--ServerApp.default_url=/lab/tree/notebooks/00_fake_devices.ipynb $(LAB_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile -rs
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder -rs
 
 notebook: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make notebook NB=02"; exit 2; }
@@ -76,4 +76,4 @@ bench-compare: $(STAMP)
 	$(BIN)/python -m benchmarks.compare $(or $(COMPARE_RUNS),$(A) $(B))
 
 clean:
-	rm -rf $(VENV) solutions .pytest_cache
+	rm -rf $(VENV) solutions .pytest_cache .jax-cache

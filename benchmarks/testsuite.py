@@ -45,7 +45,7 @@ def slowest_tests(output: str) -> list[tuple[float, str]]:
 
 
 def measure(results, opts) -> None:
-    base = [sys.executable, "-m", "pytest", "-n", str(WORKERS), "--dist", "loadfile", "-q"]
+    base = [sys.executable, "-m", "pytest", "-n", str(WORKERS), "--dist", "loadgroup", "--no-loadscope-reorder", "-q"]
     data = {"workers": WORKERS, "runs": {}}
     for label, extra in RUNS.items():
         cmd, times, summary = base + extra, [], ""
@@ -86,7 +86,7 @@ def render(results) -> str:
     n = len(results.values(bench_name(next(iter(runs)))))  # the whole suite's, when measured
     prose = (
         f"Wall time of the test suite with the project's pytest configuration and "
-        f"{data['workers']} xdist workers (`--dist loadfile`, as `make test` runs it), "
+        f"{data['workers']} xdist workers (`--dist loadgroup`, as `make test` runs it), "
         f"measured {times_text(n)}"
         + (" (one run each, as long as a `make test`; `python -m benchmarks.run --only tests "
            "--test-repeats 3` gives a spread)" if n == 1 else "")

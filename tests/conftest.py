@@ -4,11 +4,29 @@
 - nbval ignores stderr that is only JAX/absl log noise, so a harmless log line cannot fail a
   notebook; a cell that raises still fails (nbval checks errors apart from outputs).
 - No test, and no notebook kernel a test starts, records a learner's progress.
+- Every JAX process of the suite (this one, notebook kernels, launched hosts) keeps what XLA
+  compiles in `.jax-cache/`, so a second run loads the same programs instead of compiling them
+  again. JAX keys each entry by the program, its flags and the JAX version. With a size limit,
+  JAX reads and writes entries under a file lock (filelock), so no process reads a half-written
+  one; the least recently used entries go first.
 """
 import os
+from pathlib import Path
 
-from helpers.devices import use_fake_devices
-from helpers.launch_result import LOG_NOISE
+import pytest
+
+try:
+    import filelock  # noqa: F401 (JAX locks the cache with it)
+except ImportError:  # an older .venv (make test reinstalls it): no cache rather than an unlocked one
+    pass
+else:
+    for name, value in {"JAX_COMPILATION_CACHE_DIR": str(Path(__file__).resolve().parents[1] / ".jax-cache"),
+                        "JAX_COMPILATION_CACHE_MAX_SIZE": str(512 * 2**20),
+                        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}.items():  # small programs too
+        os.environ.setdefault(name, value)
+
+from helpers.devices import use_fake_devices  # noqa: E402 (after the cache settings: it imports JAX)
+from helpers.launch_result import LOG_NOISE  # noqa: E402
 
 use_fake_devices(8)
 os.environ["COURSE_PROGRESS_FILE"] = "off"
@@ -36,3 +54,63 @@ def _patch_nbval() -> None:
 
 
 _patch_nbval()
+
+
+# ------------------------------------------------- spreading the suite over xdist workers
+# `make test` runs `--dist loadgroup`: tests that share a group run on one worker, every other
+# test goes wherever a worker is free. Groups: the cells of one notebook (nbval runs them in one
+# kernel, in order); a module's tests that share a module-scoped fixture (built once); the tests
+# of one exercise (its programs' outputs are computed once per worker, by real runs for some).
+
+def _module_scoped_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
+
+
+def _exercise_id(item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("ex_id") if callspec and item.path.name == "test_exercises.py" else None
+
+
+def _group(item) -> str | None:
+    if item.path.suffix == ".ipynb":
+        return f"nbval-{item.path.stem[:2]}"
+    if _module_scoped_fixture(item):
+        return item.path.stem
+    if _exercise_id(item):
+        return f"exercise-{_exercise_id(item)}"
+    return None
+
+
+def _cost_rank(item) -> tuple[int, int]:
+    """Heaviest first, so the two workers end together: whole-notebook runs, later notebooks (the
+    ones that start real processes) before earlier ones; then module groups and exercises judged in
+    real processes; then the rest, in collection order."""
+    from helpers.exercises import ProcessExercise, get
+
+    if item.path.name == "test_solved_notebooks.py" and hasattr(item, "callspec"):
+        return 0, -int(item.callspec.id[:2])
+    if item.path.suffix == ".ipynb":
+        return 1, -int(item.path.name[:2])
+    if _module_scoped_fixture(item) or (_exercise_id(item) and isinstance(get(_exercise_id(item)), ProcessExercise)):
+        return 2, 0
+    return 3, 0
+
+
+def _tell_the_scheduler(item, group: str) -> None:
+    """xdist's scheduler reads a test's group from its id, `nodeid@group`. xdist 3.8 writes that
+    into `item._nodeid`, which pytest 9.2 no longer reads (the id is `item._id`): write it there."""
+    if hasattr(item, "_id") and not item.nodeid.endswith(f"@{group}"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if group := _group(item):
+            item.add_marker(pytest.mark.xdist_group(group))
+            if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+                _tell_the_scheduler(item, group)
+    items.sort(key=_cost_rank)  # stable: each notebook's cells keep their order

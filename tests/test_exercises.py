@@ -10,12 +10,11 @@ import pytest
 
 from helpers import exercises
 from helpers.exercises import core, forms
-from helpers.exercises.kinds import ProgramExercise, SpecExercise, ValueExercise, close, placement, same_spec
+from helpers.exercises.kinds import ProcessExercise, ProgramExercise, SpecExercise, ValueExercise, close, placement, same_spec
 from tools.nbrun import course_notebooks, exercise_id, read
 from helpers.topology import emulated_hosts
 
 IDS = exercises.all_ids()
-CATALOGUE = [(i, n) for i in IDS for n in range(len(exercises.get(i).catalogue()))]
 GARBAGE = [None, 3, "P('host')", [], {"a": 1}, object(), (lambda *a, **k: 1 / 0), float("nan"),
            ("host", "device"), jax.numpy.ones(3)]
 CRASH = "could not be checked"  # what `judge` says when the judge itself failed
@@ -50,17 +49,23 @@ def test_the_course_has_exercises():
 
 @pytest.mark.parametrize("ex_id", IDS)
 def test_reference_solution_passes(ex_id, capsys):
+    if isinstance(exercises.get(ex_id), ProcessExercise):
+        pytest.skip(f"judged in real processes: tests/test_solved_notebooks.py runs {ex_id}'s reference "
+                    "in its notebook, and fails unless every check there passes")
     assert exercises.check(ex_id, exercises.reference(ex_id)) == True  # noqa: E712 (a Verdict)
     assert capsys.readouterr().out.startswith(f"✅ {ex_id}")
 
 
-@pytest.mark.parametrize("ex_id,n", CATALOGUE, ids=[f"{i}-entry{n}" for i, n in CATALOGUE])
-def test_each_catalogued_mistake_earns_its_own_message(ex_id, n):
+@pytest.mark.parametrize("ex_id", IDS)
+def test_each_catalogued_mistake_earns_its_own_message(ex_id, subtests):
+    """One subtest per entry. The catalogue is read here, not at collection: its messages may need
+    the programs' outputs, and those of a process exercise come from real runs."""
     exercise = exercises.get(ex_id)
-    entry, message = exercise.catalogue()[n]
-    status, got = exercises.verdict(ex_id, _answer(exercise, entry))
-    assert status == "mistake"
-    assert got == message  # the exact message: no earlier entry shadows this one
+    for n, (entry, message) in enumerate(exercise.catalogue()):
+        with subtests.test(entry=n):
+            status, got = exercises.verdict(ex_id, _answer(exercise, entry))
+            assert status == "mistake"
+            assert got == message  # the exact message: no earlier entry shadows this one
 
 
 @pytest.mark.parametrize("ex_id", IDS)
@@ -269,7 +274,8 @@ def test_a_process_exercise_judges_what_each_real_host_printed():
     exercise.judge(own)
     with pytest.raises(core.Mistake, match="every host read host 0's rows"):
         exercise.judge(same)
-    with pytest.raises(core.Mistake, match=r"your function raised ZeroDivisionError: division by zero on host 0"):
+    # every host divides by zero: the message names whichever failed first
+    with pytest.raises(core.Mistake, match=r"your function raised ZeroDivisionError: division by zero on host [01]"):
         exercise.judge("def my_rows(host, hosts):\n    return 1 / 0\n")
     with pytest.raises(core.NotAttempted):
         exercise.judge("def my_rows(host, hosts):\n    raise NotImplementedError\n")

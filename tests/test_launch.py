@@ -363,7 +363,10 @@ def test_initialize_under_the_course_launcher(fake_initialize, monkeypatch):
     monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "127.0.0.1:4321")
     monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
     monkeypatch.setenv("JAX_PROCESS_ID", "1")
+    waited = []  # host 1 first waits for host 0's coordinator (none listens here: recorded, not waited)
+    monkeypatch.setattr(launch, "_wait_for_coordinator", lambda address, timeout: waited.append((address, timeout)))
     assert launch.initialize(timeout=7) == "course launcher"
+    assert waited == [("127.0.0.1:4321", 7)]
     assert fake_initialize == [dict(
         coordinator_address="127.0.0.1:4321", num_processes=2, process_id=1,
         coordinator_bind_address="127.0.0.1:4321", initialization_timeout=7,
