@@ -1,7 +1,12 @@
-"""Each notebook, run with the reference solutions injected, passes every check it contains."""
+"""Each notebook, run with the reference solutions injected, passes every check it contains.
+
+The run stops after the last cell that touches an exercise: the cells after it are the same code
+as in the untouched notebook, and nbval runs those (that is most of notebook 11's Orbax runs)."""
+import re
+
 import pytest
 
-from tools.nbrun import check_lines, course_notebooks, execute, inject_solutions, read
+from tools.nbrun import check_lines, course_notebooks, execute, inject_solutions, last_exercise_cell, read
 
 NOTEBOOK_PATHS = course_notebooks()
 
@@ -12,6 +17,17 @@ def test_solved_notebook_passes_every_check(path):
     injected = inject_solutions(nb)
     if not injected:
         pytest.skip(f"{path.name} has no exercises")
+    nb.cells = nb.cells[: last_exercise_cell(nb) + 1]
     execute(nb)
     verdicts = check_lines(nb)
     assert {i: verdicts.get(i) for i in injected} == {i: "✅" for i in injected}
+
+
+def test_the_solved_run_keeps_every_check_and_reveal():
+    """The cut is after every exercise cell, every check and every use of an answer's name."""
+    nb = read(next(p for p in NOTEBOOK_PATHS if p.name.startswith("11_")))
+    last = last_exercise_cell(nb)
+    kept, cut = nb.cells[: last + 1], nb.cells[last + 1:]
+    assert 'check("11.3", targets_for)' in kept[-1].source
+    assert not any(re.search(r"targets_for|(?<![.\w])check\(", c.source) for c in cut if c.cell_type == "code")
+    assert any("run(SCRIPT" in c.source for c in cut)  # the Orbax runs are left to nbval

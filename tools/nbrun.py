@@ -45,6 +45,21 @@ def inject_solutions(nb) -> list[str]:
     return injected
 
 
+_EXERCISE_CALL = re.compile(r"(?<![.\w])(check|hint|solution|reference)\(")
+
+
+def last_exercise_cell(nb) -> int:
+    """Index of the last cell that touches an exercise: the exercise cell itself, a call of
+    check/hint/solution/reference, or a use of an exercise's answer name; -1 if none does."""
+    from helpers.exercises import get
+
+    ids = [i for i in map(exercise_id, nb.cells) if i]
+    names = re.compile(r"\b(" + "|".join(re.escape(get(i).answer_name) for i in ids) + r")\b") if ids else None
+    touching = [n for n, cell in enumerate(nb.cells) if cell.cell_type == "code" and (
+        exercise_id(cell) or _EXERCISE_CALL.search(cell.source) or names.search(cell.source))]
+    return touching[-1] if touching else -1
+
+
 def execute(nb, *, cell_timeout: int = 180, cwd: Path = NOTEBOOKS, quiet_kernel: bool = False):
     """Execute a notebook in place on a fresh python3 kernel, as a learner's Run All would.
 
