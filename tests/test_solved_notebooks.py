@@ -24,10 +24,17 @@ def test_solved_notebook_passes_every_check(path):
 
 
 def test_the_solved_run_keeps_every_check_and_reveal():
-    """The cut is after every exercise cell, every check and every use of an answer's name."""
+    """The cut is after every exercise cell, every check, every use of an answer's name, and every
+    reveal gated on a kept verdict."""
     nb = read(next(p for p in NOTEBOOK_PATHS if p.name.startswith("11_")))
     last = last_exercise_cell(nb)
     kept, cut = nb.cells[: last + 1], nb.cells[last + 1:]
     assert 'check("11.3", targets_for)' in kept[-1].source
     assert not any(re.search(r"targets_for|(?<![.\w])check\(", c.source) for c in cut if c.cell_type == "code")
     assert any("run(SCRIPT" in c.source for c in cut)  # the Orbax runs are left to nbval
+
+
+def test_a_reveal_gated_on_a_verdict_stays_in_the_solved_run():
+    nb = read(next(p for p in NOTEBOOK_PATHS if p.name.startswith("10_")))
+    gated = [n for n, c in enumerate(nb.cells) if c.cell_type == "code" and re.search(r"\bif passed_10_\d", c.source)]
+    assert gated and max(gated) <= last_exercise_cell(nb)

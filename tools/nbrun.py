@@ -46,17 +46,21 @@ def inject_solutions(nb) -> list[str]:
 
 
 _EXERCISE_CALL = re.compile(r"(?<![.\w])(check|hint|solution|reference)\(")
+_VERDICT_NAME = re.compile(r"^(\w+) = check\(", re.MULTILINE)
 
 
 def last_exercise_cell(nb) -> int:
     """Index of the last cell that touches an exercise: the exercise cell itself, a call of
-    check/hint/solution/reference, or a use of an exercise's answer name; -1 if none does."""
+    check/hint/solution/reference, or a use of an answer's name or of a verdict kept from check
+    (a reveal gated on it); -1 if none does."""
     from helpers.exercises import get
 
-    ids = [i for i in map(exercise_id, nb.cells) if i]
-    names = re.compile(r"\b(" + "|".join(re.escape(get(i).answer_name) for i in ids) + r")\b") if ids else None
-    touching = [n for n, cell in enumerate(nb.cells) if cell.cell_type == "code" and (
-        exercise_id(cell) or _EXERCISE_CALL.search(cell.source) or names.search(cell.source))]
+    code = [(n, cell) for n, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    names = [get(i).answer_name for i in map(exercise_id, nb.cells) if i]
+    names += [name for _, cell in code for name in _VERDICT_NAME.findall(cell.source)]
+    used = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b") if names else None
+    touching = [n for n, cell in code if exercise_id(cell) or _EXERCISE_CALL.search(cell.source)
+                or (used and used.search(cell.source))]
     return touching[-1] if touching else -1
 
 
