@@ -223,7 +223,7 @@ def eight():
     import jax
 
     if jax.device_count() != 8:
-        pytest.skip("needs the 8 fake devices that tests/conftest.py sets up")
+        pytest.skip("needs the 8 fake devices that conftest.py sets up")
     with topology.emulated_hosts(1):
         yield jax
 

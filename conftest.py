@@ -1,4 +1,4 @@
-"""Test set-up shared by every test file.
+"""Test set-up shared by every pytest run here (at the root, so `pytest notebooks/` gets it too).
 
 - Unit tests see 8 fake CPU devices (set before anything imports JAX).
 - nbval ignores stderr that is only JAX/absl log noise, so a harmless log line cannot fail a
@@ -20,7 +20,7 @@ try:
 except ImportError:  # an older .venv (make test reinstalls it): no cache rather than an unlocked one
     pass
 else:
-    for name, value in {"JAX_COMPILATION_CACHE_DIR": str(Path(__file__).resolve().parents[1] / ".jax-cache"),
+    for name, value in {"JAX_COMPILATION_CACHE_DIR": str(Path(__file__).resolve().parent / ".jax-cache"),
                         "JAX_COMPILATION_CACHE_MAX_SIZE": str(512 * 2**20),
                         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}.items():  # small programs too
         os.environ.setdefault(name, value)
