@@ -90,8 +90,8 @@ def render(results) -> str:
         f"measured {times_text(n)}"
         + (" (one run each, as long as a `make test`; `python -m benchmarks.run --only tests "
            "--test-repeats 3` gives a spread)" if n == 1 else "")
-        + ". The whole suite runs every notebook twice (nbval against the committed outputs, "
-          "and once with every exercise solved) plus the unit tests"
+        + ". The whole suite runs every notebook once under nbval (against the committed outputs) "
+          "and once more with every exercise solved, up to its last exercise, plus the unit tests"
         + (f"; here it takes {medians[0] / medians[1]:.1f}× the nbval run"
            if len(medians) == 2 else "")
         + f". The budget of a warm `make test` is {BUDGET_S // 60} min. With 2 workers on 2 "
