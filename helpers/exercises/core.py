@@ -297,7 +297,7 @@ class Verdict:
         return hash(self.passed)
 
     def __repr__(self) -> str:
-        return f"Verdict(passed={self.passed})"
+        return f"{type(self).__name__}(passed={self.passed})"
 
     def _ipython_display_(self) -> None:
         """Display nothing: the printed line is the verdict."""

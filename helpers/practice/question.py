@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from helpers.exercises.core import Verdict
 from helpers.practice.scenario import Scenario
 
 
@@ -22,29 +23,15 @@ class Mistake:
     message: str
 
 
-class Result:
+class Result(Verdict):
     """What `Question.check` returns: truthy when the answer passed, equal to True or False.
 
     It displays nothing in a notebook, because `check` has already printed its line.
     """
 
     def __init__(self, passed: bool, message: str):
-        self.passed, self.message = passed, message
-
-    def __bool__(self) -> bool:
-        return self.passed
-
-    def __eq__(self, other: object) -> bool:
-        return self.passed == bool(other) if isinstance(other, (bool, Result)) else NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self.passed)
-
-    def __repr__(self) -> str:
-        return f"Result(passed={self.passed})"
-
-    def _ipython_display_(self) -> None:
-        """Display nothing: the printed line is the verdict."""
+        super().__init__(passed)
+        self.message = message
 
 
 @dataclass(eq=False)
