@@ -11,6 +11,7 @@
   one; the least recently used entries go first.
 """
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,25 @@ def pytest_collection_modifyitems(config, items):
             if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
                 _tell_the_scheduler(item, group)
     items.sort(key=_cost_rank)  # stable: each notebook's cells keep their order
+
+
+# ------------------------------------------------- helpers.launch.initialize() without a cluster
+
+@pytest.fixture
+def initialize_calls(monkeypatch):
+    """helpers.launch.initialize() with jax.distributed.initialize recorded, not called, and no
+    launcher, SLURM or MPI variables left in the environment (a test sets the ones it needs)."""
+    import jax
+
+    from helpers import launch
+
+    calls: list[dict] = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: calls.append(k))
+    monkeypatch.setattr(launch, "_joined_via", None)
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(launch, "_native_stdout_off_the_pipe", lambda **kwargs: None)  # keep pytest's fd 1
+    for var in list(os.environ):
+        if var.startswith(("SLURM_", "OMPI_", "PMIX_")) or var in (
+                "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "HELPERS_LAUNCH_PARENT"):
+            monkeypatch.delenv(var)
+    return calls

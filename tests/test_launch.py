@@ -336,30 +336,12 @@ def test_child_environment_binds_loopback_and_sets_devices(monkeypatch):
 
 # ------------------------------------------------------------------ initialize() paths
 
-@pytest.fixture
-def fake_initialize(monkeypatch):
-    """Record jax.distributed.initialize calls instead of making them."""
-    import jax
-
-    calls: list[dict] = []
-    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: calls.append(k))
-    monkeypatch.setattr(launch, "_joined_via", None)
-    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
-    monkeypatch.setattr(launch, "_native_stdout_off_the_pipe", lambda **kwargs: None)  # keep pytest's fd 1
-    for var in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
-                "OMPI_MCA_orte_hnp_uri", "OMPI_COMM_WORLD_SIZE", "SLURM_JOB_ID",
-                "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID",
-                "HELPERS_LAUNCH_PARENT"):
-        monkeypatch.delenv(var, raising=False)
-    return calls
-
-
-def test_initialize_alone_is_a_single_process(fake_initialize):
+def test_initialize_alone_is_a_single_process(initialize_calls):
     assert launch.initialize() == "single process"
-    assert fake_initialize == []
+    assert initialize_calls == []
 
 
-def test_initialize_under_the_course_launcher(fake_initialize, monkeypatch):
+def test_initialize_under_the_course_launcher(initialize_calls, monkeypatch):
     monkeypatch.setenv("JAX_COORDINATOR_ADDRESS", "127.0.0.1:4321")
     monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
     monkeypatch.setenv("JAX_PROCESS_ID", "1")
@@ -367,12 +349,12 @@ def test_initialize_under_the_course_launcher(fake_initialize, monkeypatch):
     monkeypatch.setattr(launch, "_wait_for_coordinator", lambda address, timeout: waited.append((address, timeout)))
     assert launch.initialize(timeout=7) == "course launcher"
     assert waited == [("127.0.0.1:4321", 7)]
-    assert fake_initialize == [dict(
+    assert initialize_calls == [dict(
         coordinator_address="127.0.0.1:4321", num_processes=2, process_id=1,
         coordinator_bind_address="127.0.0.1:4321", initialization_timeout=7,
         cluster_detection_method="deactivate")]
     assert launch.initialize() == "course launcher"  # a second call is a no-op
-    assert len(fake_initialize) == 1
+    assert len(initialize_calls) == 1
 
 
 @pytest.mark.parametrize("env, kind", [
@@ -380,14 +362,14 @@ def test_initialize_under_the_course_launcher(fake_initialize, monkeypatch):
     ({"SLURM_JOB_ID": "1", "SLURM_STEP_NODELIST": "n1", "SLURM_NTASKS": "2",
       "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}, "SLURM"),
 ])
-def test_initialize_falls_back_to_jax_cluster_detection(fake_initialize, monkeypatch, env, kind):
+def test_initialize_falls_back_to_jax_cluster_detection(initialize_calls, monkeypatch, env, kind):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert launch.initialize() == f"cluster auto-detect ({kind})"
-    assert fake_initialize == [dict(initialization_timeout=60)]
+    assert initialize_calls == [dict(initialization_timeout=60)]
 
 
-def test_initialize_explains_an_mpi_it_cannot_detect(fake_initialize, monkeypatch):
+def test_initialize_explains_an_mpi_it_cannot_detect(initialize_calls, monkeypatch):
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
     with pytest.raises(RuntimeError, match="OMPI_MCA_orte_hnp_uri"):
         launch.initialize()

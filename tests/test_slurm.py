@@ -213,23 +213,6 @@ OPEN_MPI_5_ENV = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
                   "PMIX_RANK": "1"}  # what Open MPI 5's mpirun sets: no OMPI_MCA_orte_hnp_uri
 
 
-@pytest.fixture
-def initialize_calls(monkeypatch):
-    """helpers.launch.initialize() with jax.distributed.initialize recorded, not called."""
-    import jax
-
-    calls: list[dict] = []
-    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: calls.append(k))
-    monkeypatch.setattr(launch, "_joined_via", None)
-    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
-    monkeypatch.setattr(launch, "_native_stdout_off_the_pipe", lambda **kwargs: None)
-    for var in list(os.environ):
-        if var.startswith(("SLURM_", "OMPI_", "PMIX_")) or var in (
-                "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
-            monkeypatch.delenv(var)
-    return calls
-
-
 def test_under_srun_initialize_lets_jax_detect_slurm(initialize_calls, monkeypatch):
     for k, v in SLURM_ENV.items():
         monkeypatch.setenv(k, v)
