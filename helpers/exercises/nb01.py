@@ -13,15 +13,6 @@ from helpers.topology import host_of
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 
 
-def _ids(devices) -> list:
-    return [d.id for d in devices]
-
-
-def _host_of_id(device_id: int) -> int:
-    """The host that owns a device on this course's 2 x 4 machine (its devices 0-3 are host 0's)."""
-    return host_of(next(d for d in jax.devices() if d.id == device_id))
-
-
 # ------------------------------------------------------------------ 01.1 build the mesh
 
 def _given(mesh) -> list:
@@ -33,7 +24,7 @@ def _built(build_mesh, mesh) -> tuple:
     """What build_mesh makes of the layout's devices: ('mesh', names, device-id rows), or what it is instead."""
     built = build_mesh(_given(mesh), mesh.shape["host"])
     if isinstance(built, Mesh):
-        return ("mesh", tuple(built.axis_names), [_ids(row) for row in built.devices])
+        return ("mesh", tuple(built.axis_names), [[d.id for d in row] for row in built.devices])
     if hasattr(built, "shape") and hasattr(built, "reshape"):
         return ("grid", describe(built))
     return ("other", describe(built))
@@ -43,36 +34,23 @@ def _where(case) -> str:
     return f"for {case.devices} devices on {case.layout[0]} hosts"
 
 
+def _given_ids(case) -> list:
+    return [d.id for d in _given(case.mesh)]
+
+
 def _want(case) -> list:
-    hosts, per_host = case.layout
-    given = _ids(_given(case.mesh))
-    return [given[h * per_host:(h + 1) * per_host] for h in range(hosts)]
-
-
-def _from_jax(case) -> list:
-    """The rows a mesh built from jax.devices() (not the given list) would have."""
-    hosts, per_host = case.layout
-    ids = sorted(_ids(_given(case.mesh)))
-    return [ids[h * per_host:(h + 1) * per_host] for h in range(hosts)]
-
-
-def _shape(case) -> tuple:
-    return (len(case.got[2]), len(case.got[2][0]) if case.got[2] else 0)
+    """The right rows: the given devices, host by host."""
+    return np.reshape(_given_ids(case), case.layout).tolist()
 
 
 def _mixed_row(case):
     """(row index, its devices, their hosts) of the first row that holds several hosts' devices, or None."""
-    per_host = case.layout[1]
-    owner = {d: i // per_host for i, d in enumerate(_ids(_given(case.mesh)))}
+    owner = {d: h for h, row in enumerate(_want(case)) for d in row}
     for h, row in enumerate(case.got[2]):
         hosts = sorted({owner.get(d, -1) for d in row})
         if len(hosts) > 1:
             return h, row, hosts
     return None
-
-
-def _is_mesh(case) -> bool:
-    return case.got[0] == "mesh"
 
 
 def _build(body: str) -> str:
@@ -93,7 +71,7 @@ def build_mesh(devices, num_hosts):
         Rule(lambda case: case.got[0] == "grid", example=_build("np.array(devices).reshape(num_hosts, -1)"),
              say=lambda case: f"build_mesh returned the device grid ({case.got[1]}), not a mesh: wrap it as "
                               "Mesh(grid, ('host', 'device')) to give its axes names"),
-        Rule(lambda case: not _is_mesh(case), example=_build("list(devices)"),
+        Rule(lambda case: case.got[0] != "mesh", example=_build("list(devices)"),
              say=lambda case: f"build_mesh should return a jax.sharding.Mesh, but returned {case.got[1]}"),
         Rule(lambda case: sorted(case.got[1]) == ["device", "host"] and case.got[1] != ("host", "device"),
              example=_build('Mesh(np.array(devices).reshape(num_hosts, -1), ("device", "host"))'),
@@ -102,20 +80,20 @@ def build_mesh(devices, num_hosts):
         Rule(lambda case: case.got[1] != ("host", "device"),
              example=_build('Mesh(np.array(devices).reshape(num_hosts, -1), ("hosts", "devices"))'),
              say=lambda case: f"your mesh's axes are named {case.got[1]}; the course calls them ('host', 'device')"),
-        Rule(lambda case: _shape(case) == case.layout[::-1],
+        Rule(lambda case: np.shape(case.got[2]) == case.layout[::-1],
              example=_build('Mesh(np.array(devices).reshape(-1, num_hosts), ("host", "device"))'),
-             say=lambda case: f"{_where(case)} your mesh has shape {_shape(case)}: the 'host' axis has "
+             say=lambda case: f"{_where(case)} your mesh has shape {np.shape(case.got[2])}: the 'host' axis has "
                               f"{case.layout[1]} entries but there are {case.layout[0]} hosts; reshape to "
                               "(num_hosts, devices per host), hosts first"),
-        Rule(lambda case: _shape(case) != case.layout,
+        Rule(lambda case: np.shape(case.got[2]) != case.layout,
              example=_build('Mesh(np.array(devices).reshape(1, -1), ("host", "device"))'),
-             say=lambda case: f"{_where(case)} your mesh has shape {_shape(case)}, but a (host, device) mesh "
+             say=lambda case: f"{_where(case)} your mesh has shape {np.shape(case.got[2])}, but a (host, device) mesh "
                               f"needs {case.layout}: one row per host, one column per device of a host"),
-        Rule(lambda case: sorted(d for row in case.got[2] for d in row) != sorted(_ids(_given(case.mesh)))
-             or case.got[2] == _from_jax(case),
+        Rule(lambda case: sorted(d for row in case.got[2] for d in row) != sorted(_given_ids(case))
+             or case.got[2] == np.reshape(sorted(_given_ids(case)), case.layout).tolist(),  # from jax.devices()
              example=_build('jax.make_mesh((num_hosts, len(devices) // num_hosts), ("host", "device"))'),
              say=lambda case: f"{_where(case)} your mesh holds devices {case.got[2]}, but the devices you were "
-                              f"given are {_ids(_given(case.mesh))}: build the mesh from the `devices` argument, "
+                              f"given are {_given_ids(case)}: build the mesh from the `devices` argument, "
                               "not from jax.devices() (with jax.make_mesh, pass devices=devices)"),
         Rule(lambda case: _mixed_row(case) is not None,
              example=_build('Mesh(np.array(devices).reshape(-1, num_hosts).T, ("host", "device"))'),
@@ -136,14 +114,14 @@ def build_mesh(devices, num_hosts):
 
 # ------------------------------------------------------------------ 01.2 host 1's cells
 
-def _shuffled():
-    """The notebook's `shuffled` mesh."""
-    return Mesh(np.array(jax.devices()).reshape(2, 4).T.reshape(2, 4), ("host", "device"))
-
-
 def _host1_cells() -> frozenset:
-    grid = _shuffled().devices
-    return frozenset((r, c) for (r, c), d in np.ndenumerate(grid) if _host_of_id(d.id) == 1)
+    """The cells of host 1's devices in the notebook's `shuffled` mesh."""
+    shuffled = Mesh(np.array(jax.devices()).reshape(2, 4).T.reshape(2, 4), ("host", "device"))
+    return frozenset((r, c) for (r, c), d in np.ndenumerate(shuffled.devices) if host_of(d) == 1)
+
+
+def _off_mesh(cell: tuple[int, int]) -> bool:
+    return not (0 <= cell[0] < 2 and 0 <= cell[1] < 4)
 
 
 register(ValueExercise(
@@ -160,11 +138,10 @@ register(ValueExercise(
             "reshape(2, 4).T, then reshape(2, 4) again",
     },
     rules=(
-        Rule(lambda cells: any(not (0 <= r < 2 and 0 <= c < 4) for r, c in cells),
-             example=frozenset({(1, 0), (3, 0), (1, 1), (3, 1)}),
+        Rule(lambda cells: any(map(_off_mesh, cells)), example=frozenset({(1, 0), (3, 0), (1, 1), (3, 1)}),
              say=lambda cells: f"the mesh has 2 rows (host=0, 1) and 4 columns (device=0..3), so "
-                               f"{min(c for c in cells if not (0 <= c[0] < 2 and 0 <= c[1] < 4))} is not a cell; "
-                               "write (host index, device index), row first"),
+                               f"{min(filter(_off_mesh, cells))} is not a cell; write (host index, device index), "
+                               "row first"),
         Rule(lambda cells: len(cells) != 4, example=frozenset({(0, 1), (0, 3), (1, 1)}),
              say=lambda cells: f"host 1 owns 4 devices (4, 5, 6, 7), so 4 cells, but you gave {len(cells)}"),
     ),
@@ -196,7 +173,7 @@ def _candidates() -> dict:
 def _follows_hosts(mesh) -> bool:
     """Each position along 'host' holds one host's devices, and different positions different hosts."""
     along = np.moveaxis(mesh.devices, mesh.axis_names.index("host"), 0)
-    owners = [{_host_of_id(d.id) for d in group.flat} for group in along]
+    owners = [{host_of(d) for d in group.flat} for group in along]
     return all(len(o) == 1 for o in owners) and len(set().union(*owners)) == len(owners)
 
 
@@ -218,14 +195,14 @@ _WHY = {
          "in order as a 4 x 2 grid: the column host=0 holds devices 0, 2, 4, 6, from both hosts. Its "
          "axis called 'device' is the one that changes host",
 }
-# For each mesh, an answer that gets it wrong (and every other mesh right).
-_GETS_WRONG = {"A": "BD", "B": "AD", "C": "ABCD", "D": "AB", "E": "ABDE"}
+_SOLVED = frozenset("ABD")  # the solution's answer (the judge computes the right one from JAX)
 
 
 def _about(letter: str) -> Rule:
+    """The mistake about mesh `letter`; its example gets that mesh wrong and every other right."""
     return Rule(lambda chosen: (letter in chosen) != (letter in _following()),
                 lambda chosen: _WHY[letter] if letter in chosen else f"you left out {letter}: {_WHY[letter]}",
-                frozenset(_GETS_WRONG[letter]))
+                _SOLVED ^ {letter})
 
 
 register(ValueExercise(
@@ -249,7 +226,7 @@ register(ValueExercise(
 
 def _small_mesh_hosts() -> tuple:
     mesh = jax.make_mesh((2, 2), ("host", "device"))
-    return tuple(tuple(_host_of_id(d.id) for d in row) for row in mesh.devices)
+    return tuple(tuple(host_of(d) for d in row) for row in mesh.devices)
 
 
 _NOT_SPREAD = ("make_mesh does not spread the mesh over the hosts: it takes the first 4 devices of "
