@@ -12,11 +12,6 @@ KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emul
 MESH = (2, 4)  # 2 hosts x 4 devices, host h's devices in row h
 
 
-def _rows_of(device: int, spec_entries: tuple, shape: tuple[int, ...]) -> tuple[int, int]:
-    """The rows `device` holds when `shape` is placed with P(*spec_entries) on the course mesh."""
-    return placement(course_mesh(MESH), P(*spec_entries), shape)[device][0]
-
-
 # ------------------------------------------------------------------ 02.1 device 5's rows
 
 _ONE_ROW = ("16 rows over 8 devices makes tiles of 2 rows; (start, stop) stops one past the last row, "
@@ -28,7 +23,7 @@ register(ValueExercise(
     title="the rows device 5 holds under P(('device', 'host'), None)",
     solution="device5_rows = (6, 8)  # device 5 is (host=1, device=1): tile 1 * 2 + 1 = 3 of 8, rows 6:8",
     form=forms.span(like="(0, 2) for rows 0 and 1"),
-    right=lambda: _rows_of(5, (("device", "host"), None), (16, 8)),
+    right=lambda: placement(course_mesh(MESH), P(("device", "host"), None), (16, 8))[5][0],  # device 5's rows
     wrong={
         (6, 7): _ONE_ROW, (7, 8): _ONE_ROW, (5, 6): _TILE_OF_ONE, (3, 4): _TILE_OF_ONE,
         (10, 12): "that is device 5's tile under P(('host', 'device')). In ('device', 'host') the LAST name "
@@ -48,17 +43,18 @@ register(ValueExercise(
 
 # ------------------------------------------------------------------ 02.2 copies per tile
 
-_COPY_SPECS = ((), (None, "host"), ("device", None), ("device", "host"))
+_COPY_SPECS = (P(), P(None, "host"), P("device", None), P("device", "host"))
 
 
 def _copies() -> tuple[int, ...]:
     """For each spec, how many devices hold device 0's tile of an (8, 8) array."""
-    mesh = course_mesh(MESH)
-    counts = []
-    for entries in _COPY_SPECS:
-        where = placement(mesh, P(*entries), (8, 8))
-        counts.append(sum(index == where[0] for index in where.values()))
-    return tuple(counts)
+    where = [placement(course_mesh(MESH), spec, (8, 8)) for spec in _COPY_SPECS]
+    return tuple(sum(index == tiles[0] for index in tiles.values()) for tiles in where)
+
+
+def _first_wrong_spec(counts: tuple[int, ...]):
+    """The spec of the first count that differs from JAX's."""
+    return next(spec for spec, got, want in zip(_COPY_SPECS, counts, _copies()) if got != want)
 
 
 register(ValueExercise(
@@ -95,16 +91,7 @@ register(ValueExercise(
 ))
 
 
-def _first_wrong_spec(counts: tuple[int, ...]):
-    right = _copies()
-    return P(*_COPY_SPECS[next(i for i in range(4) if counts[i] != right[i])])
-
-
 # ------------------------------------------------------------------ 02.3 the spec of a data-parallel batch
-
-def _splits_features(spec) -> bool:
-    return len(normal_spec(spec)) > 1
-
 
 register(SpecExercise(
     id="02.3", kernel=KERNEL, answer_name="batch_spec",
@@ -125,7 +112,7 @@ register(SpecExercise(
                                        "first in the tuple",
             P(): "P() copies the whole batch onto every device: all 8 would compute on the same 16 rows",
         },
-        rules=(Rule(_splits_features, example=P(None, ("host", "device")),
+        rules=(Rule(lambda spec: len(normal_spec(spec)) > 1, example=P(None, ("host", "device")),
                     say=lambda spec: f"{format_spec(spec)} splits dimension 1 (the 8 features of each example), "
                                      "so a device holds only part of each row; keep whole rows and split "
                                      "dimension 0, the batch"),),
