@@ -34,6 +34,11 @@ def _rows(shapes) -> tuple:
     return tuple(s[0] for s in shapes)
 
 
+def _first_wrong_spec(shapes):
+    """The spec of the first shape that differs from JAX's."""
+    return next(spec for spec, got, want in zip(_SHAPE_SPECS, shapes, _global_shapes()) if got != want)
+
+
 _STACKED, _ALONE = HOSTS * _LOCAL[0], _LOCAL[0]
 
 register(ValueExercise(
@@ -57,12 +62,13 @@ register(ValueExercise(
         Rule(lambda shapes: max(_rows(shapes)[:2]) > _STACKED or _rows(shapes)[2] > _ALONE,
              example=((128, 4), (32, 4), (64, 4), (16, 4)),
              say="JAX does not multiply by the number of devices: each host passes its WHOLE part, and JAX "
-                 "multiplies by how many hosts hold different rows (2 when 'host' splits the rows, 1 when it does not)"),
+                 "multiplies by how many hosts hold different rows (2 when 'host' splits the rows, 1 when it does "
+                 "not)"),
         Rule(lambda shapes: _rows(shapes)[1] == _ALONE, example=((32, 4), (16, 4), (16, 4), (16, 4)),
              say="P('host') splits the rows over the hosts: host 0's 16 rows and host 1's 16 rows are different "
                  "rows of the global array, 32 in all (each copied on the 4 devices of its host)"),
     ),
-    otherwise=lambda shapes: (f"the shape for {format_spec(_SHAPE_SPECS[_first_wrong(shapes)])} is not right: "
+    otherwise=lambda shapes: (f"the shape for {format_spec(_first_wrong_spec(shapes))} is not right: "
                               "does the spec name 'host'? If it does, the hosts' rows are stacked"),
     hints=(
         "JAX never sees the other host's data; it works the global shape out from the spec: along a "
@@ -71,10 +77,6 @@ register(ValueExercise(
         "as each host passed it, whatever it does with 'device'.",
     ),
 ))
-
-
-def _first_wrong(shapes) -> int:
-    return next(i for i, (got, want) in enumerate(zip(shapes, _global_shapes())) if got != want)
 
 
 # ------------------------------------------------------------------ 03.2 the spec on a devices-first mesh
@@ -94,8 +96,10 @@ def _host0_rows(spec) -> str:
     return ", ".join(f"{a}:{b}" for a, b in rows)
 
 
-def _axes(spec) -> list:
-    return [a for e in normal_spec(spec) if e is not None for a in (e if isinstance(e, tuple) else (e,))]
+def _unknown_axes(spec) -> list:
+    """The names `spec` gives that are no axis of the mesh."""
+    return [a for e in normal_spec(spec) if e is not None for a in (e if isinstance(e, tuple) else (e,))
+            if a not in ("host", "device")]
 
 
 register(SpecExercise(
@@ -123,9 +127,9 @@ register(SpecExercise(
         rules=(
             Rule(lambda spec: len(spec) > 2, example=P(None, None, "host"),
                  say=lambda spec: f"{format_spec(spec)} has {len(spec)} entries, but the batch has 2 dimensions"),
-            Rule(lambda spec: any(a not in ("host", "device") for a in _axes(spec)), example=P("hosts"),
-                 say=lambda spec: "the mesh's axes are 'device' and 'host'; "
-                                  f"{next(a for a in _axes(spec) if a not in ('host', 'device'))!r} is not one of them"),
+            Rule(lambda spec: bool(_unknown_axes(spec)), example=P("hosts"),
+                 say=lambda spec: f"the mesh's axes are 'device' and 'host'; {_unknown_axes(spec)[0]!r} is not one "
+                                  "of them"),
             Rule(lambda spec: len(normal_spec(spec)) > 1, example=P(None, ("device", "host")),
                  say=lambda spec: f"{format_spec(spec)} splits dimension 1, the 3 features of each example; keep "
                                   "whole examples and split dimension 0, the batch"),
@@ -174,15 +178,15 @@ _MESH_WHY = (
     "in D each host's devices are one row, a block; the axis names do not matter to the function, only where "
     "each host's devices sit",
 )
-_GETS_WRONG = ((False, True, False, True), (True, False, False, True), (True, True, True, True),
-               (True, True, False, False))  # for each mesh, an answer wrong about it alone
+_SOLVED = (True, True, False, True)  # the solution's answer (the judge computes the right one from JAX)
 
 register(ValueExercise(
     id="03.3", kernel=KERNEL, answer_name="hla2ga_accepts", title="the meshes host_local_array_to_global_array accepts",
     solution="hla2ga_accepts = (True, True, False, True)  # only C splits a host's devices into pieces",
     form=forms.booleans(4, like="(True, False, True, False)", what="one per mesh A to D"),
     right=_accepts,
-    rules=tuple(Rule(lambda v, i=i: v[i] != _accepts()[i], f"mesh {'ABCD'[i]}: {_MESH_WHY[i]}", _GETS_WRONG[i])
+    rules=tuple(Rule(lambda v, i=i: v[i] != _accepts()[i], f"mesh {'ABCD'[i]}: {_MESH_WHY[i]}",
+                     example=tuple(a != (j == i) for j, a in enumerate(_SOLVED)))  # wrong about mesh i alone
                 for i in range(4)),
     hints=(
         "Ignore the axis names. For each mesh, mark the cells that hold host 0's devices (0-3). "
