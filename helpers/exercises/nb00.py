@@ -20,9 +20,9 @@ def _port(num_hosts: int) -> int:
 
 
 def _what_a_process_reads(host_env, mesh) -> tuple[dict, ...]:
-    """For each host of the layout, what its process makes of host_env's answer.
+    """For each host of the layout, what its process makes of host_env's answer, and which host it is.
 
-    `via` names the variable (and its value) that sets a wrong device count; None when it is right.
+    `via` names the variable that sets a wrong device count, and `set_to` its value (None when right).
     """
     num_hosts, per_host = mesh.shape["host"], mesh.shape["device"]
     views = []
@@ -33,13 +33,15 @@ def _what_a_process_reads(host_env, mesh) -> tuple[dict, ...]:
         cpu, xla = env.get("JAX_NUM_CPU_DEVICES"), str(env.get("XLA_FLAGS", ""))
         flags = re.findall(rf"{DEVICE_COUNT_FLAG}=(\S*)", xla)
         devices = cpu if cpu is not None else (flags[0] if flags else None)
-        via = None
-        if devices is not None and str(devices) != str(per_host):
-            via = ("JAX_NUM_CPU_DEVICES", cpu) if cpu is not None else ("XLA_FLAGS", xla)
+        wrong = devices is not None and str(devices) != str(per_host)
         views.append({
+            "host": host, "hosts": num_hosts, "per_host": per_host,
             "missing": ", ".join(k for k in _RUN_KEYS if k not in env),
             "strings": all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()),
-            "devices": devices, "via": via,
+            "devices": devices,
+            "via": ("JAX_NUM_CPU_DEVICES" if cpu is not None else "XLA_FLAGS") if wrong else None,
+            "set_to": (cpu if cpu is not None else xla) if wrong else None,
+            "total": num_hosts > 1 and devices == str(num_hosts * per_host),  # the run's count, not the host's
             "conflict": next(((f, cpu) for f in flags if cpu is not None and f != cpu), None),
             "inherited": "PATH" in env and cpu == os.environ.get("JAX_NUM_CPU_DEVICES"),
             **{k: env.get(k) for k in _RUN_KEYS},
@@ -48,11 +50,10 @@ def _what_a_process_reads(host_env, mesh) -> tuple[dict, ...]:
 
 
 def _family(test, message: Message, example: str) -> Rule:
-    """A rule on the hosts' views: `test(view, host, num_hosts, per_host)`; `message` gets the same."""
+    """A rule on the hosts' views: `test(view)` holds for some host; `message` is about the first such view."""
     def first(case):
-        return next(((v, h) for h, v in enumerate(case.got) if test(v, h, *case.layout)), None)
-    return Rule(lambda case: first(case) is not None,
-                lambda case: say(message, *first(case), *case.layout), example)
+        return next((v for v in case.got if test(v)), None)
+    return Rule(lambda case: first(case) is not None, lambda case: say(message, first(case)), example)
 
 
 def _host_env(devices: str, ids: str = "str(host_id)", port: str = "port") -> str:
@@ -67,15 +68,6 @@ def _flag(count: str) -> str:
 
 _TOTAL = ("gives each process the total device count; it sets ONE process's devices, so pass devices_per_host "
           "(JAX adds the hosts' devices up itself)")
-
-
-def _via(name):
-    return lambda v, h, hosts, per_host: v["via"] is not None and v["via"][0] == name
-
-
-def _total(name):
-    return lambda v, h, hosts, per_host: _via(name)(v, h, hosts, per_host) and hosts > 1 \
-        and v["devices"] == str(hosts * per_host)
 
 
 register(ProgramExercise(
@@ -95,50 +87,50 @@ def host_env(host_id, num_hosts, devices_per_host, port):
     run=_what_a_process_reads,
     meshes=((2, 4), (3, 2), (4, 1)),
     families=(
-        _family(lambda v, *_: bool(v["missing"]),
-                lambda v, *_: f"the environment has no {v['missing']}; a host process of this course needs all "
-                              f"of {', '.join(_RUN_KEYS)}",
-                f"def host_env(host_id, num_hosts, devices_per_host, port):\n    return {{{_flag('devices_per_host')}}}\n"),
-        _family(lambda v, *_: not v["strings"], "environment variables are strings: wrap numbers in str(...)",
+        _family(lambda v: bool(v["missing"]),
+                lambda v: f"the environment has no {v['missing']}; a host process of this course needs all of "
+                          f"{', '.join(_RUN_KEYS)}",
+                "def host_env(host_id, num_hosts, devices_per_host, port):\n"
+                f"    return {{{_flag('devices_per_host')}}}\n"),
+        _family(lambda v: not v["strings"], "environment variables are strings: wrap numbers in str(...)",
                 "def host_env(host_id, num_hosts, devices_per_host, port):\n"
                 "    return {'JAX_NUM_CPU_DEVICES': devices_per_host, 'JAX_NUM_PROCESSES': num_hosts,\n"
                 "            'JAX_PROCESS_ID': host_id, 'JAX_COORDINATOR_ADDRESS': f'127.0.0.1:{port}'}\n"),
-        _family(lambda v, *_: v["devices"] is None,
+        _family(lambda v: v["devices"] is None,
                 "the environment does not give the process its devices: set JAX_NUM_CPU_DEVICES (or "
                 f"XLA_FLAGS='{DEVICE_COUNT_FLAG}=N') to this host's device count", _host_env("")),
-        _family(lambda v, *a: _via("JAX_NUM_CPU_DEVICES")(v, *a) and v["inherited"],
-                lambda v, h, hosts, per_host: (
-                    f"your environment carries JAX_NUM_CPU_DEVICES={v['devices']!r}, inherited from this notebook's "
-                    "os.environ (use_fake_devices set it for the notebook's own devices). It wins over XLA_FLAGS, "
-                    f"so each process would get {v['devices']} devices: set it to devices_per_host ({per_host} "
-                    "here), or remove it"),
+        _family(lambda v: v["via"] == "JAX_NUM_CPU_DEVICES" and v["inherited"],
+                lambda v: f"your environment carries JAX_NUM_CPU_DEVICES={v['devices']!r}, inherited from this "
+                          "notebook's os.environ (use_fake_devices set it for the notebook's own devices). It wins "
+                          f"over XLA_FLAGS, so each process would get {v['devices']} devices: set it to "
+                          f"devices_per_host ({v['per_host']} here), or remove it",
                 "import os\n" + _host_env("**os.environ, " + _flag("devices_per_host"))),
-        _family(_total("JAX_NUM_CPU_DEVICES"), f"JAX_NUM_CPU_DEVICES {_TOTAL}",
+        _family(lambda v: v["via"] == "JAX_NUM_CPU_DEVICES" and v["total"], f"JAX_NUM_CPU_DEVICES {_TOTAL}",
                 _host_env("'JAX_NUM_CPU_DEVICES': str(num_hosts * devices_per_host), ")),
-        _family(_via("JAX_NUM_CPU_DEVICES"),
-                lambda v, h, hosts, per_host: f"for {per_host} devices per host, JAX_NUM_CPU_DEVICES should be "
-                                              f"{str(per_host)!r}, not {v['devices']!r}",
+        _family(lambda v: v["via"] == "JAX_NUM_CPU_DEVICES",
+                lambda v: f"for {v['per_host']} devices per host, JAX_NUM_CPU_DEVICES should be "
+                          f"{str(v['per_host'])!r}, not {v['devices']!r}",
                 _host_env("'JAX_NUM_CPU_DEVICES': '3', ")),
-        _family(lambda v, *_: v["conflict"] is not None,
-                lambda v, *_: f"XLA_FLAGS asks for {v['conflict'][0]} devices and JAX_NUM_CPU_DEVICES for "
-                              f"{v['conflict'][1]}: JAX_NUM_CPU_DEVICES would win, but two settings that disagree "
-                              "are a trap for whoever reads them; make both devices_per_host, or set only one",
+        _family(lambda v: v["conflict"] is not None,
+                lambda v: f"XLA_FLAGS asks for {v['conflict'][0]} devices and JAX_NUM_CPU_DEVICES for "
+                          f"{v['conflict'][1]}: JAX_NUM_CPU_DEVICES would win, but two settings that disagree "
+                          "are a trap for whoever reads them; make both devices_per_host, or set only one",
                 _host_env("'JAX_NUM_CPU_DEVICES': str(devices_per_host), " + _flag("num_hosts * devices_per_host"))),
-        _family(_total("XLA_FLAGS"), f"XLA_FLAGS {_TOTAL}", _host_env(_flag("num_hosts * devices_per_host"))),
-        _family(_via("XLA_FLAGS"),
-                lambda v, h, hosts, per_host: f"for {per_host} devices per host, XLA_FLAGS should hold "
-                                              f"'{DEVICE_COUNT_FLAG}={per_host}', not {v['via'][1]!r}",
+        _family(lambda v: v["via"] == "XLA_FLAGS" and v["total"], f"XLA_FLAGS {_TOTAL}",
+                _host_env(_flag("num_hosts * devices_per_host"))),
+        _family(lambda v: v["via"] == "XLA_FLAGS",
+                lambda v: f"for {v['per_host']} devices per host, XLA_FLAGS should hold "
+                          f"'{DEVICE_COUNT_FLAG}={v['per_host']}', not {v['set_to']!r}",
                 _host_env(_flag("3 * devices_per_host"))),
-        _family(lambda v, h, hosts, per_host: v["JAX_NUM_PROCESSES"] != str(hosts),
+        _family(lambda v: v["JAX_NUM_PROCESSES"] != str(v["hosts"]),
                 "JAX_NUM_PROCESSES is the number of processes (hosts) in the run: num_hosts",
                 _host_env(_flag("devices_per_host")).replace("str(num_hosts)", "str(devices_per_host)")),
-        _family(lambda v, h, *_: v["JAX_PROCESS_ID"] != str(h),
+        _family(lambda v: v["JAX_PROCESS_ID"] != str(v["host"]),
                 "JAX_PROCESS_ID must be this host's own id, counted from 0: host_id",
                 _host_env(_flag("devices_per_host"), ids="str(host_id + 1)")),
-        _family(lambda v, h, hosts, per_host: v["JAX_COORDINATOR_ADDRESS"] != f"127.0.0.1:{_port(hosts)}",
-                lambda v, h, hosts, per_host: "every host must name the same coordinator, process 0 on this "
-                                              "machine's loopback address: '127.0.0.1:{port}', here "
-                                              f"'127.0.0.1:{_port(hosts)}'",
+        _family(lambda v: v["JAX_COORDINATOR_ADDRESS"] != f"127.0.0.1:{_port(v['hosts'])}",
+                lambda v: "every host must name the same coordinator, process 0 on this machine's loopback "
+                          f"address: '127.0.0.1:{{port}}', here '127.0.0.1:{_port(v['hosts'])}'",
                 _host_env(_flag("devices_per_host"), port="port + host_id")),
     ),
     hints=(
@@ -155,15 +147,10 @@ def host_env(host_id, num_hosts, devices_per_host, port):
 HOSTS, PER_HOST, BATCH = 2, 4, 64
 
 
-def share_of(batch: np.ndarray, device_count: int, process_index: int) -> np.ndarray:
-    """The notebook's buggy line, as host `process_index` of a run with `device_count` devices runs it."""
-    return batch.reshape(device_count, -1)[process_index]
-
-
 def _what_the_hosts_take() -> tuple[int, int, int]:
     """(host 1's first row, its last row, rows no host takes) on 2 hosts x 4 devices."""
     batch = np.arange(BATCH)
-    taken = [share_of(batch, HOSTS * PER_HOST, host) for host in range(HOSTS)]
+    taken = [batch.reshape(HOSTS * PER_HOST, -1)[host] for host in range(HOSTS)]  # the notebook's buggy line
     return int(taken[1][0]), int(taken[1][-1]), BATCH - len(set(np.concatenate(taken).tolist()))
 
 
