@@ -186,7 +186,7 @@ register(ValueExercise(
     form=forms.booleans(4, like="(True, False, True, False)", what="one per mesh A to D"),
     right=_accepts,
     rules=tuple(Rule(lambda v, i=i: v[i] != _accepts()[i], f"mesh {'ABCD'[i]}: {_MESH_WHY[i]}",
-                     example=tuple(a != (j == i) for j, a in enumerate(_SOLVED)))  # wrong about mesh i alone
+                     example=tuple(not a if j == i else a for j, a in enumerate(_SOLVED)))  # wrong about mesh i alone
                 for i in range(4)),
     hints=(
         "Ignore the axis names. For each mesh, mark the cells that hold host 0's devices (0-3). "

@@ -9,7 +9,7 @@ import numpy as np
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Rule, ValueExercise
+from helpers.exercises.kinds import Rule, ValueExercise, entry
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 
@@ -32,53 +32,39 @@ def train_body(state, x):
     }
 
 
-def start_state() -> dict:
-    """8 identical copies of the state, stacked along a leading device axis, as pmap code replicates it."""
-    one = {"w": 0.5, "b": 0.0, "step": 0, "mean_x": 0.0, "mean_all": 0.0}
-    return {k: jnp.full((8,), v, jnp.int32 if k == "step" else jnp.float32) for k, v in one.items()}
-
-
-def batches() -> jax.Array:
-    """Each device's own 4 examples: the rows differ from device to device."""
-    return jnp.asarray(np.random.default_rng(4).normal(size=(8, 4)), jnp.float32)
-
-
 @functools.cache
 def _equal_after_step() -> tuple[bool, ...]:
     """For each entry of the state: are the 8 copies still equal after one step? Run by JAX."""
-    new = jax.pmap(train_body, axis_name="i")(start_state(), batches())
+    one = {"w": 0.5, "b": 0.0, "step": 0, "mean_x": 0.0, "mean_all": 0.0}
+    state = {k: jnp.full((8,), v, jnp.int32 if k == "step" else jnp.float32) for k, v in one.items()}  # 8 copies
+    batches = jnp.asarray(np.random.default_rng(4).normal(size=(8, 4)), jnp.float32)  # each device's own 4 rows
+    new = jax.pmap(train_body, axis_name="i")(state, batches)
     return tuple(bool(np.all(np.asarray(new[k]) == np.asarray(new[k])[0])) for k in STATE_NAMES)
 
 
-def _says(entry: str, equal: bool):
-    i = STATE_NAMES.index(entry)
-    return lambda v: v[i] == equal
-
-
 _OWN = "comes from this device's own 4 examples, and nothing averages it over the devices"
+_WHY = (  # per entry of the state, why its copies stay equal or part
+    "w's gradient goes through pmean: every device gets the same average and, from the same w, makes the same update",
+    f"b's update uses g_b, which {_OWN}: the copies of b part after one step",
+    "every copy of step starts at 0 and adds 1: the same number on every device",
+    f"mean_x mixes in jnp.mean(x), which {_OWN}",
+    "mean_all mixes in pmean(jnp.mean(x)): the mean over all 8 devices, one number they all get",
+)
+_SOLVED = (True, False, True, False, True)  # the solution's answer (the judge computes the right one from JAX)
 
 register(ValueExercise(
     id="04.1", kernel=KERNEL, answer_name="still_equal", title="which copies of the state stay equal after a pmap step",
     solution="still_equal = (True, False, True, False, True)  # w, b, step, mean_x, mean_all",
-    form=forms.booleans(5, like="(False, True, False, True, False)", what="one per entry (w, b, step, mean_x, mean_all)"),
+    form=forms.booleans(5, like="(False, True, False, True, False)",
+                        what="one per entry (w, b, step, mean_x, mean_all)"),
     right=_equal_after_step,
     wrong={
         (True,) * 5: "pmap never checks that copies agree: out_axes=0 hands back each device's own result, and two "
                      "entries are updated from each device's own batch",
     },
-    rules=(
-        Rule(_says("w", False), example=(False, False, True, False, True),
-             say="w's gradient goes through pmean: every device gets the same average and, from the same w, makes "
-                 "the same update"),
-        Rule(_says("b", True), example=(True, True, True, False, True),
-             say=f"b's update uses g_b, which {_OWN}: the copies of b part after one step"),
-        Rule(_says("step", False), example=(True, False, False, False, True),
-             say="every copy of step starts at 0 and adds 1: the same number on every device"),
-        Rule(_says("mean_x", True), example=(True, False, True, True, True),
-             say=f"mean_x mixes in jnp.mean(x), which {_OWN}"),
-        Rule(_says("mean_all", False), example=(True, False, True, False, False),
-             say="mean_all mixes in pmean(jnp.mean(x)): the mean over all 8 devices, one number they all get"),
-    ),
+    rules=tuple(Rule(lambda v, i=i: v[i] != _equal_after_step()[i], why,
+                     example=tuple(not a if j == i else a for j, a in enumerate(_SOLVED)))  # wrong about entry i alone
+                for i, why in enumerate(_WHY)),
     hints=(
         "The copies start equal. A copy stays equal when everything that updates it is the same on every device.",
         "A value computed from x alone differs per device; pmean gives every device one common number.",
@@ -103,16 +89,16 @@ register(ValueExercise(
                         like="((8, 2), (3,))", of="shapes", lists=False),
     right=_g_shapes,
     rules=(
-        Rule(lambda s: s[0] == (8, 5, 2), example=((8, 5, 2), ()),
+        Rule(entry(0, (8, 5, 2)), example=((8, 5, 2), ()),
              say="out_axes=1 puts the device axis in position 1 of the first output, not in front"),
-        Rule(lambda s: s[0] in ((5, 2), (2,)), example=((5, 2), ()),
+        Rule(entry(0, (5, 2), (2,)), example=((5, 2), ()),
              say="the device axis does not vanish: out_axes=1 puts it back, in position 1"),
-        Rule(lambda s: s[0] == (5, 8, 3), example=((5, 8, 3), ()),
+        Rule(entry(0, (5, 8, 3)), example=((5, 8, 3), ()),
              say="each device computes a @ w: its a is (5, 3) and w is (3, 2), so its result is (5, 2)"),
         Rule(lambda s: s[0] != _g_shapes()[0], example=((5, 16, 2), ()),
              say=lambda s: f"the first output is not {s[0]}: each device's a @ w is (5, 2), and out_axes=1 "
                            "inserts the 8 devices as axis 1"),
-        Rule(lambda s: s[1] == (8,), example=((5, 8, 2), (8,)),
+        Rule(entry(1, (8,)), example=((5, 8, 2), (8,)),
              say="out_axes=None returns ONE copy of a value the devices agree on, with no device axis: the psum "
                  "is a scalar"),
     ),
@@ -139,10 +125,6 @@ def _host1() -> tuple:
     return float(total[0]), tuple(float(i) for i in index), tuple(total.shape)
 
 
-def _total_is(n: float):
-    return lambda v: v[0] == n
-
-
 register(ValueExercise(
     id="04.3", kernel=KERNEL, answer_name="host1", title="pmap on several hosts: local shapes, global collectives",
     solution="host1 = (124.0, [2, 3], (2,))  # psum over all 4 hosts; global positions; local shape",
@@ -151,26 +133,27 @@ register(ValueExercise(
                         lists=False),
     right=_host1,
     rules=(
-        Rule(_total_is(21.0), example=(21.0, (2.0, 3.0), (2,)),
+        Rule(entry(0, 21.0), example=(21.0, (2.0, 3.0), (2,)),
              say="21 is host 1's own sum (10 + 11); pmap's psum spans the devices of ALL hosts, so it also adds "
                  "the other hosts' values"),
-        Rule(_total_is(1.0), example=(1.0, (2.0, 3.0), (2,)),
+        Rule(entry(0, 1.0), example=(1.0, (2.0, 3.0), (2,)),
              say="1 is host 0's sum only; psum adds the values of all 8 devices on all 4 hosts"),
-        Rule(_total_is(52.0), example=(52.0, (4.0, 5.0, 6.0, 7.0), (4,)),
+        Rule(entry(0, 52.0), example=(52.0, (4.0, 5.0, 6.0, 7.0), (4,)),
              say="52 is the total of the 2-host run in the next cells; here 4 hosts pass 2 values each: add 0, 1, "
                  "10, 11, 20, 21, 30, 31"),
         Rule(lambda v: v[0] != _host1()[0], example=(100.0, (2.0, 3.0), (2,)),
              say=lambda v: f"psum gives {v[0]:g}? Add up all 8 devices' values: host h passes 10h and 10h + 1"),
-        Rule(lambda v: v[1] == (0.0, 1.0), example=(124.0, (0.0, 1.0), (2,)),
+        Rule(entry(1, (0.0, 1.0)), example=(124.0, (0.0, 1.0), (2,)),
              say="axis_index counts devices across all hosts: host 0's devices are 0 and 1, so host 1's are 2 and 3"),
         Rule(lambda v: len(v[1]) != PER_HOST and v[2] == (PER_HOST,), example=(124.0, (2.0,), (2,)),
-             say=lambda v: f"index has one position per local device of host 1, 2 of them, but your list has {len(v[1])}"),
+             say=lambda v: f"index has one position per local device of host 1, 2 of them, but your list has "
+                           f"{len(v[1])}"),
         Rule(lambda v: v[1] != _host1()[1], example=(124.0, (4.0, 5.0), (2,)),
              say=lambda v: f"host 1's axis_index is not {[int(i) if i == int(i) else i for i in v[1]]}: positions "
                            "run 0-7 over the hosts in order, 2 devices per host"),
-        Rule(lambda v: v[2] == (8,), example=(124.0, (2.0, 3.0), (8,)),
+        Rule(entry(2, (8,)), example=(124.0, (2.0, 3.0), (8,)),
              say="pmap's outputs are host-local: host 1 gets one row per LOCAL device, not 8"),
-        Rule(lambda v: v[2] == (4,), example=(124.0, (2.0, 3.0), (4,)),
+        Rule(entry(2, (4,)), example=(124.0, (2.0, 3.0), (4,)),
              say="host 1 has 2 local devices in this run (4 hosts x 2), so it passes and gets back 2 rows, not 4"),
     ),
     otherwise=lambda v: f"total.shape is not {v[2]}: host 1 passed 2 values and gets one psum per local device",
