@@ -103,13 +103,13 @@ register(SpecExercise(
         right=P(("host", "device")),
         wrong={
             P("device"): "your spec replicates the batch across hosts: 'host' is unused, so device 0 (host 0) "
-                             "and device 4 (host 1) are both said to hold rows 0:4, and each host's rows are "
-                             "claimed to be the same",
+                         "and device 4 (host 1) are both said to hold rows 0:4, and each host's rows are "
+                         "claimed to be the same",
             P("host"): "each host's 8 rows are copied onto all 4 of its devices ('device' is unused): every "
-                           "device of a host would compute on the same rows",
+                       "device of a host would compute on the same rows",
             P(("device", "host")): "every device gets rows of its own, but they interleave: host 0's devices "
-                                       "hold rows 0:2, 4:6, 8:10 and 12:14 instead of the first half. Put 'host' "
-                                       "first in the tuple",
+                                   "hold rows 0:2, 4:6, 8:10 and 12:14 instead of the first half. Put 'host' "
+                                   "first in the tuple",
             P(): "P() copies the whole batch onto every device: all 8 would compute on the same 16 rows",
         },
         rules=(Rule(lambda spec: len(normal_spec(spec)) > 1, example=P(None, ("host", "device")),
