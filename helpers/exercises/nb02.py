@@ -6,7 +6,7 @@ from jax import P
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import Rule, Slot, SpecExercise, ValueExercise, course_mesh, normal_spec, placement
-from helpers.layout import format_spec
+from helpers.layout import format_spec, sharding_layout
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 MESH = (2, 4)  # 2 hosts x 4 devices, host h's devices in row h
@@ -47,9 +47,8 @@ _COPY_SPECS = (P(), P(None, "host"), P("device", None), P("device", "host"))
 
 
 def _copies() -> tuple[int, ...]:
-    """For each spec, how many devices hold device 0's tile of an (8, 8) array."""
-    where = [placement(course_mesh(MESH), spec, (8, 8)) for spec in _COPY_SPECS]
-    return tuple(sum(index == tiles[0] for index in tiles.values()) for tiles in where)
+    """For each spec, how many devices hold each tile of an (8, 8) array, from JAX's placement."""
+    return tuple(sharding_layout((8, 8), course_mesh(MESH), spec).replication for spec in _COPY_SPECS)
 
 
 def _first_wrong_spec(counts: tuple[int, ...]):
