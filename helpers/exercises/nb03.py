@@ -62,8 +62,8 @@ register(ValueExercise(
         Rule(lambda shapes: max(_rows(shapes)[:2]) > _STACKED or _rows(shapes)[2] > _ALONE,
              example=((128, 4), (32, 4), (64, 4), (16, 4)),
              say="JAX does not multiply by the number of devices: each host passes its WHOLE part, and JAX "
-                 "multiplies by how many hosts hold different rows (2 when 'host' splits the rows, 1 when it does "
-                 "not)"),
+                 "multiplies by how many hosts hold different rows (2 when 'host' splits the rows, "
+                 "1 when it does not)"),
         Rule(lambda shapes: _rows(shapes)[1] == _ALONE, example=((32, 4), (16, 4), (16, 4), (16, 4)),
              say="P('host') splits the rows over the hosts: host 0's 16 rows and host 1's 16 rows are different "
                  "rows of the global array, 32 in all (each copied on the 4 devices of its host)"),
@@ -128,8 +128,8 @@ register(SpecExercise(
             Rule(lambda spec: len(spec) > 2, example=P(None, None, "host"),
                  say=lambda spec: f"{format_spec(spec)} has {len(spec)} entries, but the batch has 2 dimensions"),
             Rule(lambda spec: bool(_unknown_axes(spec)), example=P("hosts"),
-                 say=lambda spec: f"the mesh's axes are 'device' and 'host'; {_unknown_axes(spec)[0]!r} is not one "
-                                  "of them"),
+                 say=lambda spec: "the mesh's axes are 'device' and 'host'; "
+                                  f"{_unknown_axes(spec)[0]!r} is not one of them"),
             Rule(lambda spec: len(normal_spec(spec)) > 1, example=P(None, ("device", "host")),
                  say=lambda spec: f"{format_spec(spec)} splits dimension 1, the 3 features of each example; keep "
                                   "whole examples and split dimension 0, the batch"),
