@@ -58,13 +58,9 @@ def _loads(load_my_rows, mesh) -> tuple:
     return tuple(reads)
 
 
-def _first_difference(case):
-    """(case text, rows read, the split (step, host, num_hosts, global_batch)) of the first wrong read."""
-    for (split, got), (_, want) in zip(case.got, case.want):
-        if got != want:
-            step, host, hosts, batch = split
-            return f"(step={step}, host={host}, num_hosts={hosts}, global_batch={batch})", got, split
-    return "", (), (0, 0, 1, 1)
+def _first_wrong_read(case) -> tuple[tuple, tuple]:
+    """(split (step, host, num_hosts, global_batch), rows read) of the loader's first read unlike the reference's."""
+    return next((split, got) for (split, got), (_, want) in zip(case.got, case.want) if got != want)
 
 
 def _loader(rows: str, ret: str = "data_x[rows], data_y[rows]") -> str:
@@ -73,8 +69,15 @@ def _loader(rows: str, ret: str = "data_x[rows], data_y[rows]") -> str:
 
 
 def _said(case, text: str) -> str:
-    where, got, (step, host, hosts, batch) = _first_difference(case)
+    """`text` filled in with the first wrong read: {case} (its split), {got} (rows read), {batch}, {per_host}..."""
+    (step, host, hosts, batch), got = _first_wrong_read(case)
+    where = f"(step={step}, host={host}, num_hosts={hosts}, global_batch={batch})"
     return text.format(case=where, got=len(got), batch=batch, per_host=batch // hosts, hosts=hosts, rows=_ROWS)
+
+
+def _read_wrong_count(case) -> bool:
+    (_, _, hosts, batch), got = _first_wrong_read(case)
+    return len(got) != batch // hosts
 
 
 register(ProgramExercise(
@@ -120,7 +123,7 @@ def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
         Rule(lambda case: isinstance(case.got, str), say=lambda case: case.got,
              example=_loader("(step * global_batch + host * per_host + np.arange(per_host)) % len(data_x)",
                              ret="data_x[rows], data_y[rows[::-1]]")),
-        Rule(lambda case: len(_first_difference(case)[1]) != _first_difference(case)[2][3] // _first_difference(case)[2][2],
+        Rule(_read_wrong_count,
              example=_loader("(step * global_batch + host * per_host + np.arange(per_host + 1)) % len(data_x)"),
              say=lambda case: _said(case, "for {case} each host should read global_batch // num_hosts = {per_host} "
                                           "rows, not {got}")),
@@ -241,10 +244,6 @@ def _raised(case) -> tuple[int, str] | None:
     return next(((h, v) for h, values in enumerate(case.got) for v in values if isinstance(v, str)), None)
 
 
-def _hosts_disagree(case) -> bool:
-    return isinstance(case.got, tuple) and len({tuple(h) for h in case.got}) > 1
-
-
 register(ProcessExercise(
     id="08.4", kernel=KERNEL, answer_name="mean_error", signature="(errors, mask)",
     title="a global masked mean read on every host: the same number everywhere",
@@ -274,7 +273,7 @@ def mean_error(errors, mask):
     },
     families=(Rule(lambda case: _raised(case) is not None, example=_mean("errors.mean_of_all()"),
                    say=lambda case: "on host {}, your function raised {}".format(*_raised(case))),
-              Rule(_hosts_disagree,
+              Rule(lambda case: isinstance(case.got, tuple) and len({tuple(h) for h in case.got}) > 1,
                    example=_mean("float(np.mean(np.asarray(errors.addressable_data(0))))"),
                    say="the hosts printed different numbers: each read only part of the arrays. A global result "
                        "must be the same on every host: reduce the global arrays, or gather them first"),),
