@@ -15,29 +15,27 @@ HOSTS = 2
 # ------------------------------------------------------------------ 08.1 the host-local loader
 
 _ROWS, _STEPS = 40, 6  # a 40-row data set; 6 steps of one row per device run past its end
+_ORDER = np.random.default_rng(8).permutation(_ROWS)  # row r holds the tag _ORDER[r]: rows are told apart
+_DATA_X = np.stack([_ORDER, _ORDER * 10 + 1, _ORDER * 10 + 2], axis=1).astype(np.float32)
+_DATA_Y = (_ORDER * 100.0 + 7).astype(np.float32).reshape(_ROWS, 1)
+_DATA_X.setflags(write=False)  # every loader reads these two: none may change them for the next
+_DATA_Y.setflags(write=False)
 
 
-def _loader_data():
-    order = np.random.default_rng(8).permutation(_ROWS)  # row r holds the tag order[r]: rows are told apart
-    data_x = np.stack([order, order * 10 + 1, order * 10 + 2], axis=1).astype(np.float32)
-    data_y = (order * 100.0 + 7).astype(np.float32).reshape(_ROWS, 1)
-    return order, data_x, data_y
-
-
-def _rows_read(result, order, data_x, data_y) -> tuple | str:
+def _rows_read(result) -> tuple | str:
     """The data-set rows a loader returned, or what is wrong with its result (a message)."""
     if not isinstance(result, tuple) or len(result) != 2:
         return f"the loader should return a pair (x, y) of numpy arrays; got {describe(result)}"
     x, y = (np.asarray(a) for a in result)
-    if x.ndim != 2 or x.shape[1:] != data_x.shape[1:] or y.ndim != 2 or y.shape[1:] != data_y.shape[1:]:
-        return (f"x should have rows like data_x (shape (rows, {data_x.shape[1]})) and y like data_y (shape "
+    if x.ndim != 2 or x.shape[1:] != _DATA_X.shape[1:] or y.ndim != 2 or y.shape[1:] != _DATA_Y.shape[1:]:
+        return (f"x should have rows like data_x (shape (rows, {_DATA_X.shape[1]})) and y like data_y (shape "
                 f"(rows, 1)); got x {x.shape} and y {y.shape}")
     if len(x) != len(y):
         return f"x has {len(x)} rows but y has {len(y)}: read the same rows of both"
-    where = {int(t): r for r, t in enumerate(order)}
+    where = {int(t): r for r, t in enumerate(_ORDER)}
     rows_x = [where.get(int(round(float(v)))) for v in x[:, 0]]
     rows_y = [where.get(int(round((float(v) - 7) / 100))) for v in y[:, 0]]
-    if None in rows_x or None in rows_y or not np.array_equal(x, data_x[[r or 0 for r in rows_x]]):
+    if None in rows_x or None in rows_y or not np.array_equal(x, _DATA_X[[r or 0 for r in rows_x]]):
         return "the loader returned values that are not rows of data_x / data_y; return whole rows, e.g. data_x[rows]"
     if rows_x != rows_y:
         return "x and y come from different rows: read the same row numbers from both"
@@ -46,12 +44,11 @@ def _rows_read(result, order, data_x, data_y) -> tuple | str:
 
 def _loads(load_my_rows, mesh) -> tuple:
     """Every host's rows at every step, one row per device of the layout per step; or a message."""
-    order, data_x, data_y = _loader_data()
     hosts, batch = mesh.shape["host"], mesh.size
     reads = []
     for step in range(_STEPS):
         for host in range(hosts):
-            rows = _rows_read(load_my_rows(data_x, data_y, step, host, hosts, batch), order, data_x, data_y)
+            rows = _rows_read(load_my_rows(_DATA_X, _DATA_Y, step, host, hosts, batch))
             if isinstance(rows, str):
                 return rows
             reads.append(((step, host, hosts, batch), rows))
