@@ -276,11 +276,8 @@ def _masked_inputs(mesh):
 
 def _masked_run(global_loss, mesh):
     """loss and gradient of global_loss, taken inside a jitted shard_map with check_vma on."""
-    def body(params, x, y, mask):
-        return jax.value_and_grad(global_loss)(params, x, y, mask)
-
-    step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P(DATA), P(DATA), P(DATA)),
-                                 out_specs=(P(), P())))
+    step = jax.jit(jax.shard_map(jax.value_and_grad(global_loss), mesh=mesh,
+                                 in_specs=(P(), P(DATA), P(DATA), P(DATA)), out_specs=(P(), P())))
     return jax.tree.map(np.asarray, step(*_masked_inputs(mesh)))
 
 
