@@ -22,26 +22,22 @@ _BATCH = (train.GLOBAL_BATCH, train.IN_DIM)
 _CANDIDATES = (P(("host", "device")), P("device"), P("host"), P(("device", "host")), P())
 
 
-def _emulated(spec, step: int = 7):
-    """The global batch the two emulated hosts build with `spec` from their own rows of `step`."""
-    parts = [train.host_batch(step, h, HOSTS)[0] for h in range(HOSTS)]
-    return np.asarray(from_hosts(parts, spec))
-
-
 @functools.cache
 def _data_parallel() -> tuple:
-    """The spec (of the candidates) whose global batch is the reference batch with no device repeating
-    another's rows, and the axes to average over: those it splits the batch over."""
+    """The spec (of the candidates) with which the two emulated hosts build the reference batch from their own
+    rows, no device repeating another's rows, and the axes to average over: those it splits the batch over."""
     mesh = course_mesh((HOSTS, 4))
+    parts = [train.host_batch(7, h, HOSTS)[0] for h in range(HOSTS)]
     for spec in _CANDIDATES:
         rows = placement(mesh, spec, _BATCH)
-        if len(set(rows.values())) == DEVICES and np.array_equal(_emulated(spec), train.global_batch_at(7)[0]):
+        if len(set(rows.values())) == DEVICES and np.array_equal(from_hosts(parts, spec), train.global_batch_at(7)[0]):
             axes = normal_spec(spec)[0]
             return spec, frozenset(axes if isinstance(axes, tuple) else (axes,))
     raise AssertionError("no candidate spec builds the reference batch")
 
 
 def _fix_form(answer):
+    """The answer as (spec, axes); a spec that places the batch like a candidate becomes that candidate."""
     spec, axes = forms.tuple_of(forms.spec("P(...)"), forms.axis_names(("host", "device"),
                                                                        like="'host' or ('host', 'device')"),
                                 like="(P(...), 'host')", of="entries (batch_spec, mean_over)", lists=False)(answer)

@@ -1,6 +1,8 @@
 """Exercises of notebook 08: real multi-process runs."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from jax import P
 
@@ -18,8 +20,6 @@ _ROWS, _STEPS = 40, 6  # a 40-row data set; 6 steps of one row per device run pa
 _ORDER = np.random.default_rng(8).permutation(_ROWS)  # row r holds the tag _ORDER[r]: rows are told apart
 _DATA_X = np.stack([_ORDER, _ORDER * 10 + 1, _ORDER * 10 + 2], axis=1).astype(np.float32)
 _DATA_Y = (_ORDER * 100.0 + 7).astype(np.float32).reshape(_ROWS, 1)
-_DATA_X.setflags(write=False)  # every loader reads these two: none may change them for the next
-_DATA_Y.setflags(write=False)
 
 
 def _rows_read(result) -> tuple | str:
@@ -48,7 +48,7 @@ def _loads(load_my_rows, mesh) -> tuple:
     reads = []
     for step in range(_STEPS):
         for host in range(hosts):
-            rows = _rows_read(load_my_rows(_DATA_X, _DATA_Y, step, host, hosts, batch))
+            rows = _rows_read(load_my_rows(_DATA_X.copy(), _DATA_Y.copy(), step, host, hosts, batch))
             if isinstance(rows, str):
                 return rows
             reads.append(((step, host, hosts, batch), rows))
@@ -65,11 +65,14 @@ def _loader(rows: str, ret: str = "data_x[rows], data_y[rows]") -> str:
             f"    per_host = global_batch // num_hosts\n    rows = {rows}\n    return {ret}\n")
 
 
-def _said(case, text: str) -> str:
-    """`text` filled in with the first wrong read: {case} (its split), {got} (rows read), {batch}, {per_host}..."""
-    (step, host, hosts, batch), got = _first_wrong_read(case)
-    where = f"(step={step}, host={host}, num_hosts={hosts}, global_batch={batch})"
-    return text.format(case=where, got=len(got), batch=batch, per_host=batch // hosts, hosts=hosts, rows=_ROWS)
+def _said(text: str) -> Callable:
+    """The message "for (step=..., host=..., ...) `text`" about the loader's first wrong read, with {got} (the
+    rows it read), {batch}, {per_host}, {hosts} of that read and {rows} (the data set's) filled in."""
+    def message(case) -> str:
+        (step, host, hosts, batch), got = _first_wrong_read(case)
+        return (f"for (step={step}, host={host}, num_hosts={hosts}, global_batch={batch}) "
+                + text.format(got=len(got), batch=batch, per_host=batch // hosts, hosts=hosts, rows=_ROWS))
+    return message
 
 
 def _read_wrong_count(case) -> bool:
@@ -95,22 +98,20 @@ def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
     meshes=((2, 4), (4, 2), (3, 2)),
     wrong={
         _loader("(step * global_batch + np.arange(per_host)) % len(data_x)"):
-            lambda case: _said(case, "for {case} your loader read host 0's rows: every host reads the same rows. "
-                                     "Offset each host by host * (global_batch // num_hosts)"),
+            _said("your loader read host 0's rows: every host reads the same rows. Offset each host by "
+                  "host * (global_batch // num_hosts)"),
         _loader("(step * global_batch + np.arange(global_batch)) % len(data_x)"):
-            lambda case: _said(case, "for {case} your loader read all {batch} rows of the global batch; each host "
-                                     "reads only its own {per_host}"),
+            _said("your loader read all {batch} rows of the global batch; each host reads only its own {per_host}"),
         _loader("((step + host) * per_host + np.arange(per_host)) % len(data_x)"):
-            lambda case: _said(case, "for {case} your rows overlap another step's: a step covers global_batch rows "
-                                     "of the data set, so step s starts at row s * global_batch"),
+            _said("your rows overlap another step's: a step covers global_batch rows of the data set, so step s "
+                  "starts at row s * global_batch"),
         _loader("(step * global_batch + host + num_hosts * np.arange(per_host)) % len(data_x)"):
-            lambda case: _said(case, "for {case} your loader takes one row in every {hosts}: the hosts share the "
-                                     "step's rows correctly, but the global array puts host 0's block first, then "
-                                     "host 1's, so each host must read one contiguous block"),
+            _said("your loader takes one row in every {hosts}: the hosts share the step's rows correctly, but the "
+                  "global array puts host 0's block first, then host 1's, so each host must read one contiguous "
+                  "block"),
         _loader("slice(step * global_batch + host * per_host, step * global_batch + (host + 1) * per_host)"):
-            lambda case: _said(case, "for {case} the step runs past the end of the {rows}-row data set and your "
-                                     "loader returned {got} rows: wrap around to row 0 (row numbers modulo "
-                                     "len(data_x))"),
+            _said("the step runs past the end of the {rows}-row data set and your loader returned {got} rows: wrap "
+                  "around to row 0 (row numbers modulo len(data_x))"),
     },
     errors=(Rule(lambda text: "out of bounds" in text or "IndexError" in text,
                  example=_loader("step * global_batch + host * per_host + np.arange(per_host)"),
@@ -122,11 +123,9 @@ def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
                              ret="data_x[rows], data_y[rows[::-1]]")),
         Rule(_read_wrong_count,
              example=_loader("(step * global_batch + host * per_host + np.arange(per_host + 1)) % len(data_x)"),
-             say=lambda case: _said(case, "for {case} each host should read global_batch // num_hosts = {per_host} "
-                                          "rows, not {got}")),
+             say=_said("each host should read global_batch // num_hosts = {per_host} rows, not {got}")),
     ),
-    otherwise=lambda case: _said(case, "for {case} the rows your loader read are not this host's contiguous block "
-                                       "of the step's global batch"),
+    otherwise=_said("the rows your loader read are not this host's contiguous block of the step's global batch"),
     hints=(
         "Step s's global batch is the global_batch rows that start at row s * global_batch; "
         "split it into num_hosts equal, contiguous blocks.",
