@@ -71,6 +71,7 @@ _TP_SPECS = {"w1": P(None, "device"), "b1": P("device"), "w2": P("device", None)
 
 
 def _tp_case():
+    """Seeded MLP parameters (b2 not 0, so adding it more than once shows) and a 16-row x."""
     rng = np.random.default_rng(9)
     params = {"w1": rng.normal(size=(4, 16)).astype(np.float32) / 2,
               "b1": rng.normal(size=16).astype(np.float32),
