@@ -31,6 +31,7 @@ _MISMATCH = re.compile(r"in_specs passed to shard_map: (P\(.*?\)) does not match
 # --------------------------------------------------------------------------- 06.1
 
 _PSUMS = ("psum(w, DATA)", "psum(x, 'device')", "psum(d, DATA)")
+_OUT_SPECS = (P(), P("host"), P())  # each psum's result varies over the axes it leaves out
 
 
 def _device0_gets(psum: str, out_spec) -> float | None:
@@ -55,8 +56,7 @@ register(ValueExercise(
     solution="device0_gets = (8.0, 6.0, None)  # w is added 8 times; x over host 0's 4 devices; d: refused",
     form=forms.or_refused(_PSUMS, forms.number("a psum's result"), like="(1.0, 2.0, None)", per="psum",
                           should_be="a number (what device 0 gets)"),
-    # each result varies over the axes its psum leaves out
-    right=lambda: tuple(_device0_gets(psum, out) for psum, out in zip(_PSUMS, (P(), P("host"), P()))),
+    right=lambda: tuple(map(_device0_gets, _PSUMS, _OUT_SPECS)),
     rules=(
         Rule(entry(0, 1.0), example=(1.0, 6.0, None),
              say="w's type has no {V:...}: it is the same on every device, but psum does not skip it. JAX makes it "
