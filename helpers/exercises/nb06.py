@@ -17,37 +17,32 @@ from helpers.exercises.kinds import (
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 DATA = ("host", "device")
 _DATA_SETUP = 'DATA = ("host", "device")\n'
-_MODEL_SETUP = '''DATA = ("host", "device")
-LR = 0.1
+_MODEL_SETUP = _DATA_SETUP + '''LR = 0.1
 
 
 def loss_fn(params, x, y):
     pred = x @ params["w"] + params["b"]
     return jnp.mean((pred - y) ** 2)
 '''
-_MISMATCH = re.compile(r"in_specs passed to shard_map: (P\(.*?\)) does not match the specs of the input: (P\(.*?\)) for arg")
+_MISMATCH = re.compile(r"in_specs passed to shard_map: (P\(.*?\)) does not match the specs of the input: "
+                       r"(P\(.*?\)) for arg")
 
 
 # --------------------------------------------------------------------------- 06.1
 
 _PSUMS = ("psum(w, DATA)", "psum(x, 'device')", "psum(d, DATA)")
+_OUT_SPECS = (P(), P("host"), P())  # each psum's result varies over the axes it leaves out
 
 
-def _typed_inputs(mesh):
-    """The notebook's w (1.0 on every device), d (device d of each host holds d) and x (device k holds k)."""
-    return (placed(mesh, jnp.float32(1.0), P()), placed(mesh, jnp.arange(4.0), P("device")),
-            placed(mesh, jnp.arange(8.0)))
-
-
-def _device0_gets(which: int) -> float | None:
-    """What device 0 gets from one of the three psums, run by JAX; None when JAX refuses to trace it."""
+def _device0_gets(psum: str, out_spec) -> float | None:
+    """What device 0 gets from one of _PSUMS, run by JAX on the notebook's w (1.0 on every device), d (device d
+    of each host holds d) and x (device k holds k); None when JAX refuses to trace it."""
     mesh = course_mesh((2, 4))
-    sums = (lambda w, d, x: jax.lax.psum(w, DATA), lambda w, d, x: jax.lax.psum(x, "device"),
-            lambda w, d, x: jax.lax.psum(d, DATA))
-    out_specs = (P(), P("host"), P())  # each result varies over what its psum leaves out
+    body = eval(f"lambda w, d, x: jax.lax.{psum}", {"jax": jax, "DATA": DATA})
+    inputs = (placed(mesh, jnp.float32(1.0), P()), placed(mesh, jnp.arange(4.0), P("device")),
+              placed(mesh, jnp.arange(8.0)))
     try:
-        out = jax.jit(jax.shard_map(sums[which], mesh=mesh, in_specs=(P(), P("device"), P(DATA)),
-                                    out_specs=out_specs[which]))(*_typed_inputs(mesh))
+        out = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P("device"), P(DATA)), out_specs=out_spec))(*inputs)
     except ValueError as error:  # the vma check refuses the psum while tracing
         if "psum can only accept axis_name" not in str(error):
             raise
@@ -61,7 +56,7 @@ register(ValueExercise(
     solution="device0_gets = (8.0, 6.0, None)  # w is added 8 times; x over host 0's 4 devices; d: refused",
     form=forms.or_refused(_PSUMS, forms.number("a psum's result"), like="(1.0, 2.0, None)", per="psum",
                           should_be="a number (what device 0 gets)"),
-    right=lambda: tuple(_device0_gets(i) for i in range(3)),
+    right=lambda: tuple(map(_device0_gets, _PSUMS, _OUT_SPECS)),
     rules=(
         Rule(entry(0, 1.0), example=(1.0, 6.0, None),
              say="w's type has no {V:...}: it is the same on every device, but psum does not skip it. JAX makes it "
@@ -120,16 +115,15 @@ def _momentum_step(make_momentum_step, mesh):
     return jax.tree.map(np.asarray, tuple(out))
 
 
-def _grad_ratio(case) -> float | None:
-    """How many times the learner's gradient (read from the new velocity) is the true one."""
-    params, velocity, *_ = _momentum_inputs(case.mesh)
+def _grad_ratio(case) -> float:
+    """How many times the learner's gradient (read from the new velocity) is the true one; nan if no one number."""
+    velocity = np.asarray(_momentum_inputs(case.mesh)[1]["w"])
     try:
-        got = np.asarray(case.got[1]["w"], np.float64) - 0.9 * np.asarray(velocity["w"])
-        want = np.asarray(case.want[1]["w"], np.float64) - 0.9 * np.asarray(velocity["w"])
+        got, want = (np.asarray(out[1]["w"], np.float64) - 0.9 * velocity for out in (case.got, case.want))
         ratio = got / want
     except Exception:  # another structure: not a gradient scaling
-        return None
-    return float(ratio[0]) if np.allclose(ratio, ratio[0], rtol=1e-3) else None
+        return float("nan")
+    return float(ratio[0]) if np.allclose(ratio, ratio[0], rtol=1e-3) else float("nan")
 
 
 def _shard_maps(fn, mesh) -> list | None:
@@ -141,9 +135,10 @@ def _shard_maps(fn, mesh) -> list | None:
 _UPDATE = "params = jax.tree.map(lambda p, v: p - LR * v, params, velocity)"
 
 
-def _momentum(body: str, specs: str = "in_specs=(P(), P(), P(DATA), P(DATA)), out_specs=(P(), P(), P())",
-              extra: str = "", update: str = _UPDATE, jit: bool = True) -> str:
-    call = f"jax.shard_map(body, mesh=mesh, {specs}{extra})"
+def _momentum(body: str, in_specs: str = "(P(), P(), P(DATA), P(DATA))", extra: str = "", update: str = _UPDATE,
+              returns: str = "jax.jit({})") -> str:
+    """A make_momentum_step with this body (up to the gradient); `returns` wraps its shard_map ({} is the call)."""
+    call = f"jax.shard_map(body, mesh=mesh, in_specs={in_specs}, out_specs=(P(), P(), P()){extra})"
     return f'''
 def make_momentum_step(mesh):
     def body(params, velocity, x, y):
@@ -152,7 +147,7 @@ def make_momentum_step(mesh):
         {update}
         return params, velocity, loss
 
-    return {f"jax.jit({call})" if jit else call}
+    return {returns.format(call)}
 '''
 
 
@@ -203,17 +198,16 @@ def make_momentum_step(mesh):
     },
     errors=(
         Rule(lambda text: _mismatch(text, host_placed=True),
-             example=_momentum(_GRAD_PMEAN, specs="in_specs=(P(), P(), P('device'), P('device')), out_specs=(P(), P(), P())"),
+             example=_momentum(_GRAD_PMEAN, in_specs="(P(), P(), P('device'), P('device'))"),
              say=lambda case: "your in_specs {} does not match how the batch is placed, {}. On an Explicit mesh "
                               "shard_map checks in_specs instead of resharding: the batch's spec is "
                               "P(('host', 'device'))".format(*_MISMATCH.search(case.got.raw).groups())),
         Rule(lambda text: _mismatch(text, host_placed=False),
-             example=_momentum(_GRAD_PMEAN, specs="in_specs=(P(), {'w': P('device'), 'b': P()}, P(DATA), P(DATA)), "
-                                                  "out_specs=(P(), P(), P())"),
+             example=_momentum(_GRAD_PMEAN, in_specs="(P(), {'w': P('device'), 'b': P()}, P(DATA), P(DATA))"),
              say=lambda case: "your in_specs {} is given for an input that is replicated ({}): parameters and "
                               "optimizer state come in with P()".format(*_MISMATCH.search(case.got.raw).groups())),
         Rule(lambda text: "rank 0" in text and "in_specs" in text,
-             example=_momentum(_GRAD_PMEAN, specs="in_specs=(P(DATA), P(), P(DATA), P(DATA)), out_specs=(P(), P(), P())"),
+             example=_momentum(_GRAD_PMEAN, in_specs="(P(DATA), P(), P(DATA), P(DATA))"),
              say="an in_specs entry splits a scalar input: parameters and optimizer state are replicated, so their "
                  "in_specs is P()"),
         Rule(lambda text: varying_over(text) is not None,
@@ -223,17 +217,17 @@ def make_momentum_step(mesh):
                  "average it over ('host', 'device') with pmean, e.g. the loss"),
     ),
     families=(
-        Rule(lambda case: _grad_ratio(case) is not None and abs(_grad_ratio(case) * case.devices - 1) < 1e-3,
-             example=_momentum(_GRAD_PMEAN + "\n        grads = jax.tree.map(lambda g: g / jax.lax.psum(1, DATA), grads)"),
+        Rule(lambda case: abs(_grad_ratio(case) * case.devices - 1) < 1e-3,
+             example=_momentum(_GRAD_PMEAN + "\n"
+                               "        grads = jax.tree.map(lambda g: g / jax.lax.psum(1, DATA), grads)"),
              say=lambda case: f"your gradient is 1/{case.devices} of the true one: the grad of the pmean'd loss is "
                               "already the mean gradient; do not divide it again"),
     ),
     checks=(
         Rule(lambda fn, mesh: _shard_maps(fn, mesh) == [],
              example=_momentum("        x, y = (jax.reshard(a, NamedSharding(mesh, P())) for a in (x, y))\n"
-                               "        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)", jit=False).replace(
-                 "return jax.shard_map(body, mesh=mesh, in_specs=(P(), P(), P(DATA), P(DATA)), "
-                 "out_specs=(P(), P(), P()))", "return jax.jit(body)"),
+                               "        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)",
+                               returns="jax.jit(body)"),
              say="the numbers are right, but your step does not use jax.shard_map; this exercise is the port to "
                  "shard_map"),
         Rule(lambda fn, mesh: any(not e.params.get("check_vma", True) for e, _ in _shard_maps(fn, mesh) or []),
@@ -241,7 +235,7 @@ def make_momentum_step(mesh):
              say="this passes only because check_vma is off (check_vma=False, as in pmap, where each device's "
                  "gradient is its own slice's); keep it on and take grad of the pmean'd loss"),
         Rule(lambda fn, mesh: not all(jitted for _, jitted in _shard_maps(fn, mesh) or []),
-             example=_momentum(_GRAD_PMEAN, jit=False),
+             example=_momentum(_GRAD_PMEAN, returns="{}"),
              say="the numbers are right, but the step is not jitted: wrap the shard_map in jax.jit, as the prompt "
                  "asks (a bare shard_map runs op by op)"),
     ),
@@ -264,25 +258,26 @@ def _real_rows(device: int, per_host: int) -> int:
     return 4 if device < per_host else max(1, 3 - (device - per_host))
 
 
+def _regression_batch(mesh, seed: int) -> tuple:
+    """Seeded x (4 rows per device, 3 features) and y, placed over every device."""
+    rng = np.random.default_rng(seed)
+    n = 4 * mesh.size
+    x, y = rng.normal(size=(n, 3)).astype(np.float32), rng.normal(size=n).astype(np.float32)
+    return placed(mesh, x), placed(mesh, y)
+
+
 def _masked_inputs(mesh):
     """Seeded params and a padded batch (4 rows per device) with its mask, placed over every device."""
-    rng = np.random.default_rng(16)
-    n = 4 * mesh.size
-    x = rng.normal(size=(n, 3)).astype(np.float32)
-    y = rng.normal(size=n).astype(np.float32)
     per_host = mesh.shape["device"]
     mask = np.concatenate([np.arange(4) < _real_rows(k, per_host) for k in range(mesh.size)]).astype(np.float32)
     params = {"w": jnp.asarray([0.5, -1.0, 2.0], jnp.float32), "b": jnp.float32(0.3)}
-    return params, placed(mesh, x), placed(mesh, y), placed(mesh, mask)
+    return params, *_regression_batch(mesh, 16), placed(mesh, mask)
 
 
 def _masked_run(global_loss, mesh):
     """loss and gradient of global_loss, taken inside a jitted shard_map with check_vma on."""
-    def body(params, x, y, mask):
-        return jax.value_and_grad(global_loss)(params, x, y, mask)
-
-    step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P(DATA), P(DATA), P(DATA)),
-                                 out_specs=(P(), P())))
+    step = jax.jit(jax.shard_map(jax.value_and_grad(global_loss), mesh=mesh,
+                                 in_specs=(P(), P(DATA), P(DATA), P(DATA)), out_specs=(P(), P())))
     return jax.tree.map(np.asarray, step(*_masked_inputs(mesh)))
 
 
@@ -339,13 +334,10 @@ def global_loss(params, x, y, mask):
 
 def _summed_grad(scaled_loss, mesh):
     """jax.grad(scaled_loss) of P() params inside a jitted shard_map with check_vma on: what JAX sums over devices."""
-    rng = np.random.default_rng(65)
-    n = 4 * mesh.size
-    x, y = rng.normal(size=(n, 3)).astype(np.float32), rng.normal(size=n).astype(np.float32)
     params = {"w": jnp.asarray([1.0, -0.5, 0.25], jnp.float32), "b": jnp.float32(0.1)}
     grad = jax.jit(jax.shard_map(jax.grad(scaled_loss), mesh=mesh, in_specs=(P(), P(DATA), P(DATA)),
                                  out_specs=P()))
-    return jax.tree.map(np.asarray, grad(params, placed(mesh, x), placed(mesh, y)))
+    return jax.tree.map(np.asarray, grad(params, *_regression_batch(mesh, 65)))
 
 
 def _scaled(denominator: str) -> str:
@@ -393,24 +385,12 @@ def scaled_loss(params, x, y):
 
 # --------------------------------------------------------------------------- 06.4
 
-def _batch(mesh, integers: bool = False):
-    """A seeded (3 rows per device, 5) batch placed over every device."""
-    rng = np.random.default_rng(4 if integers else 3)
-    shape = (3 * mesh.size, 5)
-    data = rng.integers(0, 4, size=shape) if integers else rng.normal(size=shape)
-    return placed(mesh, data.astype(np.float32))
-
-
-def _per_block(body, mesh, *args):
-    """jit(shard_map(body)) over the batch, split over every device, as pmap would split it."""
-    in_specs = tuple(P() for _ in args) + (P(DATA),)
-    mapped = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=P(DATA)))
-    return np.asarray(mapped(*args, _batch(mesh, integers=bool(args))))
-
-
 def _noise(noisy_body, mesh):
-    """noisy_body's noise on every device (block + noise, minus the block), for key(11)."""
-    return _per_block(noisy_body, mesh, jax.random.key(11)) - np.asarray(_batch(mesh, integers=True))
+    """noisy_body's noise on every device (block + noise, minus the block), for key(11), on a seeded batch
+    of (3 rows per device, 5) split over every device, as pmap would split it."""
+    batch = np.random.default_rng(4).integers(0, 4, size=(3 * mesh.size, 5)).astype(np.float32)
+    mapped = jax.jit(jax.shard_map(noisy_body, mesh=mesh, in_specs=(P(), P(DATA)), out_specs=P(DATA)))
+    return np.asarray(mapped(jax.random.key(11), placed(mesh, batch))) - batch
 
 
 def _noisy(index: str, ret: str = "block + jax.random.uniform(k, block.shape)") -> str:

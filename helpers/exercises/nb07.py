@@ -17,32 +17,30 @@ from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 HOSTS, DEVICES = 2, 8
+_PER_DEVICE = train.GLOBAL_BATCH // DEVICES
 _BATCH = (train.GLOBAL_BATCH, train.IN_DIM)
 _CANDIDATES = (P(("host", "device")), P("device"), P("host"), P(("device", "host")), P())
 
 
-def _emulated(spec, step: int = 7):
-    """The global batch the two emulated hosts build with `spec` from their own rows of `step`."""
-    parts = [train.host_batch(step, h, HOSTS)[0] for h in range(HOSTS)]
-    return np.asarray(from_hosts(parts, spec))
-
-
 @functools.cache
 def _data_parallel() -> tuple:
-    """The spec (of the candidates) whose global batch is the reference batch with no device repeating
-    another's rows, and the axes to average over: those it splits the batch over."""
+    """The spec (of the candidates) with which the two emulated hosts build the reference batch from their own
+    rows, no device repeating another's rows, and the axes to average over: those it splits the batch over."""
     mesh = course_mesh((HOSTS, 4))
+    parts = [train.host_batch(7, h, HOSTS)[0] for h in range(HOSTS)]
     for spec in _CANDIDATES:
         rows = placement(mesh, spec, _BATCH)
-        if len(set(rows.values())) == DEVICES and np.array_equal(_emulated(spec), train.global_batch_at(7)[0]):
-            entry = normal_spec(spec)[0]
-            return spec, frozenset(entry if isinstance(entry, tuple) else (entry,))
+        if len(set(rows.values())) == DEVICES and np.array_equal(from_hosts(parts, spec), train.global_batch_at(7)[0]):
+            axes = normal_spec(spec)[0]
+            return spec, frozenset(axes if isinstance(axes, tuple) else (axes,))
     raise AssertionError("no candidate spec builds the reference batch")
 
 
 def _fix_form(answer):
-    spec, axes = forms.tuple_of(forms.spec("P(...)"), forms.axis_names(("host", "device"), like="'host' or ('host', 'device')"),
-                                like="(P(...), 'host')", of="entries (batch_spec, mean_over)", lists=False)(answer)
+    """The answer as (spec, axes); a spec that places the batch like a candidate becomes that candidate."""
+    spec, axes = forms.tuple_of(
+        forms.spec("P(...)"), forms.axis_names(("host", "device"), like="'host' or ('host', 'device')"),
+        like="(P(...), 'host')", of="entries (batch_spec, mean_over)", lists=False)(answer)
     mesh = course_mesh((HOSTS, 4))
     known = next((k for k in _CANDIDATES if same_spec(mesh, spec, k, _BATCH)), P(*normal_spec(spec)))
     return known, axes
@@ -99,10 +97,6 @@ register(ValueExercise(
 
 # ------------------------------------------------------------------ 07.2 device 5's rows
 
-def _per_device() -> int:
-    return train.GLOBAL_BATCH // DEVICES
-
-
 register(ValueExercise(
     id="07.2", kernel=KERNEL, answer_name="device5_rows", title="device 5 holds rows 160..191 of the global batch",
     solution="device5_rows = (160, 192)  # host 1's rows are 128..255; its second device gets 160..191",
@@ -119,9 +113,9 @@ register(ValueExercise(
         Rule(lambda r: r in ((128, 256), (0, 256), (0, 128)), example=(128, 256),
              say="P(('host', 'device')) splits the 256 rows over all 8 devices, so each device holds 256 / 8 rows, "
                  "not a host's share or the whole batch"),
-        Rule(lambda r: r[1] - r[0] != _per_device(), example=(160, 190),
+        Rule(lambda r: r[1] - r[0] != _PER_DEVICE, example=(160, 190),
              say=lambda r: f"({r[0]}, {r[1]}) spans {r[1] - r[0]} rows; with 256 rows over 8 devices each device "
-                           f"holds {_per_device()}"),
+                           f"holds {_PER_DEVICE}"),
     ),
     otherwise=lambda r: (f"({r[0]}, {r[1]}) is some device's size of block, but not device 5's; devices take "
                          "blocks in mesh order: host 0's devices 0-3, then host 1's 4-7"),

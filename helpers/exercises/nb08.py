@@ -1,6 +1,8 @@
 """Exercises of notebook 08: real multi-process runs."""
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 from jax import P
 
@@ -15,29 +17,25 @@ HOSTS = 2
 # ------------------------------------------------------------------ 08.1 the host-local loader
 
 _ROWS, _STEPS = 40, 6  # a 40-row data set; 6 steps of one row per device run past its end
+_ORDER = np.random.default_rng(8).permutation(_ROWS)  # row r holds the tag _ORDER[r]: rows are told apart
+_DATA_X = np.stack([_ORDER, _ORDER * 10 + 1, _ORDER * 10 + 2], axis=1).astype(np.float32)
+_DATA_Y = (_ORDER * 100.0 + 7).astype(np.float32).reshape(_ROWS, 1)
 
 
-def _loader_data():
-    order = np.random.default_rng(8).permutation(_ROWS)  # row r holds the tag order[r]: rows are told apart
-    data_x = np.stack([order, order * 10 + 1, order * 10 + 2], axis=1).astype(np.float32)
-    data_y = (order * 100.0 + 7).astype(np.float32).reshape(_ROWS, 1)
-    return order, data_x, data_y
-
-
-def _rows_read(result, order, data_x, data_y) -> tuple | str:
+def _rows_read(result) -> tuple | str:
     """The data-set rows a loader returned, or what is wrong with its result (a message)."""
     if not isinstance(result, tuple) or len(result) != 2:
         return f"the loader should return a pair (x, y) of numpy arrays; got {describe(result)}"
     x, y = (np.asarray(a) for a in result)
-    if x.ndim != 2 or x.shape[1:] != data_x.shape[1:] or y.ndim != 2 or y.shape[1:] != data_y.shape[1:]:
-        return (f"x should have rows like data_x (shape (rows, {data_x.shape[1]})) and y like data_y (shape "
+    if x.ndim != 2 or x.shape[1:] != _DATA_X.shape[1:] or y.ndim != 2 or y.shape[1:] != _DATA_Y.shape[1:]:
+        return (f"x should have rows like data_x (shape (rows, {_DATA_X.shape[1]})) and y like data_y (shape "
                 f"(rows, 1)); got x {x.shape} and y {y.shape}")
     if len(x) != len(y):
         return f"x has {len(x)} rows but y has {len(y)}: read the same rows of both"
-    where = {int(t): r for r, t in enumerate(order)}
+    where = {int(t): r for r, t in enumerate(_ORDER)}
     rows_x = [where.get(int(round(float(v)))) for v in x[:, 0]]
     rows_y = [where.get(int(round((float(v) - 7) / 100))) for v in y[:, 0]]
-    if None in rows_x or None in rows_y or not np.array_equal(x, data_x[[r or 0 for r in rows_x]]):
+    if None in rows_x or None in rows_y or not np.array_equal(x, _DATA_X[[r or 0 for r in rows_x]]):
         return "the loader returned values that are not rows of data_x / data_y; return whole rows, e.g. data_x[rows]"
     if rows_x != rows_y:
         return "x and y come from different rows: read the same row numbers from both"
@@ -46,25 +44,20 @@ def _rows_read(result, order, data_x, data_y) -> tuple | str:
 
 def _loads(load_my_rows, mesh) -> tuple:
     """Every host's rows at every step, one row per device of the layout per step; or a message."""
-    order, data_x, data_y = _loader_data()
     hosts, batch = mesh.shape["host"], mesh.size
     reads = []
     for step in range(_STEPS):
         for host in range(hosts):
-            rows = _rows_read(load_my_rows(data_x, data_y, step, host, hosts, batch), order, data_x, data_y)
+            rows = _rows_read(load_my_rows(_DATA_X.copy(), _DATA_Y.copy(), step, host, hosts, batch))
             if isinstance(rows, str):
                 return rows
             reads.append(((step, host, hosts, batch), rows))
     return tuple(reads)
 
 
-def _first_difference(case):
-    """(case text, rows read, the split (step, host, num_hosts, global_batch)) of the first wrong read."""
-    for (split, got), (_, want) in zip(case.got, case.want):
-        if got != want:
-            step, host, hosts, batch = split
-            return f"(step={step}, host={host}, num_hosts={hosts}, global_batch={batch})", got, split
-    return "", (), (0, 0, 1, 1)
+def _first_wrong_read(case) -> tuple[tuple, tuple]:
+    """(split (step, host, num_hosts, global_batch), rows read) of the loader's first read unlike the reference's."""
+    return next((split, got) for (split, got), (_, want) in zip(case.got, case.want) if got != want)
 
 
 def _loader(rows: str, ret: str = "data_x[rows], data_y[rows]") -> str:
@@ -72,9 +65,19 @@ def _loader(rows: str, ret: str = "data_x[rows], data_y[rows]") -> str:
             f"    per_host = global_batch // num_hosts\n    rows = {rows}\n    return {ret}\n")
 
 
-def _said(case, text: str) -> str:
-    where, got, (step, host, hosts, batch) = _first_difference(case)
-    return text.format(case=where, got=len(got), batch=batch, per_host=batch // hosts, hosts=hosts, rows=_ROWS)
+def _said(text: str) -> Callable:
+    """The message "for (step=..., host=..., ...) `text`" about the loader's first wrong read, with {got} (the
+    rows it read), {batch}, {per_host}, {hosts} of that read and {rows} (the data set's) filled in."""
+    def message(case) -> str:
+        (step, host, hosts, batch), got = _first_wrong_read(case)
+        return (f"for (step={step}, host={host}, num_hosts={hosts}, global_batch={batch}) "
+                + text.format(got=len(got), batch=batch, per_host=batch // hosts, hosts=hosts, rows=_ROWS))
+    return message
+
+
+def _read_wrong_count(case) -> bool:
+    (_, _, hosts, batch), got = _first_wrong_read(case)
+    return len(got) != batch // hosts
 
 
 register(ProgramExercise(
@@ -95,22 +98,20 @@ def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
     meshes=((2, 4), (4, 2), (3, 2)),
     wrong={
         _loader("(step * global_batch + np.arange(per_host)) % len(data_x)"):
-            lambda case: _said(case, "for {case} your loader read host 0's rows: every host reads the same rows. "
-                                     "Offset each host by host * (global_batch // num_hosts)"),
+            _said("your loader read host 0's rows: every host reads the same rows. Offset each host by "
+                  "host * (global_batch // num_hosts)"),
         _loader("(step * global_batch + np.arange(global_batch)) % len(data_x)"):
-            lambda case: _said(case, "for {case} your loader read all {batch} rows of the global batch; each host "
-                                     "reads only its own {per_host}"),
+            _said("your loader read all {batch} rows of the global batch; each host reads only its own {per_host}"),
         _loader("((step + host) * per_host + np.arange(per_host)) % len(data_x)"):
-            lambda case: _said(case, "for {case} your rows overlap another step's: a step covers global_batch rows "
-                                     "of the data set, so step s starts at row s * global_batch"),
+            _said("your rows overlap another step's: a step covers global_batch rows of the data set, so step s "
+                  "starts at row s * global_batch"),
         _loader("(step * global_batch + host + num_hosts * np.arange(per_host)) % len(data_x)"):
-            lambda case: _said(case, "for {case} your loader takes one row in every {hosts}: the hosts share the "
-                                     "step's rows correctly, but the global array puts host 0's block first, then "
-                                     "host 1's, so each host must read one contiguous block"),
+            _said("your loader takes one row in every {hosts}: the hosts share the step's rows correctly, but the "
+                  "global array puts host 0's block first, then host 1's, so each host must read one contiguous "
+                  "block"),
         _loader("slice(step * global_batch + host * per_host, step * global_batch + (host + 1) * per_host)"):
-            lambda case: _said(case, "for {case} the step runs past the end of the {rows}-row data set and your "
-                                     "loader returned {got} rows: wrap around to row 0 (row numbers modulo "
-                                     "len(data_x))"),
+            _said("the step runs past the end of the {rows}-row data set and your loader returned {got} rows: wrap "
+                  "around to row 0 (row numbers modulo len(data_x))"),
     },
     errors=(Rule(lambda text: "out of bounds" in text or "IndexError" in text,
                  example=_loader("step * global_batch + host * per_host + np.arange(per_host)"),
@@ -120,13 +121,11 @@ def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
         Rule(lambda case: isinstance(case.got, str), say=lambda case: case.got,
              example=_loader("(step * global_batch + host * per_host + np.arange(per_host)) % len(data_x)",
                              ret="data_x[rows], data_y[rows[::-1]]")),
-        Rule(lambda case: len(_first_difference(case)[1]) != _first_difference(case)[2][3] // _first_difference(case)[2][2],
+        Rule(_read_wrong_count,
              example=_loader("(step * global_batch + host * per_host + np.arange(per_host + 1)) % len(data_x)"),
-             say=lambda case: _said(case, "for {case} each host should read global_batch // num_hosts = {per_host} "
-                                          "rows, not {got}")),
+             say=_said("each host should read global_batch // num_hosts = {per_host} rows, not {got}")),
     ),
-    otherwise=lambda case: _said(case, "for {case} the rows your loader read are not this host's contiguous block "
-                                       "of the step's global batch"),
+    otherwise=_said("the rows your loader read are not this host's contiguous block of the step's global batch"),
     hints=(
         "Step s's global batch is the global_batch rows that start at row s * global_batch; "
         "split it into num_hosts equal, contiguous blocks.",
@@ -241,10 +240,6 @@ def _raised(case) -> tuple[int, str] | None:
     return next(((h, v) for h, values in enumerate(case.got) for v in values if isinstance(v, str)), None)
 
 
-def _hosts_disagree(case) -> bool:
-    return isinstance(case.got, tuple) and len({tuple(h) for h in case.got}) > 1
-
-
 register(ProcessExercise(
     id="08.4", kernel=KERNEL, answer_name="mean_error", signature="(errors, mask)",
     title="a global masked mean read on every host: the same number everywhere",
@@ -274,7 +269,7 @@ def mean_error(errors, mask):
     },
     families=(Rule(lambda case: _raised(case) is not None, example=_mean("errors.mean_of_all()"),
                    say=lambda case: "on host {}, your function raised {}".format(*_raised(case))),
-              Rule(_hosts_disagree,
+              Rule(lambda case: isinstance(case.got, tuple) and len({tuple(h) for h in case.got}) > 1,
                    example=_mean("float(np.mean(np.asarray(errors.addressable_data(0))))"),
                    say="the hosts printed different numbers: each read only part of the arrays. A global result "
                        "must be the same on every host: reduce the global arrays, or gather them first"),),

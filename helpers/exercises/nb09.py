@@ -71,6 +71,7 @@ _TP_SPECS = {"w1": P(None, "device"), "b1": P("device"), "w2": P("device", None)
 
 
 def _tp_case():
+    """Seeded MLP parameters (b2 not 0, so adding it more than once shows) and a 16-row x."""
     rng = np.random.default_rng(9)
     params = {"w1": rng.normal(size=(4, 16)).astype(np.float32) / 2,
               "b1": rng.normal(size=16).astype(np.float32),
@@ -117,7 +118,8 @@ def tp_forward(p, x):
                  example=_tp(f'{_PARTIAL} + p["b2"]'),
                  say="your output still differs from device to device: each device holds only its 4 hidden units' "
                      "share of the result. Add the shares with jax.lax.psum over 'device'"),),
-    families=(Rule(lambda case: case.got.shape != case.want.shape, example=_tp(f'jnp.tile(jax.lax.psum({_PARTIAL}, "device") + p["b2"], 2)'),
+    families=(Rule(lambda case: case.got.shape != case.want.shape,
+                   example=_tp(f'jnp.tile(jax.lax.psum({_PARTIAL}, "device") + p["b2"], 2)'),
                    say=lambda case: f"the mapped output has shape {case.got.shape}, but the model gives "
                                     f"{case.want.shape}: return one prediction per row of this device's x block"),),
     otherwise="the predictions differ from the model's tanh(x @ w1 + b1) @ w2 + b2",
@@ -134,30 +136,21 @@ _EXPRESSIONS = ("jnp.sum(h, axis=1)", "jnp.sum(h, axis=0)", "h @ pe['w2']")
 _LIKE = "('float32[8@host]', 'float32[3]', None)"
 
 
-def _typed_results(mesh=None) -> tuple:
-    """jax.typeof (spaces dropped) of the three expressions on the notebook's h and w2; None where JAX refuses."""
-    mesh = mesh or course_mesh((2, 4))
-    params = train.init_params()
-    x = train.global_batch_at(0)[0]
+@functools.cache
+def _right_types() -> tuple:
+    """jax.typeof (spaces dropped) of each of _EXPRESSIONS on the notebook's h and pe; None where JAX refuses."""
     out = []
-    with jax.set_mesh(mesh):
-        xe = jax.device_put(x, P("host", None))
-        w1, b1 = jax.device_put(params["w1"], P(None, "device")), jax.device_put(params["b1"], P("device"))
-        w2 = jax.device_put(params["w2"], P("device", None))
-        h = jnp.tanh(xe @ w1 + b1)
-        for make in (lambda: jnp.sum(h, axis=1), lambda: jnp.sum(h, axis=0), lambda: h @ w2):
+    with jax.set_mesh(course_mesh((2, 4))):
+        pe = jax.device_put(train.init_params(), _TP_SPECS)
+        h = jnp.tanh(jax.device_put(train.global_batch_at(0)[0], P("host", None)) @ pe["w1"] + pe["b1"])
+        for expression in _EXPRESSIONS:
             try:
-                out.append(str(jax.typeof(make())).replace(" ", ""))
+                out.append(str(jax.typeof(eval(expression, {"jnp": jnp, "h": h, "pe": pe}))).replace(" ", ""))
             except Exception as error:  # ShardingTypeError, not a public name in jax 0.10.2
                 if "ambiguous how the output should be sharded" not in str(error):
                     raise
                 out.append(None)
     return tuple(out)
-
-
-@functools.cache
-def _right_types() -> tuple:
-    return _typed_results()
 
 
 register(ValueExercise(
