@@ -225,14 +225,16 @@ def shorten(text: str, limit: int = ERROR_CHARS) -> str:
 
 
 def describe(value: Any) -> str:
-    """A short, learner-friendly description of a value's type (and shape)."""
+    """A short, learner-friendly description of a value's type (and shape); a function by its name."""
+    if callable(value) and not isinstance(value, type) and hasattr(value, "__name__"):
+        return f"a function {value.__name__}"
     shape = getattr(value, "shape", None)
     name = type(value).__name__
     if shape is not None and not callable(shape):
         article = "an" if name[0].lower() in "aeiou" else "a"
         dtype = getattr(value, "dtype", None)
         return f"{article} {name} of shape {tuple(shape)}" + (f" and dtype {dtype}" if dtype is not None else "")
-    return f"{name} {shorten(repr(value), 40)}"
+    return f"{name} {shorten(re.sub(r' at 0x[0-9a-f]+', '', repr(value)), 40)}"  # no memory address
 
 
 def say(message: Message, *args: Any) -> str:
