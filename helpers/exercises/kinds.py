@@ -361,23 +361,20 @@ class ProgramExercise(Exercise):
 
     def judge(self, answer: Any) -> None:
         answer = self.screen(answer)
-        for layout in self.meshes:
-            want = self.output_of_source(self.solution, layout)
-            got = self.output_of_answer(answer, self.make_case(layout))
-            if close(got, want, self.rtol, self.atol):
-                continue
-            case = self._case(layout, got, want)
-            for source, message in self.wrong.items():
-                if close(got, self.output_of_source(source, layout), self.rtol, self.atol):
-                    raise Mistake(say(message, case))
-            if isinstance(got, Raised):
-                rule = next((r for r in self.errors if r.when(got.raw)), None)
-                raise Mistake(say(rule.say, case) if rule else f"your function raised {got.text}")
-            rule = next((r for r in self.families if r.when(case)), None)
-            raise Mistake(say(rule.say if rule else self.otherwise, case))
-        for rule in self.checks:
-            if rule.when(answer, self.make_case(self.meshes[0])):
-                raise Mistake(say(rule.say, self._case(self.meshes[0])))
+        case = self._first_difference(lambda layout: self.output_of_answer(answer, self.make_case(layout)))
+        if case is None:
+            for rule in self.checks:
+                if rule.when(answer, self.make_case(self.meshes[0])):
+                    raise Mistake(say(rule.say, self._case(self.meshes[0])))
+            return
+        for source, message in self.wrong.items():
+            if close(case.got, self.output_of_source(source, case.layout), self.rtol, self.atol):
+                raise Mistake(say(message, case))
+        if isinstance(case.got, Raised):
+            rule = next((r for r in self.errors if r.when(case.got.raw)), None)
+            raise Mistake(say(rule.say, case) if rule else f"your function raised {case.got.text}")
+        rule = next((r for r in self.families if r.when(case)), None)
+        raise Mistake(say(rule.say if rule else self.otherwise, case))
 
     def screen(self, answer: Any) -> Any:
         """The answer in the form `output_of_answer` takes, or a Mistake about its type."""
@@ -413,15 +410,20 @@ class ProgramExercise(Exercise):
         """Wrong programs, then the examples of the rules; a program runs only when its message is
         a function of what it computed (a catalogue of real-process programs starts no process)."""
         entries = [*self.wrong.items(), *((r.example, r.say) for r in self.errors + self.families + self.checks)]
-        return [(source, m if isinstance(m, str) else say(m, self._first_difference(source))) for source, m in entries]
+        return [(source, m if isinstance(m, str) else say(m, self._case_of(source))) for source, m in entries]
 
-    def _first_difference(self, source: str):
-        """The case where a program first parts from the reference (the one its message is about)."""
+    def _case_of(self, source: str):
+        """The case a catalogued program's message is about: where it first parts from the reference."""
+        return (self._first_difference(lambda layout: self.output_of_source(source, layout))
+                or self._case(self.meshes[0]))
+
+    def _first_difference(self, output_on: Callable[[tuple[int, ...]], Any]):
+        """The case on the first layout where `output_on(layout)` parts from the reference; None if none."""
         for layout in self.meshes:
-            want, got = self.output_of_source(self.solution, layout), self.output_of_source(source, layout)
+            want, got = self.output_of_source(self.solution, layout), output_on(layout)
             if not close(got, want, self.rtol, self.atol):
                 return self._case(layout, got, want)
-        return self._case(self.meshes[0])
+        return None
 
 
 # ----------------------------------------------------------------------------- real processes
