@@ -10,7 +10,8 @@ import pytest
 
 from helpers import exercises
 from helpers.exercises import core, forms
-from helpers.exercises.kinds import ProcessExercise, ProgramExercise, SpecExercise, ValueExercise, close, placement, same_spec
+from helpers.exercises.kinds import ProgramExercise, SpecExercise, ValueExercise, close, placement, same_spec
+from helpers.exercises.processes import ProcessExercise
 from tools.nbrun import course_notebooks, exercise_id, read
 from helpers.topology import emulated_hosts
 

@@ -161,8 +161,9 @@ def letters(valid: str, like: str) -> Form:
 def cells(like: str) -> Form:
     """A set of mesh cells, each a pair (row index, column index)."""
     def form(answer: Any) -> frozenset[tuple[int, int]]:
-        if isinstance(answer, (str, bytes)) or not isinstance(answer, (list, tuple, set, frozenset)):
-            raise Mistake(f"expected a list of (host index, device index) pairs like {like}, but got {describe(answer)}")
+        if not isinstance(answer, (list, tuple, set, frozenset)):
+            raise Mistake(f"expected a list of (host index, device index) pairs like {like}, but got "
+                          f"{describe(answer)}")
         items = list(answer)
         if items and all(map(_is_whole, items)):
             raise Mistake("those look like device ids; give the mesh cells instead, as (host index, device "
