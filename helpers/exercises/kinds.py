@@ -118,12 +118,12 @@ def normal_spec(spec) -> tuple:
     return tuple(entries)
 
 
-def axes_apart(spec, first: str = "host", second: str = "device") -> bool:
+def axes_apart(spec) -> bool:
     """True for P('host', 'device') and the like: the two mesh axes on two different dimensions."""
     entries = [e if isinstance(e, tuple) else (e,) for e in normal_spec(spec)]
-    with_first = [i for i, e in enumerate(entries) if first in e]
-    with_second = [i for i, e in enumerate(entries) if second in e]
-    return bool(with_first and with_second and with_first != with_second)
+    with_host = [i for i, e in enumerate(entries) if "host" in e]
+    with_device = [i for i, e in enumerate(entries) if "device" in e]
+    return bool(with_host and with_device and with_host != with_device)
 
 
 def same_spec(mesh, a, b, shape: tuple[int, ...]) -> bool:
@@ -254,10 +254,10 @@ def placed(mesh, data, spec=P(("host", "device"))):
     return jax.device_put(data, NamedSharding(mesh, spec))
 
 
-def from_hosts(parts: list, spec, layout: tuple[int, int] = (2, 4)):
+def from_hosts(parts: list, spec):
     """The global array that len(parts) emulated hosts build from their own parts with `spec`, as
-    make_array_from_process_local_data does on the course mesh of this layout (helpers.hosts)."""
-    return hosts.make_array_from_process_local_data(NamedSharding(course_mesh(layout), spec), parts)
+    make_array_from_process_local_data does on the 2 x 4 course mesh (helpers.hosts)."""
+    return hosts.make_array_from_process_local_data(NamedSharding(course_mesh((2, 4)), spec), parts)
 
 
 _VARYING = re.compile(r"possibly varying over \{([^}]*)\}|replicated across mesh ax[ie]s (.*?), but could not infer")
@@ -341,13 +341,10 @@ class ProgramExercise(Exercise):
     run: Callable[[Callable, Any], Any]
     wrong: Mapping[str, Message] = field(default_factory=dict)
     meshes: tuple[tuple[int, ...], ...] = ((2, 4), (2, 2))
-    axis_names: tuple[str, ...] = ("host", "device")
     errors: tuple[Rule, ...] = ()
     families: tuple[Rule, ...] = ()
     checks: tuple[Rule, ...] = ()
     otherwise: Message = "your function computes something else than the prompt asks"
-    rtol: float = 1e-4
-    atol: float = 1e-5
     _outputs: ClassVar[dict[tuple, Any]] = {}  # (id, source, layout) -> what that program computed
 
     def judge(self, answer: Any) -> None:
@@ -359,7 +356,7 @@ class ProgramExercise(Exercise):
                     raise Mistake(say(rule.say, self._case(self.meshes[0])))
             return
         for source, message in self.wrong.items():
-            if close(case.got, self.output_of_source(source, case.layout), self.rtol, self.atol):
+            if close(case.got, self.output_of_source(source, case.layout)):
                 raise Mistake(say(message, case))
         if isinstance(case.got, Raised):
             rule = next((r for r in self.errors if r.when(case.got.raw)), None)
@@ -379,7 +376,7 @@ class ProgramExercise(Exercise):
 
     def make_case(self, layout: tuple[int, ...]):
         """The mesh of this shape (ProcessExercise: the (hosts, devices_per_host) itself)."""
-        return course_mesh(layout, self.axis_names)
+        return course_mesh(layout)
 
     def output_of_answer(self, fn: Callable, mesh) -> Any:
         """What the learner's function computes on `mesh`; an exception it raises is Raised."""
@@ -412,7 +409,7 @@ class ProgramExercise(Exercise):
         """The case on the first layout where `output_on(layout)` parts from the reference; None if none."""
         for layout in self.meshes:
             want, got = self.output_of_source(self.solution, layout), output_on(layout)
-            if not close(got, want, self.rtol, self.atol):
+            if not close(got, want):
                 return self._case(layout, got, want)
         return None
 
