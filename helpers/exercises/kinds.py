@@ -61,6 +61,15 @@ def _same(a: Any, b: Any) -> bool:
     return a == b or close(a, b, rtol=1e-6, atol=1e-6)
 
 
+def _named(value: Any, wrong: Mapping[Any, Message], rules: tuple[Rule, ...], same: Callable) -> str | None:
+    """The message of the first catalogue entry `value` falls under: a known wrong value (`same` as
+    it), else a rule; None when it is none of them."""
+    for known, message in wrong.items():
+        if same(value, known):
+            return say(message, value)
+    return next((say(r.say, value) for r in rules if r.when(value)), None)
+
+
 _right_values: dict[str, Any] = {}
 
 
@@ -84,15 +93,8 @@ class ValueExercise(Exercise):
 
     def judge(self, answer: Any) -> None:
         value = self.form(answer)
-        if _same(value, self.right_value()):
-            return
-        for known, message in self.wrong.items():
-            if _same(value, known):
-                raise Mistake(say(message, value))
-        for rule in self.rules:
-            if rule.when(value):
-                raise Mistake(say(rule.say, value))
-        raise Mistake(say(self.otherwise, value))
+        if not _same(value, self.right_value()):
+            raise Mistake(_named(value, self.wrong, self.rules, _same) or say(self.otherwise, value))
 
     def catalogue(self) -> list[tuple[Any, str]]:
         return ([(known, say(m, known)) for known, m in self.wrong.items()]
@@ -149,20 +151,12 @@ class Slot:
     label: str = ""
 
     def judge(self, mesh, spec) -> None:
-        """Return when `spec` places the data like the right spec; else the mistake it makes."""
+        """Return when `spec` places the data like the right spec; else the mistake it makes, with
+        the learner's own placement as its detail."""
         if same_spec(mesh, spec, self.right, self.shape):
             return
-        for known, message in self.wrong.items():
-            if same_spec(mesh, spec, known, self.shape):
-                self._fail(mesh, spec, say(message, spec))
-        for rule in self.rules:
-            if rule.when(spec):
-                self._fail(mesh, spec, say(rule.say, spec))
-        if placement(mesh, spec, self.shape) is None:
-            self._fail(mesh, spec, _rejection(mesh, spec, self.shape))
-        self._fail(mesh, spec, say(self.otherwise, spec))
-
-    def _fail(self, mesh, spec, message: str) -> None:
+        message = (_named(spec, self.wrong, self.rules, lambda a, b: same_spec(mesh, a, b, self.shape))
+                   or _rejection(mesh, spec, self.shape) or say(self.otherwise, spec))
         try:
             detail = sharding_text(self.shape, mesh, spec)
         except ValueError:  # JAX cannot place it: the message already says why
@@ -176,12 +170,14 @@ class Slot:
                 + [(r.example, head + say(r.say, r.example)) for r in self.rules])
 
 
-def _rejection(mesh, spec, shape) -> str:
+def _rejection(mesh, spec, shape) -> str | None:
+    """Why JAX refuses to place `spec` for this shape on this mesh, in its words; None if it places it."""
     try:
         NamedSharding(mesh, spec).devices_indices_map(tuple(shape))
     except Exception as error:
-        reason = explain(error)
-    return f"JAX rejects {format_spec(spec)} for shape {tuple(shape)} on mesh axes {dict(mesh.shape)}: {reason}"
+        return (f"JAX rejects {format_spec(spec)} for shape {tuple(shape)} on mesh axes {dict(mesh.shape)}: "
+                f"{explain(error)}")
+    return None
 
 
 def example_spec(mesh, slot: Slot):
