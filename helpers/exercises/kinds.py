@@ -277,7 +277,7 @@ def close(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     if tree_a != tree_b:
         return False
     for x, y in zip(leaves_a, leaves_b):
-        if isinstance(x, (str, bytes)) or isinstance(y, (str, bytes)) or x is None or y is None:
+        if isinstance(x, (str, bytes)) or isinstance(y, (str, bytes)):  # (None is tree structure, never a leaf)
             if x != y:
                 return False
             continue
