@@ -29,7 +29,7 @@ from jax.sharding import Mesh, NamedSharding
 """
 TIME_LIMIT_S = 10.0
 ERROR_CHARS = 220  # the most of a learner's exception a verdict quotes
-_URL = re.compile(r"\(?\b(?:see|See|visit|For more information,? see)?:?\s*https?://\S+\)?\.?")  # with its "see"
+_URL = re.compile(r"\(?\b(?:see|See|visit|For more information,? see)?:?\s*https?://\S+\)?\.?")  # a URL and its "see"
 
 Message = Union[str, Callable[..., str]]  # a message, or a function of the answer that writes one
 
