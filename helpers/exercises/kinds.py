@@ -183,8 +183,7 @@ def _rejection(mesh, spec, shape) -> str | None:
 def example_spec(mesh, slot: Slot):
     """A spec to show in 'expected a PartitionSpec such as ...': valid, neither right nor a known
     mistake of this slot; None when every spec of one or two entries is one of those."""
-    a, *rest = mesh.axis_names
-    entries = [None, a, *rest, tuple(mesh.axis_names), tuple(reversed(mesh.axis_names))]
+    entries = [None, *mesh.axis_names, tuple(mesh.axis_names), tuple(reversed(mesh.axis_names))]
     taken = [slot.right, *slot.wrong]
     for first, second in itertools.product(entries, entries):
         spec = P(first, second)
