@@ -1,7 +1,7 @@
 """Every exercise of the course in one registry: `check`, `hint`, `solution`.
 
 In a notebook: `from helpers.exercises import check, hint, solution`. The kinds of exercise are
-in `helpers.exercises.kinds`; CONTRIBUTING.md ("Adding an exercise") shows one of each.
+in `helpers.exercises.kinds` and `.processes`; CONTRIBUTING.md ("Adding an exercise") shows one of each.
 """
 import importlib
 import pkgutil
@@ -10,9 +10,8 @@ from helpers.exercises.core import (  # noqa: F401  (the public API)
     Exercise, Kernel, Mistake, NotAttempted, Outcome, Verdict, all_ids, call_learner, check, get, hint, judge,
     reference, register, solution, verdict,
 )
-from helpers.exercises.kinds import (  # noqa: F401
-    ProcessExercise, ProgramExercise, Rule, Slot, SpecExercise, ValueExercise,
-)
+from helpers.exercises.kinds import ProgramExercise, Rule, Slot, SpecExercise, ValueExercise  # noqa: F401
+from helpers.exercises.processes import ProcessExercise  # noqa: F401
 
 for _module in pkgutil.iter_modules(__path__):  # each notebook's module registers its exercises
     if _module.name.startswith("nb"):

@@ -29,6 +29,7 @@ from jax.sharding import Mesh, NamedSharding
 """
 TIME_LIMIT_S = 10.0
 ERROR_CHARS = 220  # the most of a learner's exception a verdict quotes
+_URL = re.compile(r"\(?\b(?:see|See|visit|For more information,? see)?:?\s*https?://\S+\)?\.?")  # a URL and its "see"
 
 Message = Union[str, Callable[..., str]]  # a message, or a function of the answer that writes one
 
@@ -203,17 +204,11 @@ def explain(error: BaseException, limit: int = ERROR_CHARS) -> str:
     if name == "TracerArrayConversionError":
         return (f"{name}: numpy was called on a traced JAX array; inside a function that JAX traces "
                 "(jit, shard_map, grad), use jax.numpy (jnp) instead of numpy (np)")
-    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", str(error))]
-    paragraphs = [_without_urls(p) for p in paragraphs]
+    paragraphs = [_URL.sub("", " ".join(p.split())).strip() for p in re.split(r"\n\s*\n", str(error))]
     paragraphs = [p for p in paragraphs if p]
     telling = [p for p in paragraphs if " but " in p]  # JAX's sentence that contrasts want and got
     text = (telling or paragraphs or [""])[0]
     return f"{name}: {shorten(text, limit)}".rstrip(": ")
-
-
-def _without_urls(text: str) -> str:
-    text = re.sub(r"\(?\b(?:see|See|visit|For more information,? see)?:?\s*https?://\S+\)?\.?", "", text)
-    return text.strip()
 
 
 def shorten(text: str, limit: int = ERROR_CHARS) -> str:
@@ -225,14 +220,16 @@ def shorten(text: str, limit: int = ERROR_CHARS) -> str:
 
 
 def describe(value: Any) -> str:
-    """A short, learner-friendly description of a value's type (and shape)."""
+    """A short, learner-friendly description of a value's type (and shape); a function by its name."""
+    if callable(value) and not isinstance(value, type) and hasattr(value, "__name__"):
+        return f"a function {value.__name__}"
     shape = getattr(value, "shape", None)
     name = type(value).__name__
     if shape is not None and not callable(shape):
         article = "an" if name[0].lower() in "aeiou" else "a"
         dtype = getattr(value, "dtype", None)
         return f"{article} {name} of shape {tuple(shape)}" + (f" and dtype {dtype}" if dtype is not None else "")
-    return f"{name} {shorten(repr(value), 40)}"
+    return f"{name} {shorten(re.sub(r' at 0x[0-9a-f]+', '', repr(value)), 40)}"  # no memory address
 
 
 def say(message: Message, *args: Any) -> str:
@@ -242,15 +239,12 @@ def say(message: Message, *args: Any) -> str:
 
 # ----------------------------------------------------------------------------- verdicts
 
-NOT_ATTEMPTED = "not attempted yet: edit the exercise cell above, run it, then run this cell again"
-STUB_RAISES = "not attempted yet: your function still raises NotImplementedError"
-
-
 def judge(exercise_id: str, answer: Any, time_limit: float = TIME_LIMIT_S) -> Outcome:
     """Judge an answer; the one place a pass is decided. Never raises."""
     exercise = get(exercise_id)
     if answer is Ellipsis:
-        return Outcome("not-attempted", NOT_ATTEMPTED)
+        return Outcome("not-attempted", "not attempted yet: edit the exercise cell above, run it, then run this "
+                                        "cell again")
     problem = exercise.kernel.problem()
     if problem:
         return Outcome("set-up", problem)
@@ -258,7 +252,7 @@ def judge(exercise_id: str, answer: Any, time_limit: float = TIME_LIMIT_S) -> Ou
     try:
         exercise.judge(answer)
     except NotAttempted:
-        return Outcome("not-attempted", STUB_RAISES)
+        return Outcome("not-attempted", "not attempted yet: your function still raises NotImplementedError")
     except Mistake as mistake:
         return Outcome("mistake", str(mistake), mistake.detail)
     except _TooSlow:

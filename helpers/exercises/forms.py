@@ -33,13 +33,12 @@ def whole(what: str) -> Form:
     return form
 
 
-def ints(n: int, *, like: str, what: str = "", lists: bool = True) -> Form:
-    """A tuple of `n` whole numbers (a list too, unless lists=False)."""
-    kinds = (tuple, list) if lists else (tuple,)
+def ints(n: int, *, like: str, what: str = "") -> Form:
+    """A tuple (or a list) of `n` whole numbers."""
     tail = f", {what}" if what else ""
 
     def form(answer: Any) -> tuple[int, ...]:
-        if not isinstance(answer, kinds) or len(answer) != n or not all(map(_is_whole, answer)):
+        if not isinstance(answer, (tuple, list)) or len(answer) != n or not all(map(_is_whole, answer)):
             raise Mistake(f"expected a tuple of {n} whole numbers like {like}{tail}, but got {describe(answer)}")
         return tuple(int(v) for v in answer)
     return form
@@ -66,15 +65,22 @@ def tuple_of(*parts: Form, like: str, what: str = "", of: str = "entries", lists
     return form
 
 
+def _floats(answer: Any) -> np.ndarray | None:
+    """The answer as an array of floats; None for text, a dict, None, or what numpy cannot convert."""
+    if isinstance(answer, (str, bytes, dict)) or answer is None:
+        return None
+    try:
+        return np.asarray(answer, dtype=float)
+    except (TypeError, ValueError):
+        return None
+
+
 def numbers(n: int, what: str) -> Form:
     """`n` ordinary numbers (a list, tuple or 1-D array), as a tuple of floats."""
     def form(answer: Any) -> tuple[float, ...]:
-        if isinstance(answer, (str, bytes, dict)) or answer is None:
+        values = _floats(answer)
+        if values is None:
             raise Mistake(f"expected {what} as a list of {n} numbers, but got {describe(answer)}")
-        try:
-            values = np.asarray(answer, dtype=float)
-        except (TypeError, ValueError):
-            raise Mistake(f"expected {what} as a list of {n} numbers, but got {describe(answer)}") from None
         if values.ndim != 1 or values.shape[0] != n:
             raise Mistake(f"expected {n} numbers ({what}), one per device, but got {describe(answer)}")
         if not np.all(np.isfinite(values)):
@@ -86,24 +92,20 @@ def numbers(n: int, what: str) -> Form:
 def number(what: str) -> Form:
     """One real number (an int, a float or a 0-d array), as a float."""
     def form(answer: Any) -> float:
-        if isinstance(answer, (bool, str, bytes)) or np.ndim(answer) != 0:
+        values = None if isinstance(answer, bool) else _floats(answer)
+        if values is None or values.ndim != 0:
             raise Mistake(f"{what} is one number, but you gave {describe(answer)}")
-        try:
-            return float(answer)
-        except (TypeError, ValueError):
-            raise Mistake(f"{what} is one number, but you gave {describe(answer)}") from None
+        return float(values)
     return form
 
 
 def number_list(what: str) -> Form:
     """A list (or tuple, or 1-D array) of numbers of any length, as a tuple of floats."""
     def form(answer: Any) -> tuple[float, ...]:
-        if isinstance(answer, (str, bytes, dict)) or answer is None:
+        values = _floats(answer)
+        if values is None:
             raise Mistake(f"{what} is a list of numbers, but you gave {describe(answer)}")
-        try:
-            return tuple(np.asarray(answer, dtype=float).reshape(-1).tolist())
-        except (TypeError, ValueError):
-            raise Mistake(f"{what} is a list of numbers, but you gave {describe(answer)}") from None
+        return tuple(values.reshape(-1).tolist())
     return form
 
 
@@ -159,8 +161,9 @@ def letters(valid: str, like: str) -> Form:
 def cells(like: str) -> Form:
     """A set of mesh cells, each a pair (row index, column index)."""
     def form(answer: Any) -> frozenset[tuple[int, int]]:
-        if isinstance(answer, (str, bytes)) or not isinstance(answer, (list, tuple, set, frozenset)):
-            raise Mistake(f"expected a list of (host index, device index) pairs like {like}, but got {describe(answer)}")
+        if not isinstance(answer, (list, tuple, set, frozenset)):
+            raise Mistake(f"expected a list of (host index, device index) pairs like {like}, but got "
+                          f"{describe(answer)}")
         items = list(answer)
         if items and all(map(_is_whole, items)):
             raise Mistake("those look like device ids; give the mesh cells instead, as (host index, device "

@@ -11,25 +11,20 @@
   (as source) run on judge-made inputs, on several meshes with different device counts; a
   learner's output that differs from the reference gets the message of the wrong program
   whose output it matches. `checks` add structural rules (uses shard_map, is jitted...).
-- `ProcessExercise`: the escape hatch for code that must run in real processes: a driver
-  script with the learner's source is run by `helpers.launch.run`, and what each host printed
-  is the output, judged like a program's.
+- `ProcessExercise` (in `helpers.exercises.processes`): a program judged by what real
+  processes print when they run it.
 
 Every kind declares `catalogue()`, the (wrong answer, exact message) pairs that the tests
 iterate, so a mistake is written once.
 """
 from __future__ import annotations
 
-import ast
-import inspect
 import itertools
-import json
 import math
 import re
-import textwrap
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import jax
 import numpy as np
@@ -38,9 +33,7 @@ from jax.sharding import NamedSharding
 
 from helpers import hosts
 from helpers.exercises import forms
-from helpers.exercises.core import (
-    PRELUDE, Exercise, Message, Mistake, NotAttempted, _guarded, describe, explain, say,
-)
+from helpers.exercises.core import Exercise, Message, Mistake, NotAttempted, _guarded, describe, explain, say
 from helpers.exercises.forms import Form
 from helpers.layout import format_spec, sharding_text
 
@@ -64,18 +57,17 @@ def entry(i: int, *values: Any) -> Callable[[Any], bool]:
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal values; numbers compared with a tolerance."""
-    try:
-        if a == b:
-            return True
-    except Exception:  # arrays compared elementwise
-        pass
+    """Equal values in a form's normal form; numbers compared with a tolerance."""
+    return a == b or close(a, b, rtol=1e-6, atol=1e-6)
 
-    try:
-        x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    except (TypeError, ValueError):
-        return False
-    return x.shape == y.shape and bool(np.allclose(x, y, rtol=1e-6, atol=1e-6))
+
+def _named(value: Any, wrong: Mapping[Any, Message], rules: tuple[Rule, ...], same: Callable) -> str | None:
+    """The message of the first catalogue entry `value` falls under: a known wrong value (`same` as
+    it), else a rule; None when it is none of them."""
+    for known, message in wrong.items():
+        if same(value, known):
+            return say(message, value)
+    return next((say(r.say, value) for r in rules if r.when(value)), None)
 
 
 _right_values: dict[str, Any] = {}
@@ -101,15 +93,8 @@ class ValueExercise(Exercise):
 
     def judge(self, answer: Any) -> None:
         value = self.form(answer)
-        if _same(value, self.right_value()):
-            return
-        for known, message in self.wrong.items():
-            if _same(value, known):
-                raise Mistake(say(message, value))
-        for rule in self.rules:
-            if rule.when(value):
-                raise Mistake(say(rule.say, value))
-        raise Mistake(say(self.otherwise, value))
+        if not _same(value, self.right_value()):
+            raise Mistake(_named(value, self.wrong, self.rules, _same) or say(self.otherwise, value))
 
     def catalogue(self) -> list[tuple[Any, str]]:
         return ([(known, say(m, known)) for known, m in self.wrong.items()]
@@ -135,12 +120,12 @@ def normal_spec(spec) -> tuple:
     return tuple(entries)
 
 
-def axes_apart(spec, first: str = "host", second: str = "device") -> bool:
+def axes_apart(spec) -> bool:
     """True for P('host', 'device') and the like: the two mesh axes on two different dimensions."""
     entries = [e if isinstance(e, tuple) else (e,) for e in normal_spec(spec)]
-    with_first = [i for i, e in enumerate(entries) if first in e]
-    with_second = [i for i, e in enumerate(entries) if second in e]
-    return bool(with_first and with_second and with_first != with_second)
+    with_host = [i for i, e in enumerate(entries) if "host" in e]
+    with_device = [i for i, e in enumerate(entries) if "device" in e]
+    return bool(with_host and with_device and with_host != with_device)
 
 
 def same_spec(mesh, a, b, shape: tuple[int, ...]) -> bool:
@@ -166,20 +151,12 @@ class Slot:
     label: str = ""
 
     def judge(self, mesh, spec) -> None:
-        """Return when `spec` places the data like the right spec; else the mistake it makes."""
+        """Return when `spec` places the data like the right spec; else the mistake it makes, with
+        the learner's own placement as its detail."""
         if same_spec(mesh, spec, self.right, self.shape):
             return
-        for known, message in self.wrong.items():
-            if same_spec(mesh, spec, known, self.shape):
-                self._fail(mesh, spec, say(message, spec))
-        for rule in self.rules:
-            if rule.when(spec):
-                self._fail(mesh, spec, say(rule.say, spec))
-        if placement(mesh, spec, self.shape) is None:
-            self._fail(mesh, spec, _rejection(mesh, spec, self.shape))
-        self._fail(mesh, spec, say(self.otherwise, spec))
-
-    def _fail(self, mesh, spec, message: str) -> None:
+        message = (_named(spec, self.wrong, self.rules, lambda a, b: same_spec(mesh, a, b, self.shape))
+                   or _rejection(mesh, spec, self.shape) or say(self.otherwise, spec))
         try:
             detail = sharding_text(self.shape, mesh, spec)
         except ValueError:  # JAX cannot place it: the message already says why
@@ -193,19 +170,20 @@ class Slot:
                 + [(r.example, head + say(r.say, r.example)) for r in self.rules])
 
 
-def _rejection(mesh, spec, shape) -> str:
+def _rejection(mesh, spec, shape) -> str | None:
+    """Why JAX refuses to place `spec` for this shape on this mesh, in its words; None if it places it."""
     try:
         NamedSharding(mesh, spec).devices_indices_map(tuple(shape))
     except Exception as error:
-        reason = explain(error)
-    return f"JAX rejects {format_spec(spec)} for shape {tuple(shape)} on mesh axes {dict(mesh.shape)}: {reason}"
+        return (f"JAX rejects {format_spec(spec)} for shape {tuple(shape)} on mesh axes {dict(mesh.shape)}: "
+                f"{explain(error)}")
+    return None
 
 
 def example_spec(mesh, slot: Slot):
     """A spec to show in 'expected a PartitionSpec such as ...': valid, neither right nor a known
     mistake of this slot; None when every spec of one or two entries is one of those."""
-    a, *rest = mesh.axis_names
-    entries = [None, a, *rest, tuple(mesh.axis_names), tuple(reversed(mesh.axis_names))]
+    entries = [None, *mesh.axis_names, tuple(mesh.axis_names), tuple(reversed(mesh.axis_names))]
     taken = [slot.right, *slot.wrong]
     for first, second in itertools.product(entries, entries):
         spec = P(first, second)
@@ -271,10 +249,10 @@ def placed(mesh, data, spec=P(("host", "device"))):
     return jax.device_put(data, NamedSharding(mesh, spec))
 
 
-def from_hosts(parts: list, spec, layout: tuple[int, int] = (2, 4)):
+def from_hosts(parts: list, spec):
     """The global array that len(parts) emulated hosts build from their own parts with `spec`, as
-    make_array_from_process_local_data does on the course mesh of this layout (helpers.hosts)."""
-    return hosts.make_array_from_process_local_data(NamedSharding(course_mesh(layout), spec), parts)
+    make_array_from_process_local_data does on the 2 x 4 course mesh (helpers.hosts)."""
+    return hosts.make_array_from_process_local_data(NamedSharding(course_mesh((2, 4)), spec), parts)
 
 
 _VARYING = re.compile(r"possibly varying over \{([^}]*)\}|replicated across mesh ax[ie]s (.*?), but could not infer")
@@ -298,7 +276,7 @@ def close(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     if tree_a != tree_b:
         return False
     for x, y in zip(leaves_a, leaves_b):
-        if isinstance(x, (str, bytes)) or isinstance(y, (str, bytes)) or x is None or y is None:
+        if isinstance(x, (str, bytes)) or isinstance(y, (str, bytes)):  # (None is tree structure, never a leaf)
             if x != y:
                 return False
             continue
@@ -341,9 +319,6 @@ def lacks(primitive: str, fn: Callable, *args: Any) -> bool:
     return found is not None and all(eqn.primitive.name != primitive for eqn, _ in found)
 
 
-_outputs: dict[tuple, Any] = {}
-
-
 @dataclass(frozen=True, kw_only=True)
 class ProgramExercise(Exercise):
     """A function judged by what it computes, against the reference and catalogued wrong programs.
@@ -361,33 +336,28 @@ class ProgramExercise(Exercise):
     run: Callable[[Callable, Any], Any]
     wrong: Mapping[str, Message] = field(default_factory=dict)
     meshes: tuple[tuple[int, ...], ...] = ((2, 4), (2, 2))
-    axis_names: tuple[str, ...] = ("host", "device")
     errors: tuple[Rule, ...] = ()
     families: tuple[Rule, ...] = ()
     checks: tuple[Rule, ...] = ()
     otherwise: Message = "your function computes something else than the prompt asks"
-    rtol: float = 1e-4
-    atol: float = 1e-5
+    _outputs: ClassVar[dict[tuple, Any]] = {}  # (id, source, layout) -> what that program computed
 
     def judge(self, answer: Any) -> None:
         answer = self.screen(answer)
-        for layout in self.meshes:
-            want = self.output_of_source(self.solution, layout)
-            got = self.output_of_answer(answer, self.make_case(layout))
-            if close(got, want, self.rtol, self.atol):
-                continue
-            case = self._case(layout, got, want)
-            for source, message in self.wrong.items():
-                if close(got, self.output_of_source(source, layout), self.rtol, self.atol):
-                    raise Mistake(say(message, case))
-            if isinstance(got, Raised):
-                rule = next((r for r in self.errors if r.when(got.raw)), None)
-                raise Mistake(say(rule.say, case) if rule else f"your function raised {got.text}")
-            rule = next((r for r in self.families if r.when(case)), None)
-            raise Mistake(say(rule.say if rule else self.otherwise, case))
-        for rule in self.checks:
-            if rule.when(answer, self.make_case(self.meshes[0])):
-                raise Mistake(say(rule.say, self._case(self.meshes[0])))
+        case = self._first_difference(lambda layout: self.output_of_answer(answer, self.make_case(layout)))
+        if case is None:
+            for rule in self.checks:
+                if rule.when(answer, self.make_case(self.meshes[0])):
+                    raise Mistake(say(rule.say, self._case(self.meshes[0])))
+            return
+        for source, message in self.wrong.items():
+            if close(case.got, self.output_of_source(source, case.layout)):
+                raise Mistake(say(message, case))
+        if isinstance(case.got, Raised):
+            rule = next((r for r in self.errors if r.when(case.got.raw)), None)
+            raise Mistake(say(rule.say, case) if rule else f"your function raised {case.got.text}")
+        rule = next((r for r in self.families if r.when(case)), None)
+        raise Mistake(say(rule.say if rule else self.otherwise, case))
 
     def screen(self, answer: Any) -> Any:
         """The answer in the form `output_of_answer` takes, or a Mistake about its type."""
@@ -396,12 +366,12 @@ class ProgramExercise(Exercise):
         return answer
 
     def _case(self, layout, got=None, want=None):
-        return types.SimpleNamespace(mesh=self.make_case(layout), devices=_size(layout), layout=layout,
+        return types.SimpleNamespace(mesh=self.make_case(layout), devices=math.prod(layout), layout=layout,
                                      got=got, want=want)
 
     def make_case(self, layout: tuple[int, ...]):
         """The mesh of this shape (ProcessExercise: the (hosts, devices_per_host) itself)."""
-        return course_mesh(layout, self.axis_names)
+        return course_mesh(layout)
 
     def output_of_answer(self, fn: Callable, mesh) -> Any:
         """What the learner's function computes on `mesh`; an exception it raises is Raised."""
@@ -415,201 +385,29 @@ class ProgramExercise(Exercise):
     def output_of_source(self, source: str, layout: tuple[int, ...]) -> Any:
         """What a catalogued program (or the reference) computes on this layout, computed once."""
         key = (self.id, source, layout)
-        if key not in _outputs:
-            _outputs[key] = self.output_of_answer(self.run_source(source), self.make_case(layout))
-        return _outputs[key]
+        if key not in self._outputs:
+            self._outputs[key] = self.output_of_answer(self.run_source(source), self.make_case(layout))
+        return self._outputs[key]
 
     def catalogue(self) -> list[tuple[Any, str]]:
         """Wrong programs, then the examples of the rules; a program runs only when its message is
         a function of what it computed (a catalogue of real-process programs starts no process)."""
         entries = [*self.wrong.items(), *((r.example, r.say) for r in self.errors + self.families + self.checks)]
-        return [(source, m if isinstance(m, str) else say(m, self._first_difference(source))) for source, m in entries]
+        return [(source, m if isinstance(m, str) else say(m, self._case_of(source))) for source, m in entries]
 
-    def _first_difference(self, source: str):
-        """The case where a program first parts from the reference (the one its message is about)."""
+    def _case_of(self, source: str):
+        """The case a catalogued program's message is about: where it first parts from the reference."""
+        return (self._first_difference(lambda layout: self.output_of_source(source, layout))
+                or self._case(self.meshes[0]))
+
+    def _first_difference(self, output_on: Callable[[tuple[int, ...]], Any]):
+        """The case on the first layout where `output_on(layout)` parts from the reference; None if none."""
         for layout in self.meshes:
-            want, got = self.output_of_source(self.solution, layout), self.output_of_source(source, layout)
-            if not close(got, want, self.rtol, self.atol):
+            want, got = self.output_of_source(self.solution, layout), output_on(layout)
+            if not close(got, want):
                 return self._case(layout, got, want)
-        return self._case(self.meshes[0])
-
-
-def _size(layout: tuple[int, ...]) -> int:
-    return math.prod(layout)
-
-
-# ----------------------------------------------------------------------------- real processes
-
-def _function_def(source: str, name: str) -> ast.FunctionDef | None:
-    """The top-level `def name(...)` of `source`; None if it has none (or is no Python)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
         return None
-    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
 
 
-def _is_stub(function: ast.FunctionDef) -> bool:
-    """True when the function's body (its docstring aside) only raises NotImplementedError."""
-    body = [s for s in function.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-    return len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.unparse(body[0])
-
-
-def failure(result) -> Raised:
-    """What a run that did not end well did: the last error line of the host that failed first (in
-    the launcher's order: a host whose collective lost its peer comes after the host that died), or,
-    when none failed, where each host was when the run was stopped (a hang)."""
-    order = {h: i for i, h in enumerate(result.failed_first)}
-    failed = sorted((h for h in result.hosts if h.status == "failed"),
-                    key=lambda h: (order.get(h.host, len(order)), h.host))
-    if failed:
-        tail = failed[0].error_tail(3).strip().splitlines()
-        text = f"{tail[-1] if tail else 'no error message'} on host {failed[0].host}"
-    else:
-        states = ("had exited" if h.ok else "had ended its script" if h.script_ended else "was still running"
-                  for h in result.hosts)
-        text = "the run hung: " + "; ".join(f"host {h.host} {state}" for h, state in zip(result.hosts, states))
-    return Raised(text, text)
-
-
-# What each host of a `together` run executes: every source on every layout, through the driver's `output`.
-_TOGETHER = """\
-from helpers.launch import initialize
-
-initialize()
-
-import json
-
-{driver}
-
-out = []
-for source in {sources}:
-    row = []
-    for layout in {layouts}:
-        namespace = {{}}
-        try:
-            exec({prelude} + source, namespace)
-            row.append(output(namespace, layout))
-        except Exception as error:  # the program raised: the first sentence of its error is its output
-            first = (str(error).splitlines() or [""])[0].split(". Expected")[0]
-            row.append(f"{{type(error).__name__}}: {{first[:200]}}")
-    out.append(row)
-print(json.dumps(out))
-"""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProcessExercise(ProgramExercise):
-    """A function judged by what real processes (`helpers.launch.run`) print when they run it.
-
-    `meshes` are (hosts, devices_per_host) layouts here. `driver` is a script with `{answer}` where
-    one program's source goes (after the prelude and setup); each host prints its output as JSON on
-    its last stdout line, and the output of a run is the tuple of the hosts' outputs. With
-    `together`, the driver defines `output(namespace, layout)` instead: what one program (run into
-    `namespace`) gives on one layout. One run then judges every source on every layout (an error
-    is its text): the reference and the whole catalogue at once, the learner's function alone (a
-    hang in it spoils nothing else). With `on`, that one run has this layout and the `meshes` are
-    sub-meshes of it; without, each layout is its own run.
-
-    A failed or hung run's output is `failure(result)`. Before any process starts, a stub is not
-    attempted, anything but a function `answer_name` (or its source) is a Mistake, and
-    `precheck(fn)` may call the function in the kernel. Catalogued programs keep their source
-    (`run_source`), so each runs once.
-    """
-
-    run: Callable = None  # not used: the driver is the run
-    driver: str
-    signature: str = "(...)"  # the function's parameters, for the message about an answer that is none
-    precheck: Callable[[Callable], None] | None = None
-    together: bool = False
-    on: tuple[int, int] | None = None
-    timeout: float = 60.0
-    stall: float | None = None  # a run where every host printed, then none did for `stall` s, hung
-
-    def make_case(self, layout):
-        return layout
-
-    def run_source(self, source: str) -> Any:
-        fn = super().run_source(source)
-        if callable(fn):  # exec'd code has no file its source could be read from
-            fn.__course_source__ = source
-        return fn
-
-    def screen(self, answer: Any) -> str:
-        """The answer's source; NotAttempted for a stub, a Mistake for anything but the function."""
-        source = answer if isinstance(answer, str) else getattr(answer, "__course_source__", None)
-        if source is None and inspect.isfunction(answer):
-            try:
-                source = textwrap.dedent(inspect.getsource(answer))
-            except (OSError, TypeError):
-                raise Mistake(f"the source of {self.answer_name} cannot be read; define it with def in a "
-                              "cell") from None
-        function = _function_def(source, self.answer_name) if source is not None else None
-        if function is None:
-            raise Mistake(f"expected a function {self.answer_name}{self.signature}, defined with def in a cell, "
-                          f"but got {describe(answer)}")
-        if _is_stub(function):
-            raise NotAttempted
-        if self.precheck is not None:
-            try:
-                self.precheck(answer if callable(answer) else self.run_source(source))
-            except Mistake as error:  # an error rule names it as the real run would
-                rule = next((r for r in self.errors if r.when(str(error))), None)
-                raise (Mistake(say(rule.say, self._case(self.meshes[0]))) if rule else error) from None
-        return source
-
-    def judge(self, answer: Any) -> None:
-        try:
-            super().judge(answer)
-        finally:  # the learner's outputs are kept for this judgement only
-            for key in [k for k in _outputs if k[0] == self.id and k[1] not in self._known()]:
-                del _outputs[key]
-
-    def _known(self) -> tuple[str, ...]:
-        return (self.solution, *self.wrong, *(r.example for r in self.errors + self.families + self.checks))
-
-    def output_of_answer(self, source: str, layout) -> Any:
-        got = self.output_of_source(source, layout)
-        if isinstance(got, Raised) and "NotImplementedError" in got.raw:
-            raise NotAttempted
-        return got
-
-    def output_of_source(self, source: str, layout) -> Any:
-        """What a program printed on this layout; known programs run once (together, if so declared)."""
-        if (self.id, source, layout) not in _outputs:
-            known = self._known()
-            _outputs.update(self._launch(known if self.together and source in known else (source,), layout))
-        return _outputs[(self.id, source, layout)]
-
-    def _launch(self, sources: tuple[str, ...], layout) -> dict:
-        """{(id, source, layout): output} for every source on `layout` (on every layout, with `on`)."""
-        from helpers.launch import run
-
-        layouts = self.meshes if self.on else (layout,)
-        prelude = PRELUDE + self.setup + "\n"
-        script = (_TOGETHER.format(driver=self.driver, sources=repr(list(sources)), layouts=repr(layouts),
-                                   prelude=repr(prelude))
-                  if self.together else self.driver.replace("{answer}", prelude + sources[0]))
-        num_hosts, per_host = self.on or layout
-        result = run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
-                     stall=self.stall)
-        keys = [(self.id, s, l) for s in sources for l in layouts]
-        if not result.ok:
-            return dict.fromkeys(keys, failure(result))
-        printed = []
-        for host in result.hosts:
-            try:
-                printed.append(json.loads(host.last_line))
-            except ValueError:
-                return dict.fromkeys(keys, Raised(f"host {host.host} printed no result line"))
-        if not self.together:
-            return {keys[0]: tuple(printed)}
-        outputs = {}
-        for i, source in enumerate(sources):
-            for j, each in enumerate(layouts):
-                got = [every[i][j] for every in printed]
-                error = next(((h, g) for h, g in enumerate(got) if isinstance(g, str)), None)
-                outputs[(self.id, source, each)] = (Raised(f"{error[1]} on host {error[0]}", error[1]) if error
-                                                    else tuple(got))
-        return outputs
-
+# The real-process kind has its own module; nb08, nb10-nb12 and tests/test_nb12_exercises.py import it from here.
+from helpers.exercises.processes import ProcessExercise, failure  # noqa: E402,F401

@@ -1,0 +1,192 @@
+"""The exercise kind for code that must run in real processes: `ProcessExercise`.
+
+A driver script with the learner's source is run by `helpers.launch.run` on localhost; what each
+host printed is the program's output, judged like a `ProgramExercise`'s (reference, catalogued wrong
+programs, rules). A run that fails or hangs has `failure(result)` as its output.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import textwrap
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from helpers.exercises.core import PRELUDE, Mistake, NotAttempted, describe, say
+from helpers.exercises.kinds import ProgramExercise, Raised
+
+
+def _function_def(source: str, name: str) -> ast.FunctionDef | None:
+    """The top-level `def name(...)` of `source`; None if it has none (or is no Python)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
+def _is_stub(function: ast.FunctionDef) -> bool:
+    """True when the function's body (its docstring aside) only raises NotImplementedError."""
+    body = [s for s in function.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    return len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.unparse(body[0])
+
+
+def failure(result) -> Raised:
+    """What a run that did not end well did: the last error line of the host that failed first (in
+    the launcher's order: a host whose collective lost its peer comes after the host that died), or,
+    when none failed, where each host was when the run was stopped (a hang)."""
+    order = {h: i for i, h in enumerate(result.failed_first)}
+    failed = sorted((h for h in result.hosts if h.status == "failed"),
+                    key=lambda h: (order.get(h.host, len(order)), h.host))
+    if failed:
+        tail = failed[0].error_tail(3).strip().splitlines()
+        text = f"{tail[-1] if tail else 'no error message'} on host {failed[0].host}"
+    else:
+        states = ("had exited" if h.ok else "had ended its script" if h.script_ended else "was still running"
+                  for h in result.hosts)
+        text = "the run hung: " + "; ".join(f"host {h.host} {state}" for h, state in zip(result.hosts, states))
+    return Raised(text, text)
+
+
+# What each host of a `together` run executes: every source on every layout, through the driver's `output`.
+_TOGETHER = """\
+from helpers.launch import initialize
+
+initialize()
+
+import json
+
+{driver}
+
+out = []
+for source in {sources}:
+    row = []
+    for layout in {layouts}:
+        namespace = {{}}
+        try:
+            exec({prelude} + source, namespace)
+            row.append(output(namespace, layout))
+        except Exception as error:  # the program raised: the first sentence of its error is its output
+            first = (str(error).splitlines() or [""])[0].split(". Expected")[0]
+            row.append(f"{{type(error).__name__}}: {{first[:200]}}")
+    out.append(row)
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessExercise(ProgramExercise):
+    """A function judged by what real processes (`helpers.launch.run`) print when they run it.
+
+    `meshes` are (hosts, devices_per_host) layouts here. `driver` is a script with `{answer}` where
+    one program's source goes (after the prelude and setup); each host prints its output as JSON on
+    its last stdout line, and the output of a run is the tuple of the hosts' outputs. With
+    `together`, the driver defines `output(namespace, layout)` instead: what one program (run into
+    `namespace`) gives on one layout. One run then judges every source on every layout (an error
+    is its text): the reference and the whole catalogue at once, the learner's function alone (a
+    hang in it spoils nothing else). With `on`, that one run has this layout and the `meshes` are
+    sub-meshes of it; without, each layout is its own run.
+
+    A failed or hung run's output is `failure(result)`. Before any process starts, a stub is not
+    attempted, anything but a function `answer_name` (or its source) is a Mistake, and
+    `precheck(fn)` may call the function in the kernel. Catalogued programs keep their source
+    (`run_source`), so each runs once.
+    """
+
+    run: Callable = None  # not used: the driver is the run
+    driver: str
+    signature: str = "(...)"  # the function's parameters, for the message about an answer that is none
+    precheck: Callable[[Callable], None] | None = None
+    together: bool = False
+    on: tuple[int, int] | None = None
+    timeout: float = 60.0
+    stall: float | None = None  # a run where every host printed, then none did for `stall` s, hung
+
+    def make_case(self, layout):
+        return layout
+
+    def run_source(self, source: str) -> Any:
+        fn = super().run_source(source)
+        if callable(fn):  # exec'd code has no file its source could be read from
+            fn.__course_source__ = source
+        return fn
+
+    def screen(self, answer: Any) -> str:
+        """The answer's source; NotAttempted for a stub, a Mistake for anything but the function."""
+        source = answer if isinstance(answer, str) else getattr(answer, "__course_source__", None)
+        if source is None and inspect.isfunction(answer):
+            try:
+                source = textwrap.dedent(inspect.getsource(answer))
+            except (OSError, TypeError):
+                raise Mistake(f"the source of {self.answer_name} cannot be read; define it with def in a "
+                              "cell") from None
+        function = _function_def(source, self.answer_name) if source is not None else None
+        if function is None:
+            raise Mistake(f"expected a function {self.answer_name}{self.signature}, defined with def in a cell, "
+                          f"but got {describe(answer)}")
+        if _is_stub(function):
+            raise NotAttempted
+        if self.precheck is not None:
+            try:
+                self.precheck(answer if callable(answer) else self.run_source(source))
+            except Mistake as error:  # an error rule names it as the real run would
+                rule = next((r for r in self.errors if r.when(str(error))), None)
+                raise (Mistake(say(rule.say, self._case(self.meshes[0]))) if rule else error) from None
+        return source
+
+    def judge(self, answer: Any) -> None:
+        try:
+            super().judge(answer)
+        finally:  # the learner's outputs are kept for this judgement only
+            for key in [k for k in self._outputs if k[0] == self.id and k[1] not in self._known()]:
+                del self._outputs[key]
+
+    def _known(self) -> tuple[str, ...]:
+        return (self.solution, *self.wrong, *(r.example for r in self.errors + self.families + self.checks))
+
+    def output_of_answer(self, source: str, layout) -> Any:
+        got = self.output_of_source(source, layout)
+        if isinstance(got, Raised) and "NotImplementedError" in got.raw:
+            raise NotAttempted
+        return got
+
+    def output_of_source(self, source: str, layout) -> Any:
+        """What a program printed on this layout; known programs run once (together, if so declared)."""
+        if (self.id, source, layout) not in self._outputs:
+            known = self._known()
+            self._outputs.update(self._launch(known if self.together and source in known else (source,), layout))
+        return self._outputs[(self.id, source, layout)]
+
+    def _launch(self, sources: tuple[str, ...], layout) -> dict:
+        """{(id, source, layout): output} for every source on `layout` (on every layout, with `on`)."""
+        from helpers.launch import run
+
+        layouts = self.meshes if self.on else (layout,)
+        prelude = PRELUDE + self.setup + "\n"
+        script = (_TOGETHER.format(driver=self.driver, sources=repr(list(sources)), layouts=repr(layouts),
+                                   prelude=repr(prelude))
+                  if self.together else self.driver.replace("{answer}", prelude + sources[0]))
+        num_hosts, per_host = self.on or layout
+        result = run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
+                     stall=self.stall)
+        keys = [(self.id, s, l) for s in sources for l in layouts]
+        if not result.ok:
+            return dict.fromkeys(keys, failure(result))
+        printed = []
+        for host in result.hosts:
+            try:
+                printed.append(json.loads(host.last_line))
+            except ValueError:
+                return dict.fromkeys(keys, Raised(f"host {host.host} printed no result line"))
+        if not self.together:
+            return {keys[0]: tuple(printed)}
+        outputs = {}
+        for i, source in enumerate(sources):
+            for j, each in enumerate(layouts):
+                got = [every[i][j] for every in printed]
+                error = next(((h, g) for h, g in enumerate(got) if isinstance(g, str)), None)
+                outputs[(self.id, source, each)] = (Raised(f"{error[1]} on host {error[0]}", error[1]) if error
+                                                    else tuple(got))
+        return outputs
+
