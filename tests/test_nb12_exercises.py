@@ -1,13 +1,14 @@
 """Exercises that run real processes (notebooks 08, 10-12): what a failed or hung run is judged as.
 
 The catalogue of each exercise is tested in tests/test_exercises.py; these tests cover the parts
-of `kinds.ProcessExercise` that the catalogue alone cannot reach.
+of `processes.ProcessExercise` that the catalogue alone cannot reach.
 """
 import pytest
 
 from helpers import launch
 from helpers.exercises import Kernel, Mistake, NotAttempted, ProcessExercise, get
-from helpers.exercises.kinds import Raised, failure
+from helpers.exercises.kinds import Raised
+from helpers.exercises.processes import failure
 from helpers.launch_result import HostResult, RunResult
 
 LOST_PEER = ("Traceback (most recent call last):\n"

@@ -408,6 +408,3 @@ class ProgramExercise(Exercise):
                 return self._case(layout, got, want)
         return None
 
-
-# The real-process kind has its own module; nb08, nb10-nb12 and tests/test_nb12_exercises.py import it from here.
-from helpers.exercises.processes import ProcessExercise, failure  # noqa: E402,F401

@@ -9,7 +9,8 @@ from jax import P
 from helpers import train
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, describe, register
-from helpers.exercises.kinds import ProcessExercise, ProgramExercise, Rule, ValueExercise, from_hosts
+from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise, from_hosts
+from helpers.exercises.processes import ProcessExercise
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 HOSTS = 2

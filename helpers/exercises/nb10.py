@@ -13,7 +13,8 @@ from jax import P
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import ProcessExercise, Raised, Rule, Slot, SpecExercise, ValueExercise, course_mesh
+from helpers.exercises.kinds import Raised, Rule, Slot, SpecExercise, ValueExercise, course_mesh
+from helpers.exercises.processes import ProcessExercise
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 MESH = (2, 4)  # 2 hosts x 4 devices, host h's devices in row h

@@ -5,7 +5,8 @@ import jax
 import numpy as np
 
 from helpers.exercises.core import Kernel, Mistake, call_learner, describe, register
-from helpers.exercises.kinds import ProcessExercise, ProgramExercise, Rule, placed
+from helpers.exercises.kinds import ProgramExercise, Rule, placed
+from helpers.exercises.processes import ProcessExercise
 from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8); no emulated hosts

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import ProcessExercise, Rule, ValueExercise
+from helpers.exercises.kinds import Rule, ValueExercise
+from helpers.exercises.processes import ProcessExercise
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 MYSTERY = Path(__file__).resolve().parents[2] / "notebooks" / "scripts" / "mystery_hang.py"
