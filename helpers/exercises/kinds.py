@@ -43,7 +43,8 @@ class Rule:
     """A family of mistakes: `when(...)` is true for its members, `say` is their message.
 
     `example` is a member that no earlier entry of the catalogue catches; the tests check that
-    it earns this rule's message (so a rule can never be dead or shadowed).
+    it earns this rule's message (so a rule can never be dead or shadowed). In a value exercise
+    it may be a function of the right value, such as `alone(i)`.
     """
 
     when: Callable[..., bool]
@@ -54,6 +55,16 @@ class Rule:
 def entry(i: int, *values: Any) -> Callable[[Any], bool]:
     """A rule's test on a tuple answer: its entry `i` is one of `values`."""
     return lambda answer: answer[i] in values
+
+
+def alone(i: Any) -> Callable[[Any], Any]:
+    """A rule's example: the right answer made wrong about `i` alone (a tuple of booleans: entry `i`
+    flipped; a set: `i` added or taken out)."""
+    def wrong_about_i(right: Any) -> Any:
+        if isinstance(right, frozenset):
+            return right ^ {i}
+        return tuple(not v if j == i else v for j, v in enumerate(right))
+    return wrong_about_i
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -97,8 +108,9 @@ class ValueExercise(Exercise):
             raise Mistake(_named(value, self.wrong, self.rules, _same) or say(self.otherwise, value))
 
     def catalogue(self) -> list[tuple[Any, str]]:
+        examples = [r.example(self.right_value()) if callable(r.example) else r.example for r in self.rules]
         return ([(known, say(m, known)) for known, m in self.wrong.items()]
-                + [(r.example, say(r.say, r.example)) for r in self.rules])
+                + [(example, say(r.say, example)) for r, example in zip(self.rules, examples)])
 
 
 # ----------------------------------------------------------------------------- specs

@@ -7,7 +7,7 @@ from jax.sharding import Mesh
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, describe, register
-from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise
+from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise, alone
 from helpers.topology import host_of
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -195,14 +195,13 @@ _WHY = {
          "in order as a 4 x 2 grid: the column host=0 holds devices 0, 2, 4, 6, from both hosts. Its "
          "axis called 'device' is the one that changes host",
 }
-_SOLVED = frozenset("ABD")  # the solution's answer (the judge computes the right one from JAX)
 
 
 def _about(letter: str) -> Rule:
     """The mistake about mesh `letter`; its example gets that mesh wrong and every other right."""
     return Rule(lambda chosen: (letter in chosen) != (letter in _following()),
                 lambda chosen: _WHY[letter] if letter in chosen else f"you left out {letter}: {_WHY[letter]}",
-                _SOLVED ^ {letter})
+                alone(letter))
 
 
 register(ValueExercise(

@@ -10,7 +10,7 @@ from helpers import hosts
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import (
-    Rule, Slot, SpecExercise, ValueExercise, course_mesh, from_hosts, normal_spec, placement,
+    Rule, Slot, SpecExercise, ValueExercise, alone, course_mesh, from_hosts, normal_spec, placement,
 )
 from helpers.layout import format_spec
 
@@ -178,7 +178,6 @@ _MESH_WHY = (
     "in D each host's devices are one row, a block; the axis names do not matter to the function, only where "
     "each host's devices sit",
 )
-_SOLVED = (True, True, False, True)  # the solution's answer (the judge computes the right one from JAX)
 
 register(ValueExercise(
     id="03.3", kernel=KERNEL, answer_name="hla2ga_accepts", title="the meshes host_local_array_to_global_array accepts",
@@ -186,7 +185,7 @@ register(ValueExercise(
     form=forms.booleans(4, like="(True, False, True, False)", what="one per mesh A to D"),
     right=_accepts,
     rules=tuple(Rule(lambda v, i=i: v[i] != _accepts()[i], f"mesh {'ABCD'[i]}: {_MESH_WHY[i]}",
-                     example=tuple(not a if j == i else a for j, a in enumerate(_SOLVED)))  # wrong about mesh i alone
+                     example=alone(i))
                 for i in range(4)),
     hints=(
         "Ignore the axis names. For each mesh, mark the cells that hold host 0's devices (0-3). "

@@ -9,7 +9,7 @@ import numpy as np
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Rule, ValueExercise, entry
+from helpers.exercises.kinds import Rule, ValueExercise, alone, entry
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 
@@ -50,7 +50,6 @@ _WHY = (  # per entry of the state, why its copies stay equal or part
     f"mean_x mixes in jnp.mean(x), which {_OWN}",
     "mean_all mixes in pmean(jnp.mean(x)): the mean over all 8 devices, one number they all get",
 )
-_SOLVED = (True, False, True, False, True)  # the solution's answer (the judge computes the right one from JAX)
 
 register(ValueExercise(
     id="04.1", kernel=KERNEL, answer_name="still_equal", title="which copies of the state stay equal after a pmap step",
@@ -63,7 +62,7 @@ register(ValueExercise(
                      "entries are updated from each device's own batch",
     },
     rules=tuple(Rule(lambda v, i=i: v[i] != _equal_after_step()[i], why,
-                     example=tuple(not a if j == i else a for j, a in enumerate(_SOLVED)))  # wrong about entry i alone
+                     example=alone(i))
                 for i, why in enumerate(_WHY)),
     hints=(
         "The copies start equal. A copy stays equal when everything that updates it is the same on every device.",
