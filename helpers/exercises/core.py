@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Union
 
 import jax
+import numpy as np
 
 from helpers import topology
 from helpers.devices import backend_started
@@ -226,9 +227,12 @@ def describe(value: Any) -> str:
     shape = getattr(value, "shape", None)
     name = type(value).__name__
     if shape is not None and not callable(shape):
-        article = "an" if name[0].lower() in "aeiou" else "a"
+        if isinstance(value, (jax.Array, np.ndarray)):
+            kind = "a jax.Array" if isinstance(value, jax.Array) else "a numpy array"
+        else:
+            kind = ("an " if name[0].lower() in "aeiou" else "a ") + name
         dtype = getattr(value, "dtype", None)
-        return f"{article} {name} of shape {tuple(shape)}" + (f" and dtype {dtype}" if dtype is not None else "")
+        return f"{kind} of shape {tuple(shape)}" + (f" and dtype {dtype}" if dtype is not None else "")
     return f"{name} {shorten(re.sub(r' at 0x[0-9a-f]+', '', repr(value)), 40)}"  # no memory address
 
 
