@@ -20,14 +20,39 @@ def _given(mesh) -> list:
     return list(mesh.devices.flat)[::-1]
 
 
+def _in_id_order(devices: list, num_hosts: int) -> list:
+    return np.reshape(sorted(d.id for d in devices), (num_hosts, -1)).tolist()
+
+
 def _built(build_mesh, mesh) -> tuple:
-    """What build_mesh makes of the layout's devices: ('mesh', names, device-id rows), or what it is instead."""
-    built = build_mesh(_given(mesh), mesh.shape["host"])
+    """What build_mesh makes of the layout's devices: ('mesh', names, device-id rows, probe), or what it is
+    instead. When the rows are in id order, `probe` is the rows it makes of half the devices (id order again
+    means it sorts the list it is given; jax.devices() would bring devices from outside that half)."""
+    given, num_hosts = _given(mesh), mesh.shape["host"]
+    built = build_mesh(given, num_hosts)
     if isinstance(built, Mesh):
-        return ("mesh", tuple(built.axis_names), [[d.id for d in row] for row in built.devices])
+        rows = [[d.id for d in row] for row in built.devices]
+        return ("mesh", tuple(built.axis_names), rows,
+                _half_rows(build_mesh, given[: len(given) // 2], num_hosts) if rows == _in_id_order(given, num_hosts)
+                else None)
     if hasattr(built, "shape") and hasattr(built, "reshape"):
         return ("grid", describe(built))
     return ("other", describe(built))
+
+
+def _half_rows(build_mesh, half: list, num_hosts: int) -> list | None:
+    try:
+        built = build_mesh(half, num_hosts)
+        return [[d.id for d in row] for row in built.devices]
+    except Exception:  # any failure on half the devices: not a sorted copy of them
+        return None
+
+
+def _sorts(case) -> bool:
+    """The mesh holds the given devices in id order, and half of them too: build_mesh sorts its argument."""
+    half = _given(case.mesh)[: case.devices // 2]
+    return (case.got[2] == _in_id_order(_given(case.mesh), case.layout[0])
+            and case.got[3] == _in_id_order(half, case.layout[0]))
 
 
 def _where(case) -> str:
@@ -89,8 +114,13 @@ def build_mesh(devices, num_hosts):
              example=_build('Mesh(np.array(devices).reshape(1, -1), ("host", "device"))'),
              say=lambda case: f"{_where(case)} your mesh has shape {np.shape(case.got[2])}, but a (host, device) mesh "
                               f"needs {case.layout}: one row per host, one column per device of a host"),
+        Rule(_sorts, example=_build('Mesh(np.array(sorted(devices, key=lambda d: d.id)).reshape(num_hosts, -1), '
+                                    '("host", "device"))'),
+             say=lambda case: f"{_where(case)} your mesh holds devices {case.got[2]}, in id order, but the devices "
+                              f"you were given come in the order {_given_ids(case)}: keep that order, do not sort "
+                              "them. The list comes host by host, whatever the devices' ids"),
         Rule(lambda case: sorted(d for row in case.got[2] for d in row) != sorted(_given_ids(case))
-             or case.got[2] == np.reshape(sorted(_given_ids(case)), case.layout).tolist(),  # from jax.devices()
+             or case.got[2] == _in_id_order(_given(case.mesh), case.layout[0]),  # from jax.devices()
              example=_build('jax.make_mesh((num_hosts, len(devices) // num_hosts), ("host", "device"))'),
              say=lambda case: f"{_where(case)} your mesh holds devices {case.got[2]}, but the devices you were "
                               f"given are {_given_ids(case)}: build the mesh from the `devices` argument, "
