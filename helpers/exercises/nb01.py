@@ -1,12 +1,14 @@
 """Exercises of notebook 01: meshes, axis names, and which host owns which cell."""
 from __future__ import annotations
 
+import re
+
 import jax
 import numpy as np
 from jax.sharding import Mesh
 
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, describe, register
+from helpers.exercises.core import Kernel, Mistake, describe, register
 from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise, alone
 from helpers.topology import host_of
 
@@ -234,11 +236,26 @@ def _about(letter: str) -> Rule:
                 alone(letter))
 
 
+def _letters(valid: str, like: str):
+    """forms.letters, but a text with words in it ("A, B and D") is told to give a set instead."""
+    letters = forms.letters(valid, like)
+
+    def form(answer):
+        if isinstance(answer, str):
+            words = re.findall(r"[A-Za-z]+", answer)
+            word = next((w for w in words if len(w) > 1 and not set(w.upper()) <= set(valid)), None)
+            if word is not None:
+                raise Mistake(f"give the meshes as a set of letters, like {like}; your text holds the word {word!r}, "
+                              "which is no mesh")
+        return letters(answer)
+    return form
+
+
 register(ValueExercise(
     id="01.3", kernel=KERNEL, answer_name="follows_hosts",
     title="which meshes have a 'host' axis that follows the hosts",
     solution='follows_hosts = {"A", "B", "D"}',
-    form=forms.letters("ABCDE", like="{'A', 'B'}"),
+    form=_letters("ABCDE", like="{'A', 'B'}"),
     right=_following,
     rules=tuple(_about(letter) for letter in "CEABD"),  # a wrong pick first, then a missing one
     hints=(
@@ -272,7 +289,13 @@ register(ValueExercise(
                           "of jax.devices(), 0 to 3, and those are all host 0's. Its 'host' axis never leaves host 0",
         ((0, 1), (0, 1)): _NOT_SPREAD,
         ((0, 1), (1, 0)): _NOT_SPREAD,
+        ((0, 1), (2, 3)): "those are the ids of the mesh's devices; give the host that owns each one instead",
     },
+    rules=(
+        Rule(lambda rows: any(h not in (0, 1) for row in rows for h in row), example=((0, 1), (4, 5)),
+             say=lambda rows: f"there are 2 hosts, numbered 0 and 1: {max(h for row in rows for h in row)} is a "
+                              "device id, not a host number. Give the host that owns each device"),
+    ),
     otherwise=lambda rows: (f"not quite: {[list(r) for r in rows]}. make_mesh((2, 2), ...) uses devices 0, 1, 2, 3; "
                             "which host owns those?"),
     hints=(
