@@ -30,6 +30,14 @@ def _host_sums() -> tuple[float, ...]:
 _NEIGHBOURS = ("'host' does not pair neighbouring devices: device d of host 0 (w8[d]) goes with device d of "
                "host 1 (w8[4 + d])")
 
+def _first_wrong_sum(sums: tuple[float, ...]) -> str:
+    """Where the first wrong value sits, and the two inputs its psum over 'host' adds."""
+    i = next(i for i, (got, want) in enumerate(zip(sums, _host_sums())) if not np.isclose(got, want))
+    d = i % 4
+    return (f"not quite at position {i} (host {i // 4}'s device {d}): host 0's device {d} holds {_W8[d]:g} and "
+            f"host 1's device {d} holds {_W8[4 + d]:g}; a psum over 'host' gives both of them the sum")
+
+
 register(ValueExercise(
     id="05.1", kernel=KERNEL, answer_name="host_sums", title="a psum over 'host' pairs device d of every host",
     solution="host_sums = [8.0, 10.0, 6.0, 7.0, 8.0, 10.0, 6.0, 7.0]  # w8[d] + w8[4 + d], on both hosts",
@@ -44,8 +52,11 @@ register(ValueExercise(
         (4.0, 5.0, 14.0, 8.0, 4.0, 5.0, 14.0, 8.0): _NEIGHBOURS,
         _W8: "those are the inputs; the psum adds each device's value to its counterpart's on the other host",
     },
-    otherwise="not quite: host 0's device 0 holds 3 and host 1's device 0 holds 5; a psum over 'host' gives "
-              "both of them the sum",
+    rules=(
+        Rule(lambda sums: not np.allclose(sums[:4], sums[4:]), example=lambda right: (*right[:7], right[7] + 1),
+             say=lambda sums: f"{_first_wrong_sum(sums)}, so both hosts end with the same 4 values"),
+    ),
+    otherwise=_first_wrong_sum,
     hints=(
         "Host 0's devices hold w8[0:4] and host 1's hold w8[4:8]. Which devices does the 'host' axis connect?",
         "Along 'host', device d of host 0 meets device d of host 1: both get w8[d] + w8[4 + d].",
