@@ -1,16 +1,19 @@
 """Exercises of notebook 05: shard_map blocks, collectives over mesh axes, out_specs and check_vma."""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import jax
 import numpy as np
 from jax import P
 
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, register
+from helpers.exercises.core import Kernel, Mistake, register, say
 from helpers.exercises.kinds import (
     ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, axes_apart, course_mesh, lacks, placed, varying_over,
 )
-from helpers.layout import format_spec
+from helpers.layout import format_spec, sharding_text
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 DATA = ("host", "device")
@@ -66,21 +69,62 @@ register(ValueExercise(
 
 # --------------------------------------------------------------------------- 05.2
 
+_SUMS_BLOCK = (1, 2)  # what paired_column_sums returns on each device: f32[1, 2]
+
+
+def _output_shape(mesh, spec) -> tuple[int, ...]:
+    """The global shape shard_map makes of the (1, 2) blocks with this out_specs: each dimension times the
+    sizes of the mesh axes its entry names."""
+    entries = list(spec) + [None] * (len(_SUMS_BLOCK) - len(spec))
+    if len(entries) > len(_SUMS_BLOCK):
+        raise ValueError(f"{format_spec(spec)} has more entries than the result has dimensions")
+    return tuple(n * math.prod(mesh.shape[a] for a in (e if isinstance(e, tuple) else (e,)) if a is not None)
+                 for n, e in zip(_SUMS_BLOCK, entries))
+
+
+@dataclass(frozen=True)
+class _OutSlot(Slot):
+    """An out_specs slot: specs are compared on `shape`, but a mistake pictures the array the learner's
+    out_specs really makes, of its own shape. `first` are rules tried before placements are compared."""
+
+    first: tuple[Rule, ...] = ()
+
+    def judge(self, mesh, spec) -> None:
+        try:
+            early = next((rule for rule in self.first if rule.when(spec)), None)
+            if early is not None:
+                raise Mistake(say(early.say, spec))
+            super().judge(mesh, spec)
+        except Mistake as mistake:
+            try:
+                detail = sharding_text(_output_shape(mesh, spec), mesh, spec)
+            except Exception:  # an unknown axis or too many entries: the message already says so
+                detail = ""
+            raise Mistake(str(mistake), detail) from None
+
+    def messages(self) -> list[tuple]:
+        return super().messages() + [(rule.example, say(rule.say, rule.example)) for rule in self.first]
+
+
 register(SpecExercise(
     id="05.2", kernel=KERNEL, answer_name="sums_out_specs", title="out_specs names the axes a result still varies over",
     solution="sums_out_specs = P('device')  # after the psum over 'host' the sums vary over 'device' only",
     mesh=lambda: course_mesh((2, 4)),
-    slots=(Slot(
-        shape=(8, 8),
+    slots=(_OutSlot(
+        shape=(8, 8),  # compares placements only; large enough for every spec to divide it
         right=P("device"),
+        first=(Rule(lambda spec: len(spec) > len(_SUMS_BLOCK), example=P("device", None, None),
+                    say=lambda spec: f"out_specs={format_spec(spec)} has {len(spec)} entries, but each device's "
+                                     "result is 2-D, f32[1, 2]: JAX refuses an out_specs longer than the result's "
+                                     "rank"),),
         wrong={
             P(): "P() claims every device holds the same sums, but they differ between the devices of a host: "
                  "the psum ran over 'host' only",
-            P(DATA): "naming 'host' too stores each host's copy: the rows come twice, shape (8, C). After the psum "
+            P(DATA): "naming 'host' too stores each host's copy: the rows come twice, shape (8, 2). After the psum "
                      "over 'host' both hosts hold the same sums, so leave 'host' out",
             P("host"): "P('host') leaves out 'device', which claims the 4 devices of a host hold the same sums; "
                        "they do not (the psum ran over 'host' only), so check_vma refuses it",
-            P(None, "device"): "that spec puts the 4 rows side by side along dimension 1, shape (1, 4C); stack "
+            P(None, "device"): "that spec puts the 4 rows side by side along dimension 1, shape (1, 8); stack "
                                "them along dimension 0 instead",
         },
         rules=(Rule(axes_apart, example=P("host", "device"),
@@ -88,7 +132,7 @@ register(SpecExercise(
                                      "P('host', 'device') splits dimension 0 over 'host' and dimension 1 over "
                                      "'device' (one dimension over both is P(('host', 'device'))). After the psum "
                                      "over 'host', name only the axis the sums still vary over, on dimension 0"),),
-        otherwise=lambda spec: f"with out_specs={format_spec(spec)} the result is not (4, C) with one row of "
+        otherwise=lambda spec: f"with out_specs={format_spec(spec)} the result is not (4, 2) with one row of "
                                "column sums per device position",
     ),),
     hints=(
