@@ -151,6 +151,11 @@ def _batch(mesh):
     return placed(mesh, data)
 
 
+def _means(result):
+    """What column_mean returned, as a float32 array (None stays None: the message names it)."""
+    return None if result is None else np.asarray(result, dtype=np.float32)
+
+
 def _varying(axes: str):
     """A test on shard_map's check_vma error: the result still varies over exactly `axes`."""
     return lambda text: varying_over(text) is not None and axes in (None, varying_over(text))
@@ -173,7 +178,7 @@ def column_mean(x, mesh):
 
     return jax.shard_map(body, mesh=mesh, in_specs=P(("host", "device")), out_specs=P())(x)
 ''',
-    run=lambda column_mean, mesh: np.asarray(column_mean(_batch(mesh), mesh), dtype=np.float32),
+    run=lambda column_mean, mesh: _means(column_mean(_batch(mesh), mesh)),
     wrong={
         _column_mean('jax.lax.psum(jnp.mean(b, axis=0), ("host", "device"))'):
             lambda case: f"your result is {case.devices}x the mean: you added the {case.devices} block means "
@@ -191,6 +196,22 @@ def column_mean(x, mesh):
             "check_vma=False silently returns device 0's block",
         _column_mean('jax.lax.pmean(jnp.mean(b, axis=0, keepdims=True), ("host", "device"))'):
             "your result has shape (1, C); return shape (C,) (drop the kept axis, e.g. result[0], or do not keepdims)",
+        _column_mean('jax.lax.pmean(jnp.mean(b, axis=1), ("host", "device"))'):
+            "you took the mean of each row (axis=1); a column mean averages each column over the rows: "
+            "jnp.mean(block, axis=0)",
+        _column_mean('jax.lax.pmean(jnp.mean(b, axis=0), "device")', out_specs="P('host')"):
+            lambda case: f"your result is each host's own column means, one after the other (shape "
+                         f"{case.got.shape}): the pmean over 'device' averages within a host only, and "
+                         "out_specs=P('host') stacks the hosts' results. Average over ('host', 'device') and "
+                         "return the one result with out_specs=P()",
+        _column_mean('jax.lax.pmean(jnp.mean(b, axis=0), ("host", "device"))', out_specs="P('host')"):
+            lambda case: f"your result holds the column means twice, shape {case.got.shape}: out_specs=P('host') "
+                         "stacks the 2 hosts' copies. After the pmean every device holds the same means: "
+                         "out_specs=P()",
+        _column_mean('jax.lax.pmean(jnp.mean(b, axis=0), ("host", "device"))', out_specs="P(('host', 'device'))"):
+            lambda case: f"your result holds the column means once per device, shape {case.got.shape}: "
+                         "out_specs=P(('host', 'device')) stacks every device's copy. After the pmean every "
+                         "device holds the same means: out_specs=P()",
         _column_mean('jax.lax.pmean(jnp.mean(b, axis=0, keepdims=True), ("host", "device"))',
                      out_specs="P(('host', 'device'))"):
             lambda case: f"your result has one row per device, shape {case.got.shape}: out_specs splits it over "
@@ -213,7 +234,9 @@ def column_mean(x, mesh):
              say="the numbers are right, but your function does not use jax.shard_map; this exercise is about "
                  "writing the per-block body and the collective"),
     ),
-    otherwise=lambda case: (f"for x of shape {(3 * case.devices, 5)} on a mesh {dict(case.mesh.shape)} your "
+    otherwise=lambda case: ("your function returned None: return the means (printing them does not return them)"
+                            if case.got is None else
+                            f"for x of shape {(3 * case.devices, 5)} on a mesh {dict(case.mesh.shape)} your "
                             f"column means are {[round(float(v), 3) for v in case.got.reshape(-1)[:5]]}, not the "
                             "mean of each column over all rows"),
     hints=(
