@@ -34,16 +34,20 @@ def _what_a_process_reads(host_env, mesh) -> tuple[dict, ...]:
         flags = re.findall(rf"{DEVICE_COUNT_FLAG}=(\S*)", xla)
         devices = cpu if cpu is not None else (flags[0] if flags else None)
         wrong = devices is not None and str(devices) != str(per_host)
+        copied = "PATH" in env  # a dict(os.environ) carries PATH; a dict the learner writes does not
         views.append({
             "host": host, "hosts": num_hosts, "per_host": per_host,
             "missing": ", ".join(k for k in _RUN_KEYS if k not in env),
-            "strings": all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()),
+            "not_string": next(((k, v) for k, v in env.items() if not (isinstance(k, str) and isinstance(v, str))),
+                               None),
+            "platforms": None if env.get("JAX_PLATFORMS") in (None, "cpu") else env["JAX_PLATFORMS"],
             "devices": devices,
             "via": ("JAX_NUM_CPU_DEVICES" if cpu is not None else "XLA_FLAGS") if wrong else None,
             "set_to": (cpu if cpu is not None else xla) if wrong else None,
             "total": num_hosts > 1 and devices == str(num_hosts * per_host),  # the run's count, not the host's
             "conflict": next(((f, cpu) for f in flags if cpu is not None and f != cpu), None),
-            "inherited": "PATH" in env and cpu == os.environ.get("JAX_NUM_CPU_DEVICES"),
+            "inherited": copied and cpu == os.environ.get("JAX_NUM_CPU_DEVICES"),
+            "xla_inherited": (xla, flags[0]) if copied and flags and xla == os.environ.get("XLA_FLAGS") else None,
             **{k: env.get(k) for k in _RUN_KEYS},
         })
     return tuple(views)
@@ -92,10 +96,21 @@ def host_env(host_id, num_hosts, devices_per_host, port):
                           f"{', '.join(_RUN_KEYS)}",
                 "def host_env(host_id, num_hosts, devices_per_host, port):\n"
                 f"    return {{{_flag('devices_per_host')}}}\n"),
-        _family(lambda v: not v["strings"], "environment variables are strings: wrap numbers in str(...)",
+        _family(lambda v: v["not_string"] is not None,
+                lambda v: f"environment variables are strings, but your {v['not_string'][0]!r} is "
+                          f"{describe(v['not_string'][1])}: wrap numbers in str(...)",
                 "def host_env(host_id, num_hosts, devices_per_host, port):\n"
                 "    return {'JAX_NUM_CPU_DEVICES': devices_per_host, 'JAX_NUM_PROCESSES': num_hosts,\n"
                 "            'JAX_PROCESS_ID': host_id, 'JAX_COORDINATOR_ADDRESS': f'127.0.0.1:{port}'}\n"),
+        _family(lambda v: v["platforms"] not in (None, ""),
+                lambda v: f"with JAX_PLATFORMS={v['platforms']!r} each process asks JAX for that backend, and fails "
+                          "to start where there is none (JAX raises 'Unable to initialize backend'). The course's "
+                          "processes run on the CPU, where the fake devices are: set it to 'cpu'",
+                _host_env(_flag("devices_per_host") + "'JAX_PLATFORMS': 'gpu', ")),
+        _family(lambda v: v["platforms"] == "",
+                "JAX_PLATFORMS='' lets JAX pick any backend, a GPU where there is one, and the course's fake "
+                "devices are CPU devices: set it to 'cpu'",
+                _host_env(_flag("devices_per_host") + "'JAX_PLATFORMS': '', ")),
         _family(lambda v: v["devices"] is None,
                 "the environment does not give the process its devices: set JAX_NUM_CPU_DEVICES (or "
                 f"XLA_FLAGS='{DEVICE_COUNT_FLAG}=N') to this host's device count", _host_env("")),
@@ -111,6 +126,13 @@ def host_env(host_id, num_hosts, devices_per_host, port):
                 lambda v: f"for {v['per_host']} devices per host, JAX_NUM_CPU_DEVICES should be "
                           f"{str(v['per_host'])!r}, not {v['devices']!r}",
                 _host_env("'JAX_NUM_CPU_DEVICES': '3', ")),
+        _family(lambda v: v["xla_inherited"] and (v["conflict"] is not None or v["via"] == "XLA_FLAGS"),
+                lambda v: "your dict carries this notebook's XLA_FLAGS, {!r} (copied from os.environ?), which asks "
+                          "for {} devices".format(*v["xla_inherited"])
+                          + (": JAX_NUM_CPU_DEVICES would win, but two settings that disagree are a trap"
+                             if v["conflict"] else f", not devices_per_host ({v['per_host']} here)")
+                          + "; overwrite XLA_FLAGS too, or remove it",
+                "import os\n" + _host_env("**os.environ, 'JAX_NUM_CPU_DEVICES': str(devices_per_host), ")),
         _family(lambda v: v["conflict"] is not None,
                 lambda v: f"XLA_FLAGS asks for {v['conflict'][0]} devices and JAX_NUM_CPU_DEVICES for "
                           f"{v['conflict'][1]}: JAX_NUM_CPU_DEVICES would win, but two settings that disagree "
@@ -128,6 +150,11 @@ def host_env(host_id, num_hosts, devices_per_host, port):
         _family(lambda v: v["JAX_PROCESS_ID"] != str(v["host"]),
                 "JAX_PROCESS_ID must be this host's own id, counted from 0: host_id",
                 _host_env(_flag("devices_per_host"), ids="str(host_id + 1)")),
+        _family(lambda v: v["JAX_COORDINATOR_ADDRESS"] == f"localhost:{_port(v['hosts'])}",
+                "localhost is a name that each machine looks up, and many resolve it to the IPv6 address ::1 "
+                "before 127.0.0.1; the course's launcher names the loopback address itself. Write "
+                "'127.0.0.1:{port}', as the prompt asks",
+                _host_env(_flag("devices_per_host"), port="port").replace("127.0.0.1", "localhost")),
         _family(lambda v: v["JAX_COORDINATOR_ADDRESS"] != f"127.0.0.1:{_port(v['hosts'])}",
                 lambda v: "every host must name the same coordinator, process 0 on this machine's loopback "
                           f"address: '127.0.0.1:{{port}}', here '127.0.0.1:{_port(v['hosts'])}'",

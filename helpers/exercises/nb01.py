@@ -1,12 +1,14 @@
 """Exercises of notebook 01: meshes, axis names, and which host owns which cell."""
 from __future__ import annotations
 
+import re
+
 import jax
 import numpy as np
 from jax.sharding import Mesh
 
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, describe, register
+from helpers.exercises.core import Kernel, Mistake, describe, register
 from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise, alone
 from helpers.topology import host_of
 
@@ -20,14 +22,39 @@ def _given(mesh) -> list:
     return list(mesh.devices.flat)[::-1]
 
 
+def _in_id_order(devices: list, num_hosts: int) -> list:
+    return np.reshape(sorted(d.id for d in devices), (num_hosts, -1)).tolist()
+
+
 def _built(build_mesh, mesh) -> tuple:
-    """What build_mesh makes of the layout's devices: ('mesh', names, device-id rows), or what it is instead."""
-    built = build_mesh(_given(mesh), mesh.shape["host"])
+    """What build_mesh makes of the layout's devices: ('mesh', names, device-id rows, probe), or what it is
+    instead. When the rows are in id order, `probe` is the rows it makes of half the devices (id order again
+    means it sorts the list it is given; jax.devices() would bring devices from outside that half)."""
+    given, num_hosts = _given(mesh), mesh.shape["host"]
+    built = build_mesh(given, num_hosts)
     if isinstance(built, Mesh):
-        return ("mesh", tuple(built.axis_names), [[d.id for d in row] for row in built.devices])
+        rows = [[d.id for d in row] for row in built.devices]
+        return ("mesh", tuple(built.axis_names), rows,
+                _half_rows(build_mesh, given[: len(given) // 2], num_hosts) if rows == _in_id_order(given, num_hosts)
+                else None)
     if hasattr(built, "shape") and hasattr(built, "reshape"):
         return ("grid", describe(built))
     return ("other", describe(built))
+
+
+def _half_rows(build_mesh, half: list, num_hosts: int) -> list | None:
+    try:
+        built = build_mesh(half, num_hosts)
+        return [[d.id for d in row] for row in built.devices]
+    except Exception:  # any failure on half the devices: not a sorted copy of them
+        return None
+
+
+def _sorts(case) -> bool:
+    """The mesh holds the given devices in id order, and half of them too: build_mesh sorts its argument."""
+    half = _given(case.mesh)[: case.devices // 2]
+    return (case.got[2] == _in_id_order(_given(case.mesh), case.layout[0])
+            and case.got[3] == _in_id_order(half, case.layout[0]))
 
 
 def _where(case) -> str:
@@ -89,8 +116,13 @@ def build_mesh(devices, num_hosts):
              example=_build('Mesh(np.array(devices).reshape(1, -1), ("host", "device"))'),
              say=lambda case: f"{_where(case)} your mesh has shape {np.shape(case.got[2])}, but a (host, device) mesh "
                               f"needs {case.layout}: one row per host, one column per device of a host"),
+        Rule(_sorts, example=_build('Mesh(np.array(sorted(devices, key=lambda d: d.id)).reshape(num_hosts, -1), '
+                                    '("host", "device"))'),
+             say=lambda case: f"{_where(case)} your mesh holds devices {case.got[2]}, in id order, but the devices "
+                              f"you were given come in the order {_given_ids(case)}: keep that order, do not sort "
+                              "them. The list comes host by host, whatever the devices' ids"),
         Rule(lambda case: sorted(d for row in case.got[2] for d in row) != sorted(_given_ids(case))
-             or case.got[2] == np.reshape(sorted(_given_ids(case)), case.layout).tolist(),  # from jax.devices()
+             or case.got[2] == _in_id_order(_given(case.mesh), case.layout[0]),  # from jax.devices()
              example=_build('jax.make_mesh((num_hosts, len(devices) // num_hosts), ("host", "device"))'),
              say=lambda case: f"{_where(case)} your mesh holds devices {case.got[2]}, but the devices you were "
                               f"given are {_given_ids(case)}: build the mesh from the `devices` argument, "
@@ -204,11 +236,26 @@ def _about(letter: str) -> Rule:
                 alone(letter))
 
 
+def _letters(valid: str, like: str):
+    """forms.letters, but a text with words in it ("A, B and D") is told to give a set instead."""
+    letters = forms.letters(valid, like)
+
+    def form(answer):
+        if isinstance(answer, str):
+            words = re.findall(r"[A-Za-z]+", answer)
+            word = next((w for w in words if len(w) > 1 and not set(w.upper()) <= set(valid)), None)
+            if word is not None:
+                raise Mistake(f"give the meshes as a set of letters, like {like}; your text holds the word {word!r}, "
+                              "which is no mesh")
+        return letters(answer)
+    return form
+
+
 register(ValueExercise(
     id="01.3", kernel=KERNEL, answer_name="follows_hosts",
     title="which meshes have a 'host' axis that follows the hosts",
     solution='follows_hosts = {"A", "B", "D"}',
-    form=forms.letters("ABCDE", like="{'A', 'B'}"),
+    form=_letters("ABCDE", like="{'A', 'B'}"),
     right=_following,
     rules=tuple(_about(letter) for letter in "CEABD"),  # a wrong pick first, then a missing one
     hints=(
@@ -242,7 +289,13 @@ register(ValueExercise(
                           "of jax.devices(), 0 to 3, and those are all host 0's. Its 'host' axis never leaves host 0",
         ((0, 1), (0, 1)): _NOT_SPREAD,
         ((0, 1), (1, 0)): _NOT_SPREAD,
+        ((0, 1), (2, 3)): "those are the ids of the mesh's devices; give the host that owns each one instead",
     },
+    rules=(
+        Rule(lambda rows: any(h not in (0, 1) for row in rows for h in row), example=((0, 1), (4, 5)),
+             say=lambda rows: f"there are 2 hosts, numbered 0 and 1: {max(h for row in rows for h in row)} is a "
+                              "device id, not a host number. Give the host that owns each device"),
+    ),
     otherwise=lambda rows: (f"not quite: {[list(r) for r in rows]}. make_mesh((2, 2), ...) uses devices 0, 1, 2, 3; "
                             "which host owns those?"),
     hints=(

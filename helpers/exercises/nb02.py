@@ -64,6 +64,10 @@ register(ValueExercise(
     wrong={(1, 2, 4, 8): "those are the numbers of tiles (distinct blocks), not of copies: P() makes 1 tile "
                          "that all 8 devices hold"},
     rules=(
+        Rule(lambda c: all(got == want - 1 for got, want in zip(c, _copies())),
+             example=lambda right: tuple(n - 1 for n in right),
+             say="each of your counts is one short: you counted the copies beyond the first. Count every device "
+                 "that holds the tile, the first one too (P('device', 'host') leaves each tile on 1 device)"),
         Rule(lambda c: c[1] == 2 and c[2] == 4, example=(8, 2, 4, 1),
              say="you swapped the axis sizes: 'host' has 2 entries and 'device' 4. P(None, 'host') leaves "
                  "'device' unused, so each tile is copied on 4 devices, one host's"),

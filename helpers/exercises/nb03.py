@@ -172,7 +172,7 @@ def _accepts() -> tuple[bool, ...]:
 _MESH_WHY = (
     "A is the course's mesh: each host's devices are one row, one contiguous block",
     "in B host 0's devices 0-3 fill columns 0 and 1 of both rows: a 2 x 2 block. The function needs each host's "
-    "devices to form one block (a 'contiguous subcube'), not one row, so B is accepted",
+    "devices to form one block (a 'contiguous subcube') of any shape, not necessarily a row, so B is accepted",
     "in C host 0's devices sit in columns 0 and 2 of both rows: two pieces with host 1's devices between them, "
     "not one block, so host_local_array_to_global_array raises a ValueError",
     "in D each host's devices are one row, a block; the axis names do not matter to the function, only where "

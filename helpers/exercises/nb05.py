@@ -1,16 +1,19 @@
 """Exercises of notebook 05: shard_map blocks, collectives over mesh axes, out_specs and check_vma."""
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import jax
 import numpy as np
 from jax import P
 
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, register
+from helpers.exercises.core import Kernel, Mistake, register, say
 from helpers.exercises.kinds import (
     ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, axes_apart, course_mesh, lacks, placed, varying_over,
 )
-from helpers.layout import format_spec
+from helpers.layout import format_spec, sharding_text
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 DATA = ("host", "device")
@@ -30,6 +33,14 @@ def _host_sums() -> tuple[float, ...]:
 _NEIGHBOURS = ("'host' does not pair neighbouring devices: device d of host 0 (w8[d]) goes with device d of "
                "host 1 (w8[4 + d])")
 
+def _first_wrong_sum(sums: tuple[float, ...]) -> str:
+    """Where the first wrong value sits, and the two inputs its psum over 'host' adds."""
+    i = next(i for i, (got, want) in enumerate(zip(sums, _host_sums())) if not np.isclose(got, want))
+    d = i % 4
+    return (f"not quite at position {i} (host {i // 4}'s device {d}): host 0's device {d} holds {_W8[d]:g} and "
+            f"host 1's device {d} holds {_W8[4 + d]:g}; a psum over 'host' gives both of them the sum")
+
+
 register(ValueExercise(
     id="05.1", kernel=KERNEL, answer_name="host_sums", title="a psum over 'host' pairs device d of every host",
     solution="host_sums = [8.0, 10.0, 6.0, 7.0, 8.0, 10.0, 6.0, 7.0]  # w8[d] + w8[4 + d], on both hosts",
@@ -44,8 +55,11 @@ register(ValueExercise(
         (4.0, 5.0, 14.0, 8.0, 4.0, 5.0, 14.0, 8.0): _NEIGHBOURS,
         _W8: "those are the inputs; the psum adds each device's value to its counterpart's on the other host",
     },
-    otherwise="not quite: host 0's device 0 holds 3 and host 1's device 0 holds 5; a psum over 'host' gives "
-              "both of them the sum",
+    rules=(
+        Rule(lambda sums: not np.allclose(sums[:4], sums[4:]), example=lambda right: (*right[:7], right[7] + 1),
+             say=lambda sums: f"{_first_wrong_sum(sums)}, so both hosts end with the same 4 values"),
+    ),
+    otherwise=_first_wrong_sum,
     hints=(
         "Host 0's devices hold w8[0:4] and host 1's hold w8[4:8]. Which devices does the 'host' axis connect?",
         "Along 'host', device d of host 0 meets device d of host 1: both get w8[d] + w8[4 + d].",
@@ -55,21 +69,62 @@ register(ValueExercise(
 
 # --------------------------------------------------------------------------- 05.2
 
+_SUMS_BLOCK = (1, 2)  # what paired_column_sums returns on each device: f32[1, 2]
+
+
+def _output_shape(mesh, spec) -> tuple[int, ...]:
+    """The global shape shard_map makes of the (1, 2) blocks with this out_specs: each dimension times the
+    sizes of the mesh axes its entry names."""
+    entries = list(spec) + [None] * (len(_SUMS_BLOCK) - len(spec))
+    if len(entries) > len(_SUMS_BLOCK):
+        raise ValueError(f"{format_spec(spec)} has more entries than the result has dimensions")
+    return tuple(n * math.prod(mesh.shape[a] for a in (e if isinstance(e, tuple) else (e,)) if a is not None)
+                 for n, e in zip(_SUMS_BLOCK, entries))
+
+
+@dataclass(frozen=True)
+class _OutSlot(Slot):
+    """An out_specs slot: specs are compared on `shape`, but a mistake pictures the array the learner's
+    out_specs really makes, of its own shape. `first` are rules tried before placements are compared."""
+
+    first: tuple[Rule, ...] = ()
+
+    def judge(self, mesh, spec) -> None:
+        try:
+            early = next((rule for rule in self.first if rule.when(spec)), None)
+            if early is not None:
+                raise Mistake(say(early.say, spec))
+            super().judge(mesh, spec)
+        except Mistake as mistake:
+            try:
+                detail = sharding_text(_output_shape(mesh, spec), mesh, spec)
+            except Exception:  # an unknown axis or too many entries: the message already says so
+                detail = ""
+            raise Mistake(str(mistake), detail) from None
+
+    def messages(self) -> list[tuple]:
+        return super().messages() + [(rule.example, say(rule.say, rule.example)) for rule in self.first]
+
+
 register(SpecExercise(
     id="05.2", kernel=KERNEL, answer_name="sums_out_specs", title="out_specs names the axes a result still varies over",
     solution="sums_out_specs = P('device')  # after the psum over 'host' the sums vary over 'device' only",
     mesh=lambda: course_mesh((2, 4)),
-    slots=(Slot(
-        shape=(8, 8),
+    slots=(_OutSlot(
+        shape=(8, 8),  # compares placements only; large enough for every spec to divide it
         right=P("device"),
+        first=(Rule(lambda spec: len(spec) > len(_SUMS_BLOCK), example=P("device", None, None),
+                    say=lambda spec: f"out_specs={format_spec(spec)} has {len(spec)} entries, but each device's "
+                                     "result is 2-D, f32[1, 2]: JAX refuses an out_specs longer than the result's "
+                                     "rank"),),
         wrong={
             P(): "P() claims every device holds the same sums, but they differ between the devices of a host: "
                  "the psum ran over 'host' only",
-            P(DATA): "naming 'host' too stores each host's copy: the rows come twice, shape (8, C). After the psum "
+            P(DATA): "naming 'host' too stores each host's copy: the rows come twice, shape (8, 2). After the psum "
                      "over 'host' both hosts hold the same sums, so leave 'host' out",
             P("host"): "P('host') leaves out 'device', which claims the 4 devices of a host hold the same sums; "
                        "they do not (the psum ran over 'host' only), so check_vma refuses it",
-            P(None, "device"): "that spec puts the 4 rows side by side along dimension 1, shape (1, 4C); stack "
+            P(None, "device"): "that spec puts the 4 rows side by side along dimension 1, shape (1, 8); stack "
                                "them along dimension 0 instead",
         },
         rules=(Rule(axes_apart, example=P("host", "device"),
@@ -77,7 +132,7 @@ register(SpecExercise(
                                      "P('host', 'device') splits dimension 0 over 'host' and dimension 1 over "
                                      "'device' (one dimension over both is P(('host', 'device'))). After the psum "
                                      "over 'host', name only the axis the sums still vary over, on dimension 0"),),
-        otherwise=lambda spec: f"with out_specs={format_spec(spec)} the result is not (4, C) with one row of "
+        otherwise=lambda spec: f"with out_specs={format_spec(spec)} the result is not (4, 2) with one row of "
                                "column sums per device position",
     ),),
     hints=(
@@ -94,6 +149,11 @@ def _batch(mesh):
     """A seeded (3 rows per device, 5) array placed over every device of `mesh`."""
     data = np.random.default_rng(7).normal(size=(3 * mesh.size, 5)).astype(np.float32) + 3.0
     return placed(mesh, data)
+
+
+def _means(result):
+    """What column_mean returned, as a float32 array (None stays None: the message names it)."""
+    return None if result is None else np.asarray(result, dtype=np.float32)
 
 
 def _varying(axes: str):
@@ -118,7 +178,7 @@ def column_mean(x, mesh):
 
     return jax.shard_map(body, mesh=mesh, in_specs=P(("host", "device")), out_specs=P())(x)
 ''',
-    run=lambda column_mean, mesh: np.asarray(column_mean(_batch(mesh), mesh), dtype=np.float32),
+    run=lambda column_mean, mesh: _means(column_mean(_batch(mesh), mesh)),
     wrong={
         _column_mean('jax.lax.psum(jnp.mean(b, axis=0), ("host", "device"))'):
             lambda case: f"your result is {case.devices}x the mean: you added the {case.devices} block means "
@@ -136,6 +196,22 @@ def column_mean(x, mesh):
             "check_vma=False silently returns device 0's block",
         _column_mean('jax.lax.pmean(jnp.mean(b, axis=0, keepdims=True), ("host", "device"))'):
             "your result has shape (1, C); return shape (C,) (drop the kept axis, e.g. result[0], or do not keepdims)",
+        _column_mean('jax.lax.pmean(jnp.mean(b, axis=1), ("host", "device"))'):
+            "you took the mean of each row (axis=1); a column mean averages each column over the rows: "
+            "jnp.mean(block, axis=0)",
+        _column_mean('jax.lax.pmean(jnp.mean(b, axis=0), "device")', out_specs="P('host')"):
+            lambda case: f"your result is each host's own column means, one after the other (shape "
+                         f"{case.got.shape}): the pmean over 'device' averages within a host only, and "
+                         "out_specs=P('host') stacks the hosts' results. Average over ('host', 'device') and "
+                         "return the one result with out_specs=P()",
+        _column_mean('jax.lax.pmean(jnp.mean(b, axis=0), ("host", "device"))', out_specs="P('host')"):
+            lambda case: f"your result holds the column means twice, shape {case.got.shape}: out_specs=P('host') "
+                         "stacks the 2 hosts' copies. After the pmean every device holds the same means: "
+                         "out_specs=P()",
+        _column_mean('jax.lax.pmean(jnp.mean(b, axis=0), ("host", "device"))', out_specs="P(('host', 'device'))"):
+            lambda case: f"your result holds the column means once per device, shape {case.got.shape}: "
+                         "out_specs=P(('host', 'device')) stacks every device's copy. After the pmean every "
+                         "device holds the same means: out_specs=P()",
         _column_mean('jax.lax.pmean(jnp.mean(b, axis=0, keepdims=True), ("host", "device"))',
                      out_specs="P(('host', 'device'))"):
             lambda case: f"your result has one row per device, shape {case.got.shape}: out_specs splits it over "
@@ -158,7 +234,9 @@ def column_mean(x, mesh):
              say="the numbers are right, but your function does not use jax.shard_map; this exercise is about "
                  "writing the per-block body and the collective"),
     ),
-    otherwise=lambda case: (f"for x of shape {(3 * case.devices, 5)} on a mesh {dict(case.mesh.shape)} your "
+    otherwise=lambda case: ("your function returned None: return the means (printing them does not return them)"
+                            if case.got is None else
+                            f"for x of shape {(3 * case.devices, 5)} on a mesh {dict(case.mesh.shape)} your "
                             f"column means are {[round(float(v), 3) for v in case.got.reshape(-1)[:5]]}, not the "
                             "mean of each column over all rows"),
     hints=(
