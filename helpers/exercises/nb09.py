@@ -156,8 +156,10 @@ _LIKE = "('float32[8@host]', 'float32[3]', None)"
 
 
 def _type_text(answer) -> str:
-    """A type as text (forms.text), in the spelling jax.typeof prints: repr's ShapedArray(...) taken off, f32 for
-    float32 and @(host) for @host accepted."""
+    """A type as text (forms.text), in the spelling jax.typeof prints: the type itself, repr's ShapedArray(...),
+    f32 for float32 and @(host) for @host accepted."""
+    if isinstance(answer, jax.core.ShapedArray):
+        answer = str(answer)
     text = re.sub(r"^ShapedArray\((.*)\)$", r"\1", forms.text(_LIKE)(answer))
     text = re.sub(r"^(b?)f(16|32|64)\[", r"\1float\2[", text)
     return re.sub(r"@\((\w+)\)", r"@\1", text)
@@ -194,6 +196,10 @@ register(ValueExercise(
         Rule(lambda v: any(t is not None and not t.startswith("float32[") for t in v),
              example=("float16[256@host]", "float32[16@device]", None),
              say="h is float32, and so is each result: begin each type with float32[, as jax.typeof prints it"),
+        Rule(lambda v: v[0] == "float32[128@host]" or v[1] == "float32[4@device]",
+             example=("float32[128@host]", "float32[16@device]", None),
+             say="a type shows the global shape: the size before @ is the whole array's (256 rows, 16 columns), "
+                 "and the axis after @ splits it; one host's or device's share is not written"),
         Rule(entry(0, "float32[256]"), example=("float32[256]", "float32[16@device]", None),
              say="summing over the columns adds across 'device' (JAX inserts that all-reduce), but the rows are "
                  "untouched: they keep their split over 'host'"),
