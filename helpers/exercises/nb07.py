@@ -40,7 +40,7 @@ def _fix_form(answer):
     """The answer as (spec, axes); a spec that places the batch like a candidate becomes that candidate."""
     spec, axes = forms.tuple_of(
         forms.spec("P(...)"), forms.axis_names(("host", "device"), like="'host' or ('host', 'device')"),
-        like="(P(...), 'host')", of="entries (batch_spec, mean_over)", lists=False)(answer)
+        like="(P(...), 'host')", of="entries (batch_spec, mean_over)")(answer)
     mesh = course_mesh((HOSTS, 4))
     known = next((k for k in _CANDIDATES if same_spec(mesh, spec, k, _BATCH)), P(*normal_spec(spec)))
     return known, axes

@@ -151,7 +151,7 @@ register(ValueExercise(
     title="process_allgather: (256,) for the global errors, (2, 97) for the hosts' numpy arrays",
     solution="gathered_shapes = ((256,), (2, 97))  # the global array whole; one row per host",
     form=forms.tuple_of(forms.shape("the shape of every"), forms.shape("the shape of copies"),
-                        like="((3,), (2, 5))", of="shapes", lists=False),
+                        like="((3,), (2, 5))", of="shapes"),
     right=lambda: ((train.GLOBAL_BATCH,), (HOSTS, _MINE)),
     rules=(
         Rule(lambda s: s[0] == (train.GLOBAL_BATCH // HOSTS,), example=((128,), (2, 97)),
