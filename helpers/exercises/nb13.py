@@ -97,12 +97,8 @@ def _shapes_told(case, axis: int, expected: str) -> str:
     return f"each device returns shape {yours}, but should return {right}: {expected}"
 
 
-def _returns_none(case) -> bool:
-    return case.got is None
-
-
 def _none_rule(example: str) -> Rule:
-    return Rule(_returns_none, example=example,
+    return Rule(lambda case: case.got is None, example=example,
                 say="your function returns None: return the result (a print shows it, but returns nothing)")
 
 
@@ -124,7 +120,7 @@ def _sum_families(name: str) -> tuple[Rule, ...]:
     return (
         _none_rule(_body("total = jax.lax.psum(block, DATA)", name)),
         Rule(_shape_off,
-             lambda case: _shapes_told(case, 0, "the sum of the blocks has the shape of one block, (1, F)"),
+             lambda case: _shapes_told(case, 0, "a sum of blocks has one block's shape, (1, F)"),
              _body("return jnp.concatenate([block, block], axis=1)", name)),
         Rule(lambda case: 0 < (_multiple(case) or 0) < 1,
              lambda case: f"your result is {_multiple(case):g} times the sum on the {case.devices}-device mesh: "
