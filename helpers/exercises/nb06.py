@@ -185,7 +185,17 @@ def make_momentum_step(mesh):
     wrong={
         _momentum(_PMEAN_GRAD):
             lambda case: f"your gradient is {case.devices}x the true one: under check_vma the grad of replicated "
-                         "(P()) params is already summed over devices; take the pmean of the loss, not of the grad",
+                         "(P()) params is already summed over the devices, so the grad of each device's own loss "
+                         f"adds up {case.devices} gradients (a pmean of it changes nothing). Take grad of the "
+                         "pmean'd loss",
+        _momentum(_GRAD_PMEAN.replace("pmean", "psum")):
+            lambda case: f"your loss and gradient are {case.devices}x the true ones: psum adds up the "
+                         f"{case.devices} devices' mean losses; average them with pmean",
+        _momentum(_GRAD_PMEAN.replace("jax.lax.pmean(loss_fn(p, x, y), DATA)",
+                                      "jax.lax.psum(loss_fn(p, x, y), DATA) / 8")):
+            lambda case: f"right on 8 devices only: on this {case.devices}-device mesh your loss and gradient are "
+                         "off, because you divide the psum by 8 whatever the mesh. jax.lax.pmean divides by the "
+                         "mesh's device count",
         _momentum(_GRAD_PMEAN, extra=", check_vma=False"):
             "your gradient is device 0's alone (its own slice of the batch): with check_vma=False nothing sums the "
             "devices' gradients, and out_specs=P() returns device 0's. Keep check_vma on and take grad of the "
@@ -197,6 +207,12 @@ def make_momentum_step(mesh):
             "return one device's value)",
     },
     errors=(
+        Rule(lambda text: "Received incompatible devices for jitted computation" in text,
+             example="notebook_mesh = jax.make_mesh((2, 4), ('host', 'device'))\n"
+                     + _momentum(_GRAD_PMEAN).replace("mesh=mesh", "mesh=notebook_mesh"),
+             say="your step runs on another mesh than the one it is given (the notebook's global mesh?): the check "
+                 "calls make_momentum_step(mesh) with meshes of its own, so build the shard_map with mesh=mesh, "
+                 "the argument"),
         Rule(lambda text: _mismatch(text, host_placed=True),
              example=_momentum(_GRAD_PMEAN, in_specs="(P(), P(), P('device'), P('device'))"),
              say=lambda case: "your in_specs {} does not match how the batch is placed, {}. On an Explicit mesh "
@@ -258,10 +274,13 @@ def _real_rows(device: int, per_host: int) -> int:
     return 4 if device < per_host else max(1, 3 - (device - per_host))
 
 
+_BLOCK_ROWS = 4  # rows per device in the checks' batches (the notebook's have 8)
+
+
 def _regression_batch(mesh, seed: int) -> tuple:
-    """Seeded x (4 rows per device, 3 features) and y, placed over every device."""
+    """Seeded x (_BLOCK_ROWS rows per device, 3 features) and y, placed over every device."""
     rng = np.random.default_rng(seed)
-    n = 4 * mesh.size
+    n = _BLOCK_ROWS * mesh.size
     x, y = rng.normal(size=(n, 3)).astype(np.float32), rng.normal(size=n).astype(np.float32)
     return placed(mesh, x), placed(mesh, y)
 
@@ -367,7 +386,13 @@ def scaled_loss(params, x, y):
             "it by the number of examples in the global batch",
         _scaled("(x.shape[0] * 8)"):
             lambda case: f"right on 8 devices only: on this {case.devices}-device mesh your gradient is off, because "
-                         "you wrote the device count as a number. jax.lax.psum(1, DATA) counts the devices of any mesh",
+                         "your device count is 8 on any mesh: a number you wrote, or jax.device_count(), which "
+                         "counts every device JAX has, not the mesh's. jax.lax.psum(1, DATA) counts the mesh's "
+                         "devices",
+        _scaled("64"):
+            lambda case: "you wrote the global batch size as a number, 64 (the notebook's batch), but the check's "
+                         f"batches have other sizes ({case.devices * _BLOCK_ROWS} rows on its {case.devices}-device "
+                         "mesh): compute it, x.shape[0] * jax.lax.psum(1, DATA)",
         _scaled("(x.shape[0] * jax.lax.psum(1, 'device'))"):
             "jax.lax.psum(1, 'device') counts one host's devices only; the gradient is summed over every device of "
             "every host: count over ('host', 'device')",
@@ -421,9 +446,18 @@ def noisy_body(key, block):
             "device-first. pmap counts host by host: ('host', 'device')",
         _noisy("jax.random.fold_in(key, jax.lax.axis_index(DATA))", ret="jax.random.uniform(k, block.shape)"):
             "you return the noise alone; add it to the block",
+        _noisy("jax.random.fold_in(key, jax.lax.axis_index('host') * 4 + jax.lax.axis_index('device'))"):
+            lambda case: f"right with 4 devices per host only: on this {case.layout[0]} x {case.layout[1]} mesh "
+                         "your device numbers skip some, because you wrote a host's device count as 4. "
+                         "jax.lax.axis_size('device') gives it; or let axis_index(('host', 'device')) count for you",
+        _noisy("jax.random.fold_in(key, jax.lax.axis_index(DATA))", ret="block + jax.random.normal(k, block.shape)"):
+            "each device folds in the right number, but draws from jax.random.normal; pmap_noise draws "
+            "jax.random.uniform",
+        _noisy("jax.random.fold_in(key, jax.lax.axis_index(DATA) + 1)"):
+            "your device k folds in k + 1, so it draws what pmap's device k + 1 draws; pmap's device k folds in k",
     },
-    otherwise="each device's noise differs from what pmap's device at the same position draws: use "
-              "jax.random.uniform(jax.random.fold_in(key, jax.lax.axis_index(('host', 'device'))), block.shape)",
+    otherwise="each device's noise differs from what pmap's device at the same position draws: fold into the key "
+              "the number pmap gives that device, and draw uniform noise of the block's shape",
     hints=(
         "pmap_noise folds the device's position along 'batch' into the key. What numbers the devices the "
         "same way on the (host, device) mesh?",

@@ -40,7 +40,7 @@ def _fix_form(answer):
     """The answer as (spec, axes); a spec that places the batch like a candidate becomes that candidate."""
     spec, axes = forms.tuple_of(
         forms.spec("P(...)"), forms.axis_names(("host", "device"), like="'host' or ('host', 'device')"),
-        like="(P(...), 'host')", of="entries (batch_spec, mean_over)", lists=False)(answer)
+        like="(P(...), 'host')", of="entries (batch_spec, mean_over)")(answer)
     mesh = course_mesh((HOSTS, 4))
     known = next((k for k in _CANDIDATES if same_spec(mesh, spec, k, _BATCH)), P(*normal_spec(spec)))
     return known, axes
@@ -97,11 +97,20 @@ register(ValueExercise(
 
 # ------------------------------------------------------------------ 07.2 device 5's rows
 
+def _blocks() -> dict[int, tuple[int, int]]:
+    """Device id -> the (start, stop) rows it holds of the P(('host', 'device')) batch, from JAX."""
+    return {d: rows[0] for d, rows in placement(course_mesh((HOSTS, 4)), P(("host", "device")), _BATCH).items()}
+
+
+def _owner(rows: tuple[int, int]) -> int:
+    return next(d for d, held in _blocks().items() if held == rows)
+
+
 register(ValueExercise(
     id="07.2", kernel=KERNEL, answer_name="device5_rows", title="device 5 holds rows 160..191 of the global batch",
     solution="device5_rows = (160, 192)  # host 1's rows are 128..255; its second device gets 160..191",
     form=forms.span(like="(0, 32)"),
-    right=lambda: placement(course_mesh((HOSTS, 4)), P(("host", "device")), _BATCH)[5][0],
+    right=lambda: _blocks()[5],
     wrong={
         (32, 64): "(32, 64) are device 5's rows within host 1's own 128 rows; in the global array host 0's 128 rows "
                   "come first, so count from there",
@@ -116,9 +125,13 @@ register(ValueExercise(
         Rule(lambda r: r[1] - r[0] != _PER_DEVICE, example=(160, 190),
              say=lambda r: f"({r[0]}, {r[1]}) spans {r[1] - r[0]} rows; with 256 rows over 8 devices each device "
                            f"holds {_PER_DEVICE}"),
+        Rule(lambda r: r not in _blocks().values(), example=(150, 182),
+             say=lambda r: f"({r[0]}, {r[1]}) is no device's block: each device holds {_PER_DEVICE} rows that start at "
+                           f"a multiple of {_PER_DEVICE}"),
+        Rule(lambda r: r in _blocks().values(), example=(128, 160),
+             say=lambda r: f"({r[0]}, {r[1]}) is device {_owner(r)}'s block, not device 5's; devices take blocks in "
+                           "mesh order: host 0's devices 0-3, then host 1's 4-7"),
     ),
-    otherwise=lambda r: (f"({r[0]}, {r[1]}) is some device's size of block, but not device 5's; devices take "
-                         "blocks in mesh order: host 0's devices 0-3, then host 1's 4-7"),
     hints=(
         "The global array puts host 0's 128 rows first, then host 1's 128 rows.",
         "Within a host, the 4 devices split the host's rows in order, 32 each.",

@@ -17,7 +17,9 @@ HOSTS = 2
 
 # ------------------------------------------------------------------ 08.1 the host-local loader
 
-_ROWS, _STEPS = 40, 6  # a 40-row data set; 6 steps of one row per device run past its end
+# A 40-row data set, 7 steps of one row per device: with 8 devices a step ends on row 39 and the next starts past
+# the end; with 6, step 6 runs past the end within the step (rows 36..41), so each kind of wrapping is tried.
+_ROWS, _STEPS = 40, 7
 _ORDER = np.random.default_rng(8).permutation(_ROWS)  # row r holds the tag _ORDER[r]: rows are told apart
 _DATA_X = np.stack([_ORDER, _ORDER * 10 + 1, _ORDER * 10 + 2], axis=1).astype(np.float32)
 _DATA_Y = (_ORDER * 100.0 + 7).astype(np.float32).reshape(_ROWS, 1)
@@ -25,7 +27,7 @@ _DATA_Y = (_ORDER * 100.0 + 7).astype(np.float32).reshape(_ROWS, 1)
 
 def _rows_read(result) -> tuple | str:
     """The data-set rows a loader returned, or what is wrong with its result (a message)."""
-    if not isinstance(result, tuple) or len(result) != 2:
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
         return f"the loader should return a pair (x, y) of numpy arrays; got {describe(result)}"
     x, y = (np.asarray(a) for a in result)
     if x.ndim != 2 or x.shape[1:] != _DATA_X.shape[1:] or y.ndim != 2 or y.shape[1:] != _DATA_Y.shape[1:]:
@@ -113,6 +115,10 @@ def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
         _loader("slice(step * global_batch + host * per_host, step * global_batch + (host + 1) * per_host)"):
             _said("the step runs past the end of the {rows}-row data set and your loader returned {got} rows: wrap "
                   "around to row 0 (row numbers modulo len(data_x))"),
+        _loader("(step * global_batch) % len(data_x) + host * per_host + np.arange(per_host)"):
+            lambda case: "your loader wraps where a step starts, but not the rows within a step: with "
+                         f"global_batch={case.devices} a step's rows run past the end of the {_ROWS}-row data set. "
+                         "Take every row number modulo len(data_x)",
     },
     errors=(Rule(lambda text: "out of bounds" in text or "IndexError" in text,
                  example=_loader("step * global_batch + host * per_host + np.arange(per_host)"),
@@ -145,7 +151,7 @@ register(ValueExercise(
     title="process_allgather: (256,) for the global errors, (2, 97) for the hosts' numpy arrays",
     solution="gathered_shapes = ((256,), (2, 97))  # the global array whole; one row per host",
     form=forms.tuple_of(forms.shape("the shape of every"), forms.shape("the shape of copies"),
-                        like="((3,), (2, 5))", of="shapes", lists=False),
+                        like="((3,), (2, 5))", of="shapes"),
     right=lambda: ((train.GLOBAL_BATCH,), (HOSTS, _MINE)),
     rules=(
         Rule(lambda s: s[0] == (train.GLOBAL_BATCH // HOSTS,), example=((128,), (2, 97)),

@@ -13,7 +13,9 @@ from jax.sharding import AxisType, Mesh
 from helpers import train
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, course_mesh, entry
+from helpers.exercises.kinds import (
+    ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, course_mesh, entry, varying_over,
+)
 from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -88,6 +90,15 @@ def _tp_run(tp_forward, mesh):
     return np.asarray(mapped(*_tp_case()))
 
 
+_RANK = re.compile(r"has shape \w+\[([^\]]*)\]\S*, which has rank (\d+)")
+
+
+def _rank_of(error_text: str) -> tuple[tuple[int, ...], int]:
+    """(shape, rank) of the per-device output that shard_map found too short for out_specs."""
+    dims, rank = _RANK.search(error_text).groups()
+    return tuple(int(d.split("@")[0]) for d in dims.split(",") if d), int(rank)
+
+
 def _tp(body: str) -> str:
     return f"def tp_forward(p, x):\n    return {body}\n"
 
@@ -114,10 +125,18 @@ def tp_forward(p, x):
         _tp(f'jax.lax.psum({_PARTIAL}, ("host", "device")) + p["b2"]'):
             "the sum also runs over 'host', which adds host 0's rows to host 1's; sum over 'device' only",
     },
-    errors=(Rule(lambda text: bool(re.search(r"out_specs|replicat|vary", text)),
-                 example=_tp(f'{_PARTIAL} + p["b2"]'),
-                 say="your output still differs from device to device: each device holds only its 4 hidden units' "
-                     "share of the result. Add the shares with jax.lax.psum over 'device'"),),
+    errors=(
+        Rule(lambda text: varying_over(text) is not None,
+             example=_tp(f'{_PARTIAL} + p["b2"]'),
+             say="JAX cannot tell that your output is the same on a host's 4 devices, as out_specs=P('host', None) "
+                 "says: each device holds only its 4 hidden units' share of the result. Add the shares with "
+                 "jax.lax.psum over 'device' (an all_gather's result still counts as varying over 'device')"),
+        Rule(lambda text: _RANK.search(text) is not None,
+             example=_tp(f'(jax.lax.psum({_PARTIAL}, "device") + p["b2"])[:, 0]'),
+             say=lambda case: "each device returns shape {} (rank {}), but out_specs=P('host', None) needs 2 "
+                              "dimensions: return one row of predictions per row of x, shape (rows, 1), as "
+                              "hidden @ w2 gives".format(*_rank_of(case.got.raw))),
+    ),
     families=(Rule(lambda case: case.got.shape != case.want.shape,
                    example=_tp(f'jnp.tile(jax.lax.psum({_PARTIAL}, "device") + p["b2"], 2)'),
                    say=lambda case: f"the mapped output has shape {case.got.shape}, but the model gives "
@@ -134,6 +153,16 @@ def tp_forward(p, x):
 
 _EXPRESSIONS = ("jnp.sum(h, axis=1)", "jnp.sum(h, axis=0)", "h @ pe['w2']")
 _LIKE = "('float32[8@host]', 'float32[3]', None)"
+
+
+def _type_text(answer) -> str:
+    """A type as text (forms.text), in the spelling jax.typeof prints: the type itself, repr's ShapedArray(...),
+    f32 for float32 and @(host) for @host accepted."""
+    if isinstance(answer, jax.core.ShapedArray):
+        answer = str(answer)
+    text = re.sub(r"^ShapedArray\((.*)\)$", r"\1", forms.text(_LIKE)(answer))
+    text = re.sub(r"^(b?)f(16|32|64)\[", r"\1float\2[", text)
+    return re.sub(r"@\((\w+)\)", r"@\1", text)
 
 
 @functools.cache
@@ -157,10 +186,20 @@ register(ValueExercise(
     id="09.3", kernel=KERNEL, answer_name="result_types",
     title="read h's type, predict what a reduction over a split axis gives",
     solution='result_types = ("float32[256@host]", "float32[16@device]", None)  # h @ w2: the split sum is ambiguous',
-    form=forms.or_refused(_EXPRESSIONS, forms.text(_LIKE), like=_LIKE, per="expression",
+    form=forms.or_refused(_EXPRESSIONS, _type_text, like=_LIKE, per="expression",
                           should_be="the text jax.typeof prints (a string)"),
     right=_right_types,
     rules=(
+        Rule(lambda v: "None" in v, example=("float32[256@host]", "float32[16@device]", "None"),
+             say="where JAX refuses an expression, write None itself, without quotes: the text 'None' is not a type "
+                 "jax.typeof prints"),
+        Rule(lambda v: any(t is not None and not t.startswith("float32[") for t in v),
+             example=("float16[256@host]", "float32[16@device]", None),
+             say="h is float32, and so is each result: begin each type with float32[, as jax.typeof prints it"),
+        Rule(lambda v: v[0] == "float32[128@host]" or v[1] == "float32[4@device]",
+             example=("float32[128@host]", "float32[16@device]", None),
+             say="a type shows the global shape: the size before @ is the whole array's (256 rows, 16 columns), "
+                 "and the axis after @ splits it; one host's or device's share is not written"),
         Rule(entry(0, "float32[256]"), example=("float32[256]", "float32[16@device]", None),
              say="summing over the columns adds across 'device' (JAX inserts that all-reduce), but the rows are "
                  "untouched: they keep their split over 'host'"),

@@ -53,7 +53,8 @@ def _reshard_program(body, mesh):
 def _runner(program: Callable) -> Callable:
     def run(body, mesh):
         fn, x = program(body, mesh)
-        return np.asarray(fn(x))
+        out = fn(x)
+        return None if out is None else np.asarray(out)
     return run
 
 
@@ -84,6 +85,23 @@ def _shape_off(case) -> bool:
     return np.shape(case.got) != np.shape(case.want)
 
 
+def _per_device(shape: tuple[int, ...], devices: int, axis: int) -> tuple[int, ...]:
+    """The shape of one device's block of a global output that out_specs splits along `axis` over every device."""
+    return tuple(n // devices if i == axis else n for i, n in enumerate(shape))
+
+
+def _shapes_told(case, axis: int, expected: str) -> str:
+    """What each device returned against what it should return (`expected` names the right shape)."""
+    yours = _per_device(np.shape(case.got), case.devices, axis)
+    right = _per_device(np.shape(case.want), case.devices, axis)
+    return f"each device returns shape {yours}, but should return {right}: {expected}"
+
+
+def _none_rule(example: str) -> Rule:
+    return Rule(lambda case: case.got is None, example=example,
+                say="your function returns None: return the result (a print shows it, but returns nothing)")
+
+
 def _multiple(case) -> float | None:
     """k when the learner's result is k times the sum (k != 1), else None."""
     if _shape_off(case):
@@ -100,10 +118,14 @@ def _multiple(case) -> float | None:
 def _sum_families(name: str) -> tuple[Rule, ...]:
     """Mistakes of any all-reduce puzzle, named from the numbers it computed."""
     return (
+        _none_rule(_body("total = jax.lax.psum(block, DATA)", name)),
         Rule(_shape_off,
-             lambda case: f"your blocks make an array of shape {tuple(case.got.shape)}, the sum on every device "
-                          f"makes {tuple(case.want.shape)}: return a block of the input's shape, (1, F)",
+             lambda case: _shapes_told(case, 0, "a sum of blocks has one block's shape, (1, F)"),
              _body("return jnp.concatenate([block, block], axis=1)", name)),
+        Rule(lambda case: 0 < (_multiple(case) or 0) < 1,
+             lambda case: f"your result is {_multiple(case):g} times the sum on the {case.devices}-device mesh: "
+                          "you divide or average (pmean?) where a sum is asked",
+             _body("return jax.lax.pmean(block, DATA)", name)),
         Rule(lambda case: _multiple(case) is not None,
              lambda case: f"your result is {_multiple(case):g} times the sum on the {case.devices}-device mesh: "
                           "some blocks are added more than once (or scaled)",
@@ -172,6 +194,12 @@ def allreduce_two_steps(block):
 ''',
     run=_runner(_allreduce_program), program=_allreduce_program,
     families=_sum_families("allreduce_two_steps"), otherwise=SUM_OTHERWISE,
+    errors=(Rule(lambda text: "scatter dimension size" in text and "must match shard count" in text,
+                 example=_two_steps('''
+piece = jax.lax.psum_scatter(block, DATA, scatter_dimension=1)
+return jax.lax.all_gather(piece, DATA, axis=1, tiled=True)'''),
+                 say="without tiled=True, psum_scatter needs the scattered dimension to be exactly as long as the "
+                     "number of devices, and drops it: pass tiled=True, so each device gets a piece of the row"),),
     wrong={
         _two_steps('''
 piece = jax.lax.psum_scatter(block, "device", scatter_dimension=1, tiled=True)
@@ -312,10 +340,9 @@ def batch_to_features(block):
     return jax.lax.all_to_all(block, DATA, split_axis=1, concat_axis=0, tiled=True)  # (R * n, F / n)
 ''',
     run=_runner(_reshard_program), program=_reshard_program,
-    families=(Rule(_shape_off,
-                   lambda case: f"your blocks make an array of shape {tuple(case.got.shape)}, not the shape of "
-                                f"the check's batch, {tuple(case.want.shape)}: each device returns every row of its columns, a block "
-                                "of shape (R * n, F / n)",
+    families=(_none_rule(_to_features("jax.lax.all_to_all(block, DATA, split_axis=1, concat_axis=0, tiled=True)")),
+              Rule(_shape_off,
+                   lambda case: _shapes_told(case, 1, "every row of its columns, (R * n, F / n)"),
                    _to_features("return block")),),
     otherwise="your blocks hold other numbers than the batch's columns: piece k of your columns must reach device k",
     wrong={
@@ -384,6 +411,11 @@ piece = jax.lax.psum_scatter(block, "device", scatter_dimension=1, tiled=True)
 return jax.lax.psum(piece, "host")'''):
             "each device returns only its piece of the sum: finish with an all_gather over 'device' inside "
             "the host",
+        _hier('''
+piece = jax.lax.psum_scatter(block, "device", scatter_dimension=1, tiled=True)
+return jax.lax.all_gather(piece, "device", axis=1, tiled=True)'''):
+            "your sum covers one host's devices only: between the two steps inside the host, add each piece "
+            "across hosts with psum over 'host'",
         _hier('''
 piece = jax.lax.psum_scatter(block, "device", scatter_dimension=1, tiled=True)
 piece = jax.lax.psum(piece, "device")
