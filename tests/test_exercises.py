@@ -280,3 +280,49 @@ def test_a_process_exercise_judges_what_each_real_host_printed():
         exercise.judge("def my_rows(host, hosts):\n    return 1 / 0\n")
     with pytest.raises(core.NotAttempted):
         exercise.judge("def my_rows(host, hosts):\n    raise NotImplementedError\n")
+
+
+def _program(ex_id: str, source: str):
+    """A learner's program for `ex_id`, run after the exercise's set-up (its answer)."""
+    return exercises.get(ex_id).run_source(source)
+
+
+_SOLVED_05_3 = exercises.get("05.3").solution
+
+
+@pytest.mark.parametrize("body", ["return np.asarray(x).mean(axis=0)", "return jnp.mean(x, axis=0).tolist()"])
+def test_a_function_jax_cannot_trace_fails_the_structural_check(body):
+    with emulated_hosts(exercises.get("05.3").kernel.hosts or 1):
+        status, message = exercises.verdict("05.3", _program("05.3", f"def column_mean(x, mesh):\n    {body}\n"))
+    assert status == "mistake"
+    assert message.startswith("the numbers are right, but JAX cannot trace your function, so the check cannot see "
+                              "whether it uses jax.shard_map") and "JAX says " in message
+
+
+def test_a_step_that_logs_its_loss_inside_fails_the_structural_checks(capsys):
+    wrapped = exercises.get("06.2").solution + (
+        "\n_made = make_momentum_step\n\n"
+        "def make_momentum_step(mesh):\n"
+        "    step = _made(mesh)\n\n"
+        "    def logged(*args):\n"
+        "        out = step(*args)\n"
+        "        print('loss', float(out[2]))\n"
+        "        return out\n"
+        "    return logged\n")
+    with emulated_hosts(exercises.get("06.2").kernel.hosts or 1):
+        status, message = exercises.verdict("06.2", _program("06.2", wrapped))
+    assert status == "mistake" and "JAX cannot trace your function" in message
+
+
+def test_a_verdict_ends_with_one_stop(monkeypatch, capsys):
+    for message, shown in (("is it?", "is it? (hint"), ("it is.", "it is. (hint"), ("it is", "it is. (hint")):
+        monkeypatch.setattr(core, "judge", lambda *a, **k: core.Outcome("mistake", message))
+        exercises.check(IDS[0], 1)
+        assert shown in capsys.readouterr().out
+
+
+def test_long_messages_are_cut_after_a_whole_sentence_when_one_fits():
+    error = ValueError("The spec does not match the input. " * 4 + "You can omit it and let shard_map infer it "
+                       "from the arguments, so that this sentence is long " + "enough " * 20)
+    text = core.explain(error)
+    assert text.endswith("does not match the input.") and "…" not in text

@@ -213,9 +213,13 @@ def explain(error: BaseException, limit: int = ERROR_CHARS) -> str:
 
 
 def shorten(text: str, limit: int = ERROR_CHARS) -> str:
-    """`text` cut at a word boundary to at most `limit` characters, ending with ' …' if cut."""
+    """`text` cut to at most `limit` characters: after its last whole sentence when that keeps at
+    least half of it, else at a word boundary, ending with ' …'."""
     if len(text) <= limit:
         return text
+    sentences = text[: limit + 1].rsplit(". ", 1)[0]
+    if limit // 2 <= len(sentences) < limit:
+        return sentences + "."
     cut = text[: limit - 2].rsplit(" ", 1)[0].rstrip(",;:")
     return cut + " …"
 
@@ -319,7 +323,8 @@ def check(exercise_id: str, answer: Any) -> Verdict:
     elif status == "set-up":
         print(f"⚠️ {exercise_id} cannot be checked yet: {message}")
     else:
-        print(f"❌ {exercise_id} not yet: {message}. (hint('{exercise_id}') helps)")
+        stop = "" if message.endswith((".", "?", "!")) else "."
+        print(f"❌ {exercise_id} not yet: {message}{stop} (hint('{exercise_id}') helps)")
         if detail:
             print("   your answer does this:\n" + "\n".join("   " + line for line in detail.splitlines()))
     return Verdict(status == "pass")

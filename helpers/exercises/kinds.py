@@ -301,15 +301,20 @@ def close(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     return True
 
 
-def equations(fn: Callable, *args: Any) -> list[tuple[Any, bool]] | None:
+def equations(fn: Callable, *args: Any, about: str = "how it computes them") -> list[tuple[Any, bool]]:
     """Every equation of `fn(*args)`'s jaxpr, nested ones too, each with whether a jit encloses it.
 
-    None when `fn` cannot be traced (e.g. it converts to numpy): structural checks then pass.
+    A function JAX cannot trace (it converts to numpy, calls float() on a result...) is a Mistake:
+    a structural check cannot see `about` it, so it must not pass.
     """
     try:
-        jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
-    except Exception:
-        return None
+        jaxpr = _guarded(jax.make_jaxpr(fn), *args).jaxpr
+    except (NotAttempted, Mistake):
+        raise
+    except Exception as error:
+        raise Mistake(f"the numbers are right, but JAX cannot trace your function, so the check cannot see {about}: "
+                      "keep the computation in jax.numpy, and convert, log or print results outside the function; "
+                      f"JAX says {explain(error)}") from None
     found: list[tuple[Any, bool]] = []
 
     def walk(jaxpr, inside_jit: bool) -> None:
@@ -326,9 +331,9 @@ def equations(fn: Callable, *args: Any) -> list[tuple[Any, bool]] | None:
 
 
 def lacks(primitive: str, fn: Callable, *args: Any) -> bool:
-    """True when `fn(*args)` traces without using `primitive` (False when it cannot be traced)."""
-    found = equations(fn, *args)
-    return found is not None and all(eqn.primitive.name != primitive for eqn, _ in found)
+    """True when `fn(*args)` traces without using `primitive` (a Mistake when it cannot be traced)."""
+    found = equations(fn, *args, about=f"whether it uses jax.{primitive}")
+    return all(eqn.primitive.name != primitive for eqn, _ in found)
 
 
 @dataclass(frozen=True, kw_only=True)
