@@ -326,3 +326,24 @@ def test_long_messages_are_cut_after_a_whole_sentence_when_one_fits():
                        "from the arguments, so that this sentence is long " + "enough " * 20)
     text = core.explain(error)
     assert text.endswith("does not match the input.") and "…" not in text
+
+
+def test_a_spec_longer_than_the_arrays_rank_is_refused_by_name():
+    from helpers.exercises.kinds import Slot
+
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    too_long = jax.P(("host", "device"), None, None)
+    assert placement(mesh, too_long, (16, 8)) is None
+    assert not same_spec(mesh, too_long, jax.P(("host", "device")), (16, 8))
+    with pytest.raises(core.Mistake, match=re.escape("P(('host', 'device'), None, None) has 3 entries, but the "
+                                                     "array has 2 dimensions")):
+        Slot(shape=(16, 8), right=jax.P(("host", "device"))).judge(mesh, too_long)
+
+
+def test_a_spec_naming_an_axis_the_mesh_lacks_lists_the_mesh_axes():
+    from helpers.exercises.kinds import Slot
+
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    with pytest.raises(core.Mistake) as raised:
+        Slot(shape=(16, 8), right=jax.P(("host", "device"))).judge(mesh, jax.P("batch"))
+    assert str(raised.value) == "the mesh's axes are 'host' and 'device'; 'batch' is not one of them"

@@ -116,7 +116,10 @@ class ValueExercise(Exercise):
 # ----------------------------------------------------------------------------- specs
 
 def placement(mesh, spec, shape: tuple[int, ...]) -> dict[int, tuple] | None:
-    """Device id -> the (start, stop) it holds along each dimension, from JAX; None if JAX refuses."""
+    """Device id -> the (start, stop) it holds along each dimension, from JAX; None if JAX refuses,
+    or if the spec has more entries than the array has dimensions (device_put refuses that)."""
+    if len(spec) > len(shape):
+        return None
     try:
         index_map = NamedSharding(mesh, spec).devices_indices_map(tuple(shape))
     except Exception:  # JAX rejects the spec for this mesh or shape
@@ -141,10 +144,12 @@ def axes_apart(spec) -> bool:
 
 
 def same_spec(mesh, a, b, shape: tuple[int, ...]) -> bool:
-    """Two specs are one answer when they place the same slices on the same devices."""
+    """Two specs are one answer when they place the same slices on the same devices (two specs JAX
+    refuses, when they are alike)."""
     pa, pb = placement(mesh, a, shape), placement(mesh, b, shape)
     if pa is None or pb is None:
-        return normal_spec(a) == normal_spec(b)
+        too_long = (len(a) > len(shape), len(b) > len(shape))
+        return pa is None and pb is None and too_long[0] == too_long[1] and normal_spec(a) == normal_spec(b)
     return pa == pb
 
 
@@ -183,7 +188,14 @@ class Slot:
 
 
 def _rejection(mesh, spec, shape) -> str | None:
-    """Why JAX refuses to place `spec` for this shape on this mesh, in its words; None if it places it."""
+    """Why JAX refuses to place `spec` for this shape on this mesh; None if it places it."""
+    if len(spec) > len(shape):
+        return f"{format_spec(spec)} has {len(spec)} entries, but the array has {len(shape)} dimensions"
+    unknown = [a for e in spec if e is not None for a in (e if isinstance(e, tuple) else (e,))
+               if a not in mesh.axis_names]
+    if unknown:
+        names = [repr(a) for a in mesh.axis_names]
+        return f"the mesh's axes are {', '.join(names[:-1])} and {names[-1]}; {unknown[0]!r} is not one of them"
     try:
         NamedSharding(mesh, spec).devices_indices_map(tuple(shape))
     except Exception as error:
