@@ -19,6 +19,7 @@ iterate, so a mistake is written once.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -348,6 +349,32 @@ def lacks(primitive: str, fn: Callable, *args: Any) -> bool:
     return all(eqn.primitive.name != primitive for eqn, _ in found)
 
 
+def _noting_none(fn: Callable, returned_none: list[bool]) -> Callable:
+    """`fn`, noting in `returned_none` whether each call returned None."""
+    @functools.wraps(fn)
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        returned_none.append(result is None)
+        return result
+    return noted
+
+
+def _shape_difference(got: Any, want: Any) -> tuple[str, tuple, tuple] | None:
+    """(where, its shape, the right shape) of the first array of `got` whose shape is not its
+    counterpart's in `want` (both the same structure of arrays); None when there is none."""
+    try:
+        leaves_got, tree_got = jax.tree_util.tree_flatten_with_path(got)
+        leaves_want, tree_want = jax.tree_util.tree_flatten_with_path(want)
+    except Exception:
+        return None
+    if tree_got != tree_want:
+        return None
+    for (path, a), (_, b) in zip(leaves_got, leaves_want):
+        if hasattr(a, "shape") and hasattr(b, "shape") and tuple(a.shape) != tuple(b.shape):
+            return jax.tree_util.keystr(path), tuple(a.shape), tuple(b.shape)
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProgramExercise(Exercise):
     """A function judged by what it computes, against the reference and catalogued wrong programs.
@@ -373,7 +400,9 @@ class ProgramExercise(Exercise):
 
     def judge(self, answer: Any) -> None:
         answer = self.screen(answer)
-        case = self._first_difference(lambda layout: self.output_of_answer(answer, self.make_case(layout)))
+        returned_none: list[bool] = []
+        run = _noting_none(answer, returned_none) if callable(answer) else answer
+        case = self._first_difference(lambda layout: self.output_of_answer(run, self.make_case(layout)))
         if case is None:
             for rule in self.checks:
                 if rule.when(answer, self.make_case(self.meshes[0])):
@@ -382,10 +411,17 @@ class ProgramExercise(Exercise):
         for source, message in self.wrong.items():
             if close(case.got, self.output_of_source(source, case.layout)):
                 raise Mistake(say(message, case))
+        if any(returned_none):
+            raise Mistake("your function returned None: end it with return and the result (print only shows "
+                          "the result, it does not hand it back)")
         if isinstance(case.got, Raised):
             rule = next((r for r in self.errors if r.when(case.got.raw)), None)
             raise Mistake(say(rule.say, case) if rule else f"your function raised {case.got.text}")
         rule = next((r for r in self.families if r.when(case)), None)
+        if rule is None and (shapes := _shape_difference(case.got, case.want)):
+            where, got, want = shapes
+            raise Mistake(f"on {case.devices} devices your result{where} has shape {got}, but the prompt's result "
+                          f"has shape {want}")
         raise Mistake(say(rule.say if rule else self.otherwise, case))
 
     def screen(self, answer: Any) -> Any:
