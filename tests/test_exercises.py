@@ -347,3 +347,88 @@ def test_a_spec_naming_an_axis_the_mesh_lacks_lists_the_mesh_axes():
     with pytest.raises(core.Mistake) as raised:
         Slot(shape=(16, 8), right=jax.P(("host", "device"))).judge(mesh, jax.P("batch"))
     assert str(raised.value) == "the mesh's axes are 'host' and 'device'; 'batch' is not one of them"
+
+
+def _column_sums(**rules) -> ProgramExercise:
+    """A small program exercise: the column sums of a (3 * devices, 5) array."""
+    import numpy as np
+
+    def run(fn, mesh):
+        return fn(np.arange(15.0 * mesh.size).reshape(-1, 5))
+
+    return ProgramExercise(**{"id": "99.2", "title": "column sums", "answer_name": "sums", "hints": ("a", "b"),
+                              "run": run, "solution": "def sums(x):\n    return x.sum(axis=0)\n", **rules})
+
+
+def test_a_function_that_prints_instead_of_returning_is_told_so(capsys):
+    with pytest.raises(core.Mistake, match="^your function returned None: end it with return"):
+        _column_sums().judge(lambda x: print(x.sum(axis=0)))
+
+
+def test_a_result_of_the_wrong_shape_is_named_by_its_shape():
+    with pytest.raises(core.Mistake) as raised:
+        _column_sums().judge(lambda x: x.sum(axis=1))
+    assert str(raised.value) == "on 8 devices your result has shape (24,), but the prompt's result has shape (5,)"
+    with pytest.raises(core.Mistake, match=r"^on 8 devices your result\[1\] has shape \(24,\)"):
+        _column_sums(id="99.3", run=lambda fn, mesh: (1, fn(jax.numpy.ones((3 * mesh.size, 5))))).judge(lambda x: x.sum(axis=1))
+    from helpers.exercises.kinds import Rule
+
+    family = Rule(lambda case: True, "a family of this exercise", "def sums(x):\n    return x\n")
+    with pytest.raises(core.Mistake, match="^a family of this exercise$"):
+        _column_sums(id="99.4", families=(family,)).judge(lambda x: x.sum(axis=1))
+
+
+def test_forms_accept_the_spellings_a_learner_naturally_uses():
+    import numpy as np
+
+    assert forms.ints(3, like="(0, 7, 0)")((8.0, 15.0, np.int64(48))) == (8, 15, 48)
+    assert forms.ints(3, like="(0, 7, 0)")(np.array([8, 15, 48])) == (8, 15, 48)
+    assert forms.whole("a count")(jax.numpy.int32(3)) == 3
+    shapes = forms.tuple_of(forms.shape("the first"), forms.shape("the second"), like="((8, 2), (3,))", of="shapes")
+    assert shapes([(5, 8, 2), ()]) == ((5, 8, 2), ())
+    assert forms.booleans(2, like="(True, False)", what="one per mesh")((np.True_, np.False_)) == (True, False)
+    assert forms.booleans(2, like="(True, False)", what="one per mesh")(np.array([3, 0]) > 1) == (True, False)
+    assert forms.cells("[(0, 1)]")(np.argwhere(np.eye(2) == 1)) == {(0, 0), (1, 1)}
+    assert forms.grid(2, 2, like="[[0, 1], [0, 1]]", what="host numbers")(jax.numpy.zeros((2, 2), int)) == ((0, 0),) * 2
+    assert forms.grid(2, 2, like="[[0, 1], [0, 1]]", what="host numbers")([[0.0, 1.0], [0, 1]]) == ((0, 1),) * 2
+    expected = frozenset({frozenset(range(4)), frozenset(range(4, 8))})
+    assert forms.groups(8, like="[[0, 1]]")([range(4), range(4, 8)]) == expected
+    assert forms.groups(8, like="[[0, 1]]")(np.arange(8).reshape(2, 4)) == expected
+
+
+def test_forms_still_refuse_what_is_not_whole_or_not_boolean():
+    with pytest.raises(core.Mistake, match=r"but got tuple \(8\.5, 15, 48\) \(8\.5 is not a whole number\)$"):
+        forms.ints(3, like="(0, 7, 0)")((8.5, 15, 48))
+    with pytest.raises(core.Mistake, match="expected a tuple of 2 booleans"):
+        forms.booleans(2, like="(True, False)", what="one per mesh")((1, 0))
+    with pytest.raises(core.Mistake, match="expected a tuple of 3 whole numbers"):
+        forms.ints(3, like="(0, 7, 0)")((True, 15, 48))
+
+
+def test_describe_never_puts_a_newline_or_an_address_in_a_verdict():
+    import numpy as np
+
+    def numbers():
+        yield 1
+
+    assert core.describe(numbers()) == "a generator"
+    listed = core.describe([np.zeros((4, 3)), np.zeros(4)])
+    assert listed == "list of 2: a numpy array of shape (4, 3) and dtype float64, a numpy array of shape (4,) and dtype float64"
+    assert "\n" in repr({"rows": np.zeros((3, 3))})
+    one_line = core.describe({"rows": np.zeros((3, 3))})
+    assert "\n" not in one_line and "  " not in one_line
+
+
+def test_a_dict_form_names_the_missing_and_the_unexpected_keys():
+    form = forms.keys(("w1", "w2", "x"), forms.spec("P(...)"), "a PartitionSpec")
+    with pytest.raises(core.Mistake, match="your dict has no key 'w1' and an unexpected key 'W1'$"):
+        form({"W1": jax.P(), "w2": jax.P(), "x": jax.P()})
+    with pytest.raises(core.Mistake, match="your dict has no keys 'w1' and 'x'$"):
+        form({"w2": jax.P()})
+
+
+def test_letters_written_as_a_sentence_are_read_as_letters():
+    form = forms.letters("ABCDE", like="{'A', 'B'}")
+    assert form("A, B and D") == form("ABD") == frozenset("ABD")
+    with pytest.raises(core.Mistake, match="there is no mesh 'X'"):
+        form("A and X")

@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import threading
+import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Union
@@ -237,7 +238,13 @@ def describe(value: Any) -> str:
             kind = ("an " if name[0].lower() in "aeiou" else "a ") + name
         dtype = getattr(value, "dtype", None)
         return f"{kind} of shape {tuple(shape)}" + (f" and dtype {dtype}" if dtype is not None else "")
-    return f"{name} {shorten(re.sub(r' at 0x[0-9a-f]+', '', repr(value)), 40)}"  # no memory address
+    if isinstance(value, types.GeneratorType):
+        return "a generator"
+    if isinstance(value, (list, tuple)) and any(hasattr(v, "shape") for v in value):  # arrays by their shapes
+        items = ", ".join(describe(v) for v in value[:3]) + (", …" if len(value) > 3 else "")
+        return f"{name} of {len(value)}: {items}"
+    text = " ".join(re.sub(r" at 0x[0-9a-f]+", "", repr(value)).split())  # one line, no memory address
+    return f"{name} {shorten(text, 40)}"
 
 
 def say(message: Message, *args: Any) -> str:

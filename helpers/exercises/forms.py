@@ -1,7 +1,8 @@
 """Forms: turn a learner's answer into the value a catalogue compares, or say what type was expected.
 
-A form is a function `answer -> value`. It accepts the spellings the prompt allows (a list
-where a tuple is natural, a range for (start, stop)), returns one hashable normal form, and
+A form is a function `answer -> value`. It accepts the spellings a learner naturally uses where
+the value is unambiguous (a list where a tuple is natural, a range for (start, stop), numpy or
+jax integer and boolean arrays and scalars, 8.0 for 8), returns one hashable normal form, and
 raises a Mistake that names the type it wanted when the answer has the wrong type or length.
 
 >>> ints(2, like="(0, 2)")((6, 8))
@@ -9,9 +10,11 @@ raises a Mistake that names the type it wanted when the answer has the wrong typ
 """
 from __future__ import annotations
 
+import re
 from numbers import Integral
 from typing import Any, Callable
 
+import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
@@ -21,14 +24,37 @@ Form = Callable[[Any], Any]
 
 
 def _is_whole(value: Any) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
+    """An int (numpy's too) or a whole-valued float like 8.0; not a bool."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    return isinstance(value, Integral) or (isinstance(value, (float, np.floating)) and float(value).is_integer())
+
+
+def _fraction(values: Any) -> str:
+    """' (8.5 is not a whole number)' for the first number of `values` with a fraction; '' if none."""
+    values = values if isinstance(values, (tuple, list)) else (values,)
+    odd = next((v for v in values if isinstance(v, (float, np.floating)) and not float(v).is_integer()), None)
+    return "" if odd is None else f" ({float(odd):g} is not a whole number)"
+
+
+def _plain(answer: Any) -> Any:
+    """`answer` in Python's own types where that is unambiguous: numpy and jax integer or boolean arrays
+    and scalars as (nested) lists, ints and bools, ranges as lists, inside lists, tuples and sets too."""
+    if isinstance(answer, range):
+        return list(answer)
+    if isinstance(answer, (np.ndarray, np.generic, jax.Array)) and np.asarray(answer).dtype.kind in "iub":
+        return np.asarray(answer).tolist()
+    if type(answer) in (list, tuple, set, frozenset):  # not a PartitionSpec, which is a tuple too
+        return type(answer)(_plain(a) for a in answer)
+    return answer
 
 
 def whole(what: str) -> Form:
     """One whole number (not a bool, not a string)."""
     def form(answer: Any) -> int:
+        given, answer = answer, _plain(answer)
         if not _is_whole(answer):
-            raise Mistake(f"expected a whole number ({what}); got {describe(answer)}")
+            raise Mistake(f"expected a whole number ({what}); got {describe(given)}")
         return int(answer)
     return form
 
@@ -38,8 +64,10 @@ def ints(n: int, *, like: str, what: str = "") -> Form:
     tail = f", {what}" if what else ""
 
     def form(answer: Any) -> tuple[int, ...]:
+        given, answer = answer, _plain(answer)
         if not isinstance(answer, (tuple, list)) or len(answer) != n or not all(map(_is_whole, answer)):
-            raise Mistake(f"expected a tuple of {n} whole numbers like {like}{tail}, but got {describe(answer)}")
+            raise Mistake(f"expected a tuple of {n} whole numbers like {like}{tail}, but got {describe(given)}"
+                          + _fraction(answer))
         return tuple(int(v) for v in answer)
     return form
 
@@ -47,8 +75,10 @@ def ints(n: int, *, like: str, what: str = "") -> Form:
 def shape(what: str = "the shape") -> Form:
     """An array shape: a tuple of whole numbers like (8, 4) (a list is accepted)."""
     def form(answer: Any) -> tuple[int, ...]:
+        given, answer = answer, _plain(answer)
         if not isinstance(answer, (tuple, list)) or not all(map(_is_whole, answer)):
-            raise Mistake(f"expected {what} as a tuple of whole numbers like (8, 4), but got {describe(answer)}")
+            raise Mistake(f"expected {what} as a tuple of whole numbers like (8, 4), but got {describe(given)}"
+                          + _fraction(answer))
         return tuple(int(v) for v in answer)
     return form
 
@@ -59,8 +89,9 @@ def tuple_of(*parts: Form, like: str, what: str = "", of: str = "entries", lists
     kinds = (tuple, list) if lists else (tuple,)
 
     def form(answer: Any) -> tuple:
+        given, answer = answer, _plain(answer)
         if not isinstance(answer, kinds) or len(answer) != len(parts):
-            raise Mistake(f"expected a tuple of {len(parts)} {of} like {like}{tail}, but got {describe(answer)}")
+            raise Mistake(f"expected a tuple of {len(parts)} {of} like {like}{tail}, but got {describe(given)}")
         return tuple(part(a) for part, a in zip(parts, answer))
     return form
 
@@ -112,8 +143,9 @@ def number_list(what: str) -> Form:
 def booleans(n: int, *, like: str, what: str) -> Form:
     """A tuple of `n` booleans (True/False, not 1/0)."""
     def form(answer: Any) -> tuple[bool, ...]:
+        given, answer = answer, _plain(answer)
         if not isinstance(answer, (tuple, list)) or len(answer) != n or not all(isinstance(a, bool) for a in answer):
-            raise Mistake(f"expected a tuple of {n} booleans like {like}, {what}, but got {describe(answer)}")
+            raise Mistake(f"expected a tuple of {n} booleans like {like}, {what}, but got {describe(given)}")
         return tuple(answer)
     return form
 
@@ -134,19 +166,21 @@ def span(like: str) -> Form:
             if answer.step not in (None, 1):
                 raise Mistake("the rows of one tile are consecutive: give a step of 1 (or none)")
             answer = (answer.start, answer.stop)
+        given, answer = answer, _plain(answer)
         if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-            raise Mistake(f"expected the rows as (start, stop), like {like}, but got {describe(answer)}")
+            raise Mistake(f"expected the rows as (start, stop), like {like}, but got {describe(given)}")
         if not all(map(_is_whole, answer)):
-            raise Mistake(f"expected two whole numbers (start, stop), but got {describe(answer)}")
+            raise Mistake(f"expected two whole numbers (start, stop), but got {describe(given)}")
         return int(answer[0]), int(answer[1])
     return form
 
 
 def letters(valid: str, like: str) -> Form:
-    """A set of letters, given as a set, a list or a string like 'ABD'."""
+    """A set of letters, given as a set, a list or a string like 'ABD' or 'A, B and D'."""
     def form(answer: Any) -> frozenset[str]:
-        if isinstance(answer, str):
-            chosen = [c for c in answer.upper() if c.isalpha()]
+        if isinstance(answer, str):  # 'ABD', 'A, B and D'
+            words = [w for w in re.findall(r"[A-Za-z]+", answer) if w.lower() not in ("and", "or")]
+            chosen = [c for w in words for c in w.upper()]
         elif isinstance(answer, (set, frozenset, list, tuple)) and all(isinstance(a, str) for a in answer):
             chosen = [a.strip().upper() for a in answer]
         else:
@@ -161,9 +195,10 @@ def letters(valid: str, like: str) -> Form:
 def cells(like: str) -> Form:
     """A set of mesh cells, each a pair (row index, column index)."""
     def form(answer: Any) -> frozenset[tuple[int, int]]:
+        given, answer = answer, _plain(answer)
         if not isinstance(answer, (list, tuple, set, frozenset)):
             raise Mistake(f"expected a list of (host index, device index) pairs like {like}, but got "
-                          f"{describe(answer)}")
+                          f"{describe(given)}")
         items = list(answer)
         if items and all(map(_is_whole, items)):
             raise Mistake("those look like device ids; give the mesh cells instead, as (host index, device "
@@ -179,12 +214,15 @@ def cells(like: str) -> Form:
 def grid(rows: int, cols: int, like: str, what: str) -> Form:
     """A rows x cols grid of whole numbers (nested lists or an int array), as nested tuples."""
     def form(answer: Any) -> tuple[tuple[int, ...], ...]:
-        if not isinstance(answer, (list, tuple, np.ndarray)):
+        plain = _plain(answer)
+        if not isinstance(plain, (list, tuple, np.ndarray, jax.Array)):
             raise Mistake(f"expected a {rows} x {cols} grid of {what} like {like}, but got {describe(answer)}")
         try:
-            values = np.asarray(answer)
+            values = np.asarray(plain)
         except ValueError:
             values = np.asarray(0.5)
+        if values.dtype.kind == "f" and isinstance(plain, (list, tuple)) and np.all(np.mod(values, 1) == 0):
+            values = values.astype(int)  # whole numbers written as floats, like 1.0
         if values.dtype.kind not in "iu":
             raise Mistake(f"expected a {rows} x {cols} grid of whole {what} like {like}, but got {describe(answer)}")
         if values.shape != (rows, cols):
@@ -197,15 +235,16 @@ def grid(rows: int, cols: int, like: str, what: str) -> Form:
 def groups(n: int, like: str) -> Form:
     """A partition of the devices 0..n-1 into groups, as a frozenset of frozensets."""
     def form(answer: Any) -> frozenset[frozenset[int]]:
+        given, answer = answer, _plain(answer)
         if not isinstance(answer, (list, tuple, set, frozenset)) or not answer:
-            raise Mistake(f"expected a list of groups of device ids, like {like}; got {describe(answer)}")
+            raise Mistake(f"expected a list of groups of device ids, like {like}; got {describe(given)}")
         for group in answer:
             if not isinstance(group, (list, tuple, set, frozenset)) or not all(map(_is_whole, group)):
                 raise Mistake(f"each group must be a list of device ids like [0, 1]; got {describe(group)}")
         if sorted(d for g in answer for d in g) != list(range(n)):
             raise Mistake(f"list each of the {n} devices 0..{n - 1} exactly once, in the group of devices "
                           "whose copies are equal")
-        return frozenset(frozenset(g) for g in answer)
+        return frozenset(frozenset(int(d) for d in g) for g in answer)
     return form
 
 
@@ -234,11 +273,24 @@ def spec(like: str) -> Form:
 def keys(names: tuple[str, ...], part: Form, what: str) -> Form:
     """A dict with exactly these keys, each value in `part`'s form; returned in `names` order."""
     def form(answer: Any) -> tuple:
-        if not isinstance(answer, dict) or set(answer) != set(names):
-            listed = ", ".join(repr(n) for n in names[:-1]) + f" and {names[-1]!r}"
+        listed = ", ".join(repr(n) for n in names[:-1]) + f" and {names[-1]!r}"
+        if not isinstance(answer, dict):
             raise Mistake(f"expected a dict with the keys {listed}, each {what}; got {describe(answer)}")
+        missing = [n for n in names if n not in answer]
+        unexpected = [k for k in answer if k not in names]
+        if missing or unexpected:
+            faults = ([f"no {_keys(missing)}"] if missing else []) + (
+                [("an unexpected " if len(unexpected) == 1 else "unexpected ") + _keys(unexpected)] if unexpected else [])
+            raise Mistake(f"expected a dict with the keys {listed}, each {what}; your dict has {' and '.join(faults)}")
         return tuple(part(answer[n]) for n in names)
     return form
+
+
+def _keys(keys: list) -> str:
+    """"key 'w1'" or "keys 'w1' and 'x'"."""
+    if len(keys) == 1:
+        return f"key {keys[0]!r}"
+    return "keys " + ", ".join(map(repr, keys[:-1])) + f" and {keys[-1]!r}"
 
 
 def or_refused(names: tuple[str, ...], part: Form, *, like: str, per: str, should_be: str) -> Form:
