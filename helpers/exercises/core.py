@@ -240,9 +240,9 @@ def describe(value: Any) -> str:
         return f"{kind} of shape {tuple(shape)}" + (f" and dtype {dtype}" if dtype is not None else "")
     if isinstance(value, types.GeneratorType):
         return "a generator"
-    if isinstance(value, (list, tuple)) and any(hasattr(v, "shape") for v in value):  # arrays by their shapes
-        items = ", ".join(describe(v) for v in value[:3]) + (", …" if len(value) > 3 else "")
-        return f"{name} of {len(value)}: {items}"
+    if isinstance(value, (list, tuple)) and value and all(hasattr(v, "shape") for v in value):
+        shapes = ", ".join(str(tuple(v.shape)) for v in value[:3]) + (", …" if len(value) > 3 else "")
+        return f"{name} of {len(value)} arrays of shapes {shapes}"
     text = " ".join(re.sub(r" at 0x[0-9a-f]+", "", repr(value)).split())  # one line, no memory address
     return f"{name} {shorten(text, 40)}"
 

@@ -31,8 +31,9 @@ def _is_whole(value: Any) -> bool:
 
 
 def _fraction(values: Any) -> str:
-    """' (8.5 is not a whole number)' for the first number of `values` with a fraction; '' if none."""
-    values = values if isinstance(values, (tuple, list)) else (values,)
+    """' (8.5 is not a whole number)' for the first number of the list `values` with a fraction; '' if none."""
+    if not isinstance(values, (tuple, list)):
+        return ""
     odd = next((v for v in values if isinstance(v, (float, np.floating)) and not float(v).is_integer()), None)
     return "" if odd is None else f" ({float(odd):g} is not a whole number)"
 
@@ -281,7 +282,7 @@ def keys(names: tuple[str, ...], part: Form, what: str) -> Form:
         if missing or unexpected:
             faults = ([f"no {_keys(missing)}"] if missing else []) + (
                 [("an unexpected " if len(unexpected) == 1 else "unexpected ") + _keys(unexpected)] if unexpected else [])
-            raise Mistake(f"expected a dict with the keys {listed}, each {what}; your dict has {' and '.join(faults)}")
+            raise Mistake(f"expected a dict with the keys {listed}, each {what}; your dict has {(', and ' if len(missing) > 1 else ' and ').join(faults)}")
         return tuple(part(answer[n]) for n in names)
     return form
 
