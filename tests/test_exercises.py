@@ -250,7 +250,7 @@ def test_long_messages_are_cut_between_words_and_lose_their_urls():
 
 def test_forms_name_the_type_they_want():
     with pytest.raises(core.Mistake, match="expected a tuple of 4 whole numbers"):
-        forms.ints(4, like="(1, 2, 3, 4)")(jax.numpy.array([8.0, 2.0, 4.0, 3.0]))
+        forms.ints(4, like="(1, 2, 3, 4)")(jax.numpy.array([8.5, 2.0, 4.0, 3.0]))
     with pytest.raises(core.Mistake, match="expected a PartitionSpec such as P"):
         forms.spec("P('host')")(("host", "device"))
 
@@ -383,6 +383,8 @@ def test_forms_accept_the_spellings_a_learner_naturally_uses():
 
     assert forms.ints(3, like="(0, 7, 0)")((8.0, 15.0, np.int64(48))) == (8, 15, 48)
     assert forms.ints(3, like="(0, 7, 0)")(np.array([8, 15, 48])) == (8, 15, 48)
+    assert forms.ints(3, like="(0, 7, 0)")(jax.numpy.array([8.0, 15.0, 48.0])) == (8, 15, 48)
+    assert forms.grid(2, 2, like="[[0, 1], [0, 1]]", what="host numbers")(np.zeros((2, 2))) == ((0, 0),) * 2
     assert forms.whole("a count")(jax.numpy.int32(3)) == 3
     shapes = forms.tuple_of(forms.shape("the first"), forms.shape("the second"), like="((8, 2), (3,))", of="shapes")
     assert shapes([(5, 8, 2), ()]) == ((5, 8, 2), ())

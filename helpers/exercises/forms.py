@@ -2,7 +2,7 @@
 
 A form is a function `answer -> value`. It accepts the spellings a learner naturally uses where
 the value is unambiguous (a list where a tuple is natural, a range for (start, stop), numpy or
-jax integer and boolean arrays and scalars, 8.0 for 8), returns one hashable normal form, and
+jax arrays and scalars, 8.0 for 8), returns one hashable normal form, and
 raises a Mistake that names the type it wanted when the answer has the wrong type or length.
 
 >>> ints(2, like="(0, 2)")((6, 8))
@@ -39,11 +39,11 @@ def _fraction(values: Any) -> str:
 
 
 def _plain(answer: Any) -> Any:
-    """`answer` in Python's own types where that is unambiguous: numpy and jax integer or boolean arrays
-    and scalars as (nested) lists, ints and bools, ranges as lists, inside lists, tuples and sets too."""
+    """`answer` in Python's own types: numpy and jax arrays and scalars of numbers or booleans as (nested)
+    lists, ints, floats and bools, ranges as lists, inside lists, tuples and sets too."""
     if isinstance(answer, range):
         return list(answer)
-    if isinstance(answer, (np.ndarray, np.generic, jax.Array)) and np.asarray(answer).dtype.kind in "iub":
+    if isinstance(answer, (np.ndarray, np.generic, jax.Array)) and np.asarray(answer).dtype.kind in "iubf":
         return np.asarray(answer).tolist()
     if type(answer) in (list, tuple, set, frozenset):  # not a PartitionSpec, which is a tuple too
         return type(answer)(_plain(a) for a in answer)
@@ -222,7 +222,7 @@ def grid(rows: int, cols: int, like: str, what: str) -> Form:
             values = np.asarray(plain)
         except ValueError:
             values = np.asarray(0.5)
-        if values.dtype.kind == "f" and isinstance(plain, (list, tuple)) and np.all(np.mod(values, 1) == 0):
+        if values.dtype.kind == "f" and np.all(np.mod(values, 1) == 0):
             values = values.astype(int)  # whole numbers written as floats, like 1.0
         if values.dtype.kind not in "iu":
             raise Mistake(f"expected a {rows} x {cols} grid of whole {what} like {like}, but got {describe(answer)}")
