@@ -90,7 +90,9 @@ def tuple_of(*parts: Form, like: str, what: str = "", of: str = "entries", lists
     kinds = (tuple, list) if lists else (tuple,)
 
     def form(answer: Any) -> tuple:
-        given, answer = answer, _plain(answer)
+        given = answer
+        if isinstance(answer, (np.ndarray, jax.Array)) and answer.ndim == 1:  # an array of entries
+            answer = _plain(answer)
         if not isinstance(answer, kinds) or len(answer) != len(parts):
             raise Mistake(f"expected a tuple of {len(parts)} {of} like {like}{tail}, but got {describe(given)}")
         return tuple(part(a) for part, a in zip(parts, answer))
@@ -167,7 +169,9 @@ def span(like: str) -> Form:
             if answer.step not in (None, 1):
                 raise Mistake("the rows of one tile are consecutive: give a step of 1 (or none)")
             answer = (answer.start, answer.stop)
-        given, answer = answer, _plain(answer)
+        given = answer
+        if not isinstance(answer, (np.ndarray, jax.Array)) or answer.ndim == 1:  # np.array([6, 8]) too
+            answer = _plain(answer)
         if not isinstance(answer, (tuple, list)) or len(answer) != 2:
             raise Mistake(f"expected the rows as (start, stop), like {like}, but got {describe(given)}")
         if not all(map(_is_whole, answer)):
