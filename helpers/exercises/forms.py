@@ -261,7 +261,7 @@ def axis_names(valid: tuple[str, ...], like: str) -> Form:
             raise Mistake(f"mean_over names mesh axes, like {like}; got {describe(answer)}")
         unknown = [n for n in names if n not in valid]
         if unknown:
-            raise Mistake(f"the mesh has the axes {' and '.join(map(repr, valid))}; {unknown[0]!r} is not one of them")
+            raise Mistake(f"the mesh's axes are {' and '.join(map(repr, valid))}; {unknown[0]!r} is not one of them")
         return frozenset(names)
     return form
 
