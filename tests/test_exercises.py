@@ -413,7 +413,7 @@ def test_describe_never_puts_a_newline_or_an_address_in_a_verdict():
     def numbers():
         yield 1
 
-    assert core.describe(numbers()) == "a generator"
+    assert core.describe(numbers()) == "a generator" and core.describe(None) == "None"
     assert core.describe([np.zeros((4, 3)), np.zeros(4)]) == "list of 2 arrays of shapes (4, 3), (4,)"
     assert "\n" in repr({"rows": np.zeros((3, 3))})
     one_line = core.describe({"rows": np.zeros((3, 3))})

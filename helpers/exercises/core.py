@@ -238,6 +238,8 @@ def describe(value: Any) -> str:
             kind = ("an " if name[0].lower() in "aeiou" else "a ") + name
         dtype = getattr(value, "dtype", None)
         return f"{kind} of shape {tuple(shape)}" + (f" and dtype {dtype}" if dtype is not None else "")
+    if value is None:
+        return "None"
     if isinstance(value, types.GeneratorType):
         return "a generator"
     if isinstance(value, (list, tuple)) and value and all(hasattr(v, "shape") for v in value):
