@@ -433,3 +433,15 @@ def test_letters_written_as_a_sentence_are_read_as_letters():
     assert form("A, B and D") == form("ABD") == frozenset("ABD")
     with pytest.raises(core.Mistake, match="there is no mesh 'X'"):
         form("A and X")
+
+
+@pytest.mark.parametrize("ex_id", [i for i in IDS if isinstance(exercises.get(i), ProgramExercise)
+                                   and not isinstance(exercises.get(i), ProcessExercise)])
+def test_no_reference_function_returns_none(ex_id):
+    """A learner's function that returned None is told so; that is only true while no reference does."""
+    from helpers.exercises.kinds import _noting_none
+
+    exercise, returned_none = exercises.get(ex_id), []
+    reference = _noting_none(exercise.run_source(exercise.solution), returned_none)
+    exercise.output_of_answer(reference, exercise.make_case(exercise.meshes[0]))
+    assert returned_none and not any(returned_none)
