@@ -10,7 +10,6 @@ raises a Mistake that names the type it wanted when the answer has the wrong typ
 """
 from __future__ import annotations
 
-import re
 from numbers import Integral
 from typing import Any, Callable
 
@@ -181,11 +180,10 @@ def span(like: str) -> Form:
 
 
 def letters(valid: str, like: str) -> Form:
-    """A set of letters, given as a set, a list or a string like 'ABD' or 'A, B and D'."""
+    """A set of letters, given as a set, a list or a string like 'ABD'."""
     def form(answer: Any) -> frozenset[str]:
-        if isinstance(answer, str):  # 'ABD', 'A, B and D'
-            words = [w for w in re.findall(r"[A-Za-z]+", answer) if w.lower() not in ("and", "or")]
-            chosen = [c for w in words for c in w.upper()]
+        if isinstance(answer, str):
+            chosen = [c for c in answer.upper() if c.isalpha()]
         elif isinstance(answer, (set, frozenset, list, tuple)) and all(isinstance(a, str) for a in answer):
             chosen = [a.strip().upper() for a in answer]
         else:

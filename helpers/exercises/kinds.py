@@ -349,6 +349,9 @@ def lacks(primitive: str, fn: Callable, *args: Any) -> bool:
     return all(eqn.primitive.name != primitive for eqn, _ in found)
 
 
+RETURNED_NONE = "your function returns None: return the result (a print shows it, but returns nothing)"
+
+
 def _noting_none(fn: Callable, returned_none: list[bool]) -> Callable:
     """`fn`, noting in `returned_none` whether each call returned None."""
     @functools.wraps(fn)
@@ -411,18 +414,21 @@ class ProgramExercise(Exercise):
         for source, message in self.wrong.items():
             if close(case.got, self.output_of_source(source, case.layout)):
                 raise Mistake(say(message, case))
-        if any(returned_none):
-            raise Mistake("your function returned None: end it with return and the result (print only shows "
-                          "the result, it does not hand it back)")
         if isinstance(case.got, Raised):
             rule = next((r for r in self.errors if r.when(case.got.raw)), None)
-            raise Mistake(say(rule.say, case) if rule else f"your function raised {case.got.text}")
-        rule = next((r for r in self.families if r.when(case)), None)
-        if rule is None and (shapes := _shape_difference(case.got, case.want)):
+            if rule or not any(returned_none):
+                raise Mistake(say(rule.say, case) if rule else f"your function raised {case.got.text}")
+        else:
+            rule = next((r for r in self.families if r.when(case)), None)
+            if rule:
+                raise Mistake(say(rule.say, case))
+        if any(returned_none):
+            raise Mistake(RETURNED_NONE)
+        if shapes := _shape_difference(case.got, case.want):
             where, got, want = shapes
             raise Mistake(f"on {case.devices} devices your result{where} has shape {got}, but the prompt's result "
                           f"has shape {want}")
-        raise Mistake(say(rule.say if rule else self.otherwise, case))
+        raise Mistake(say(self.otherwise, case))
 
     def screen(self, answer: Any) -> Any:
         """The answer in the form `output_of_answer` takes, or a Mistake about its type."""
