@@ -250,7 +250,7 @@ def test_long_messages_are_cut_between_words_and_lose_their_urls():
 
 def test_forms_name_the_type_they_want():
     with pytest.raises(core.Mistake, match="expected a tuple of 4 whole numbers"):
-        forms.ints(4, like="(1, 2, 3, 4)")(jax.numpy.array([8.0, 2.0, 4.0, 3.0]))
+        forms.ints(4, like="(1, 2, 3, 4)")(jax.numpy.array([8.5, 2.0, 4.0, 3.0]))
     with pytest.raises(core.Mistake, match="expected a PartitionSpec such as P"):
         forms.spec("P('host')")(("host", "device"))
 
@@ -280,3 +280,161 @@ def test_a_process_exercise_judges_what_each_real_host_printed():
         exercise.judge("def my_rows(host, hosts):\n    return 1 / 0\n")
     with pytest.raises(core.NotAttempted):
         exercise.judge("def my_rows(host, hosts):\n    raise NotImplementedError\n")
+
+
+def _program(ex_id: str, source: str):
+    """A learner's program for `ex_id`, run after the exercise's set-up (its answer)."""
+    return exercises.get(ex_id).run_source(source)
+
+
+_SOLVED_05_3 = exercises.get("05.3").solution
+
+
+@pytest.mark.parametrize("body", ["return np.asarray(x).mean(axis=0)", "return jnp.mean(x, axis=0).tolist()"])
+def test_a_function_jax_cannot_trace_fails_the_structural_check(body):
+    with emulated_hosts(exercises.get("05.3").kernel.hosts or 1):
+        status, message = exercises.verdict("05.3", _program("05.3", f"def column_mean(x, mesh):\n    {body}\n"))
+    assert status == "mistake"
+    assert message.startswith("the numbers are right, but JAX cannot trace your function, so the check cannot see "
+                              "whether it uses jax.shard_map") and "JAX says " in message
+
+
+def test_a_step_that_logs_its_loss_inside_fails_the_structural_checks(capsys):
+    wrapped = exercises.get("06.2").solution + (
+        "\n_made = make_momentum_step\n\n"
+        "def make_momentum_step(mesh):\n"
+        "    step = _made(mesh)\n\n"
+        "    def logged(*args):\n"
+        "        out = step(*args)\n"
+        "        print('loss', float(out[2]))\n"
+        "        return out\n"
+        "    return logged\n")
+    with emulated_hosts(exercises.get("06.2").kernel.hosts or 1):
+        status, message = exercises.verdict("06.2", _program("06.2", wrapped))
+    assert status == "mistake" and "JAX cannot trace your function" in message
+
+
+def test_a_verdict_ends_with_one_stop(monkeypatch, capsys):
+    for message, shown in (("is it?", "is it? (hint"), ("it is.", "it is. (hint"), ("it is", "it is. (hint")):
+        monkeypatch.setattr(core, "judge", lambda *a, **k: core.Outcome("mistake", message))
+        exercises.check(IDS[0], 1)
+        assert shown in capsys.readouterr().out
+
+
+def test_long_messages_are_cut_after_a_whole_sentence_when_one_fits():
+    error = ValueError("The spec does not match the input. " * 4 + "You can omit it and let shard_map infer it "
+                       "from the arguments, so that this sentence is long " + "enough " * 20)
+    text = core.explain(error)
+    assert text.endswith("does not match the input.") and "…" not in text
+
+
+def test_a_spec_longer_than_the_arrays_rank_is_refused_by_name():
+    from helpers.exercises.kinds import Slot
+
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    too_long = jax.P(("host", "device"), None, None)
+    assert placement(mesh, too_long, (16, 8)) is None
+    assert not same_spec(mesh, too_long, jax.P(("host", "device")), (16, 8))
+    with pytest.raises(core.Mistake, match=re.escape("P(('host', 'device'), None, None) has 3 entries, but the "
+                                                     "array has 2 dimensions")):
+        Slot(shape=(16, 8), right=jax.P(("host", "device"))).judge(mesh, too_long)
+
+
+def test_a_spec_naming_an_axis_the_mesh_lacks_lists_the_mesh_axes():
+    from helpers.exercises.kinds import Slot
+
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    with pytest.raises(core.Mistake) as raised:
+        Slot(shape=(16, 8), right=jax.P(("host", "device"))).judge(mesh, jax.P("batch"))
+    assert str(raised.value) == "the mesh's axes are 'host' and 'device'; 'batch' is not one of them"
+
+
+def _column_sums(**rules) -> ProgramExercise:
+    """A small program exercise: the column sums of a (3 * devices, 5) array."""
+    import numpy as np
+
+    def run(fn, mesh):
+        return fn(np.arange(15.0 * mesh.size).reshape(-1, 5))
+
+    return ProgramExercise(**{"id": "99.2", "title": "column sums", "answer_name": "sums", "hints": ("a", "b"),
+                              "run": run, "solution": "def sums(x):\n    return x.sum(axis=0)\n", **rules})
+
+
+def test_a_function_that_prints_instead_of_returning_is_told_so(capsys):
+    with pytest.raises(core.Mistake, match="^your function returns None: return the result"):
+        _column_sums().judge(lambda x: print(x.sum(axis=0)))
+
+
+def test_a_result_of_the_wrong_shape_is_named_by_its_shape():
+    with pytest.raises(core.Mistake) as raised:
+        _column_sums().judge(lambda x: x.sum(axis=1))
+    assert str(raised.value) == "on 8 devices your result has shape (24,), but the prompt's result has shape (5,)"
+    with pytest.raises(core.Mistake, match=r"^on 8 devices your result\[1\] has shape \(24,\)"):
+        _column_sums(id="99.3", run=lambda fn, mesh: (1, fn(jax.numpy.ones((3 * mesh.size, 5))))).judge(lambda x: x.sum(axis=1))
+    from helpers.exercises.kinds import Rule
+
+    family = Rule(lambda case: True, "a family of this exercise", "def sums(x):\n    return x\n")
+    with pytest.raises(core.Mistake, match="^a family of this exercise$"):
+        _column_sums(id="99.4", families=(family,)).judge(lambda x: x.sum(axis=1))
+
+
+def test_forms_accept_the_spellings_a_learner_naturally_uses():
+    import numpy as np
+
+    assert forms.ints(3, like="(0, 7, 0)")((8.0, 15.0, np.int64(48))) == (8, 15, 48)
+    assert forms.ints(3, like="(0, 7, 0)")(np.array([8, 15, 48])) == (8, 15, 48)
+    assert forms.ints(3, like="(0, 7, 0)")(jax.numpy.array([8.0, 15.0, 48.0])) == (8, 15, 48)
+    assert forms.grid(2, 2, like="[[0, 1], [0, 1]]", what="host numbers")(np.zeros((2, 2))) == ((0, 0),) * 2
+    assert forms.whole("a count")(jax.numpy.int32(3)) == 3
+    shapes = forms.tuple_of(forms.shape("the first"), forms.shape("the second"), like="((8, 2), (3,))", of="shapes")
+    assert shapes([(5, 8, 2), ()]) == ((5, 8, 2), ())
+    assert forms.booleans(2, like="(True, False)", what="one per mesh")((np.True_, np.False_)) == (True, False)
+    assert forms.booleans(2, like="(True, False)", what="one per mesh")(np.array([3, 0]) > 1) == (True, False)
+    assert forms.cells("[(0, 1)]")(np.argwhere(np.eye(2) == 1)) == {(0, 0), (1, 1)}
+    assert forms.grid(2, 2, like="[[0, 1], [0, 1]]", what="host numbers")(jax.numpy.zeros((2, 2), int)) == ((0, 0),) * 2
+    assert forms.grid(2, 2, like="[[0, 1], [0, 1]]", what="host numbers")([[0.0, 1.0], [0, 1]]) == ((0, 1),) * 2
+    expected = frozenset({frozenset(range(4)), frozenset(range(4, 8))})
+    assert forms.groups(8, like="[[0, 1]]")([range(4), range(4, 8)]) == expected
+    assert forms.groups(8, like="[[0, 1]]")(np.arange(8).reshape(2, 4)) == expected
+
+
+def test_forms_still_refuse_what_is_not_whole_or_not_boolean():
+    with pytest.raises(core.Mistake, match=r"but got tuple \(8\.5, 15, 48\) \(8\.5 is not a whole number\)$"):
+        forms.ints(3, like="(0, 7, 0)")((8.5, 15, 48))
+    with pytest.raises(core.Mistake, match="expected a tuple of 2 booleans"):
+        forms.booleans(2, like="(True, False)", what="one per mesh")((1, 0))
+    with pytest.raises(core.Mistake, match="expected a tuple of 3 whole numbers"):
+        forms.ints(3, like="(0, 7, 0)")((True, 15, 48))
+
+
+def test_describe_never_puts_a_newline_or_an_address_in_a_verdict():
+    import numpy as np
+
+    def numbers():
+        yield 1
+
+    assert core.describe(numbers()) == "a generator" and core.describe(None) == "None"
+    assert core.describe([np.zeros((4, 3)), np.zeros(4)]) == "list of 2 arrays of shapes (4, 3), (4,)"
+    assert "\n" in repr({"rows": np.zeros((3, 3))})
+    one_line = core.describe({"rows": np.zeros((3, 3))})
+    assert "\n" not in one_line and "  " not in one_line
+
+
+def test_a_dict_form_names_the_missing_and_the_unexpected_keys():
+    form = forms.keys(("w1", "w2", "x"), forms.spec("P(...)"), "a PartitionSpec")
+    with pytest.raises(core.Mistake, match="your dict has no key 'w1' and an unexpected key 'W1'$"):
+        form({"W1": jax.P(), "w2": jax.P(), "x": jax.P()})
+    with pytest.raises(core.Mistake, match="your dict has no keys 'w1' and 'x', and an unexpected key 'a'$"):
+        form({"w2": jax.P(), "a": 1})
+
+
+@pytest.mark.parametrize("ex_id", [i for i in IDS if isinstance(exercises.get(i), ProgramExercise)
+                                   and not isinstance(exercises.get(i), ProcessExercise)])
+def test_no_reference_function_returns_none(ex_id):
+    """A learner's function that returned None is told so; that is only true while no reference does."""
+    from helpers.exercises.kinds import _noting_none
+
+    exercise, returned_none = exercises.get(ex_id), []
+    reference = _noting_none(exercise.run_source(exercise.solution), returned_none)
+    exercise.output_of_answer(reference, exercise.make_case(exercise.meshes[0]))
+    assert returned_none and not any(returned_none)

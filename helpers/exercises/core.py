@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import threading
+import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Union
@@ -213,9 +214,13 @@ def explain(error: BaseException, limit: int = ERROR_CHARS) -> str:
 
 
 def shorten(text: str, limit: int = ERROR_CHARS) -> str:
-    """`text` cut at a word boundary to at most `limit` characters, ending with ' …' if cut."""
+    """`text` cut to at most `limit` characters: after its last whole sentence when that keeps at
+    least half of it, else at a word boundary, ending with ' …'."""
     if len(text) <= limit:
         return text
+    sentences = text[: limit + 1].rsplit(". ", 1)[0]
+    if limit // 2 <= len(sentences) < limit:
+        return sentences + "."
     cut = text[: limit - 2].rsplit(" ", 1)[0].rstrip(",;:")
     return cut + " …"
 
@@ -233,7 +238,15 @@ def describe(value: Any) -> str:
             kind = ("an " if name[0].lower() in "aeiou" else "a ") + name
         dtype = getattr(value, "dtype", None)
         return f"{kind} of shape {tuple(shape)}" + (f" and dtype {dtype}" if dtype is not None else "")
-    return f"{name} {shorten(re.sub(r' at 0x[0-9a-f]+', '', repr(value)), 40)}"  # no memory address
+    if value is None:
+        return "None"
+    if isinstance(value, types.GeneratorType):
+        return "a generator"
+    if isinstance(value, (list, tuple)) and value and all(hasattr(v, "shape") for v in value):
+        shapes = ", ".join(str(tuple(v.shape)) for v in value[:3]) + (", …" if len(value) > 3 else "")
+        return f"{name} of {len(value)} arrays of shapes {shapes}"
+    text = " ".join(re.sub(r" at 0x[0-9a-f]+", "", repr(value)).split())  # one line, no memory address
+    return f"{name} {shorten(text, 40)}"
 
 
 def say(message: Message, *args: Any) -> str:
@@ -319,7 +332,8 @@ def check(exercise_id: str, answer: Any) -> Verdict:
     elif status == "set-up":
         print(f"⚠️ {exercise_id} cannot be checked yet: {message}")
     else:
-        print(f"❌ {exercise_id} not yet: {message}. (hint('{exercise_id}') helps)")
+        stop = "" if message.endswith((".", "?", "!")) else "."
+        print(f"❌ {exercise_id} not yet: {message}{stop} (hint('{exercise_id}') helps)")
         if detail:
             print("   your answer does this:\n" + "\n".join("   " + line for line in detail.splitlines()))
     return Verdict(status == "pass")

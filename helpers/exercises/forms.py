@@ -1,7 +1,8 @@
 """Forms: turn a learner's answer into the value a catalogue compares, or say what type was expected.
 
-A form is a function `answer -> value`. It accepts the spellings the prompt allows (a list
-where a tuple is natural, a range for (start, stop)), returns one hashable normal form, and
+A form is a function `answer -> value`. It accepts the spellings a learner naturally uses where
+the value is unambiguous (a list where a tuple is natural, a range for (start, stop), numpy or
+jax arrays and scalars, 8.0 for 8), returns one hashable normal form, and
 raises a Mistake that names the type it wanted when the answer has the wrong type or length.
 
 >>> ints(2, like="(0, 2)")((6, 8))
@@ -12,6 +13,7 @@ from __future__ import annotations
 from numbers import Integral
 from typing import Any, Callable
 
+import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
@@ -21,14 +23,38 @@ Form = Callable[[Any], Any]
 
 
 def _is_whole(value: Any) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
+    """An int (numpy's too) or a whole-valued float like 8.0; not a bool."""
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    return isinstance(value, Integral) or (isinstance(value, (float, np.floating)) and float(value).is_integer())
+
+
+def _fraction(values: Any) -> str:
+    """' (8.5 is not a whole number)' for the first number of the list `values` with a fraction; '' if none."""
+    if not isinstance(values, (tuple, list)):
+        return ""
+    odd = next((v for v in values if isinstance(v, (float, np.floating)) and not float(v).is_integer()), None)
+    return "" if odd is None else f" ({float(odd):g} is not a whole number)"
+
+
+def _plain(answer: Any) -> Any:
+    """`answer` in Python's own types: numpy and jax arrays and scalars of numbers or booleans as (nested)
+    lists, ints, floats and bools, ranges as lists, inside lists, tuples and sets too."""
+    if isinstance(answer, range):
+        return list(answer)
+    if isinstance(answer, (np.ndarray, np.generic, jax.Array)) and np.asarray(answer).dtype.kind in "iubf":
+        return np.asarray(answer).tolist()
+    if type(answer) in (list, tuple, set, frozenset):  # not a PartitionSpec, which is a tuple too
+        return type(answer)(_plain(a) for a in answer)
+    return answer
 
 
 def whole(what: str) -> Form:
     """One whole number (not a bool, not a string)."""
     def form(answer: Any) -> int:
+        given, answer = answer, _plain(answer)
         if not _is_whole(answer):
-            raise Mistake(f"expected a whole number ({what}); got {describe(answer)}")
+            raise Mistake(f"expected a whole number ({what}); got {describe(given)}")
         return int(answer)
     return form
 
@@ -38,8 +64,10 @@ def ints(n: int, *, like: str, what: str = "") -> Form:
     tail = f", {what}" if what else ""
 
     def form(answer: Any) -> tuple[int, ...]:
+        given, answer = answer, _plain(answer)
         if not isinstance(answer, (tuple, list)) or len(answer) != n or not all(map(_is_whole, answer)):
-            raise Mistake(f"expected a tuple of {n} whole numbers like {like}{tail}, but got {describe(answer)}")
+            raise Mistake(f"expected a tuple of {n} whole numbers like {like}{tail}, but got {describe(given)}"
+                          + _fraction(answer))
         return tuple(int(v) for v in answer)
     return form
 
@@ -47,8 +75,10 @@ def ints(n: int, *, like: str, what: str = "") -> Form:
 def shape(what: str = "the shape") -> Form:
     """An array shape: a tuple of whole numbers like (8, 4) (a list is accepted)."""
     def form(answer: Any) -> tuple[int, ...]:
+        given, answer = answer, _plain(answer)
         if not isinstance(answer, (tuple, list)) or not all(map(_is_whole, answer)):
-            raise Mistake(f"expected {what} as a tuple of whole numbers like (8, 4), but got {describe(answer)}")
+            raise Mistake(f"expected {what} as a tuple of whole numbers like (8, 4), but got {describe(given)}"
+                          + _fraction(answer))
         return tuple(int(v) for v in answer)
     return form
 
@@ -59,8 +89,11 @@ def tuple_of(*parts: Form, like: str, what: str = "", of: str = "entries", lists
     kinds = (tuple, list) if lists else (tuple,)
 
     def form(answer: Any) -> tuple:
+        given = answer
+        if isinstance(answer, (np.ndarray, jax.Array)) and answer.ndim == 1:  # an array of entries
+            answer = _plain(answer)
         if not isinstance(answer, kinds) or len(answer) != len(parts):
-            raise Mistake(f"expected a tuple of {len(parts)} {of} like {like}{tail}, but got {describe(answer)}")
+            raise Mistake(f"expected a tuple of {len(parts)} {of} like {like}{tail}, but got {describe(given)}")
         return tuple(part(a) for part, a in zip(parts, answer))
     return form
 
@@ -112,8 +145,9 @@ def number_list(what: str) -> Form:
 def booleans(n: int, *, like: str, what: str) -> Form:
     """A tuple of `n` booleans (True/False, not 1/0)."""
     def form(answer: Any) -> tuple[bool, ...]:
+        given, answer = answer, _plain(answer)
         if not isinstance(answer, (tuple, list)) or len(answer) != n or not all(isinstance(a, bool) for a in answer):
-            raise Mistake(f"expected a tuple of {n} booleans like {like}, {what}, but got {describe(answer)}")
+            raise Mistake(f"expected a tuple of {n} booleans like {like}, {what}, but got {describe(given)}")
         return tuple(answer)
     return form
 
@@ -134,10 +168,13 @@ def span(like: str) -> Form:
             if answer.step not in (None, 1):
                 raise Mistake("the rows of one tile are consecutive: give a step of 1 (or none)")
             answer = (answer.start, answer.stop)
+        given = answer
+        if not isinstance(answer, (np.ndarray, jax.Array)) or answer.ndim == 1:  # np.array([6, 8]) too
+            answer = _plain(answer)
         if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-            raise Mistake(f"expected the rows as (start, stop), like {like}, but got {describe(answer)}")
+            raise Mistake(f"expected the rows as (start, stop), like {like}, but got {describe(given)}")
         if not all(map(_is_whole, answer)):
-            raise Mistake(f"expected two whole numbers (start, stop), but got {describe(answer)}")
+            raise Mistake(f"expected two whole numbers (start, stop), but got {describe(given)}")
         return int(answer[0]), int(answer[1])
     return form
 
@@ -161,9 +198,10 @@ def letters(valid: str, like: str) -> Form:
 def cells(like: str) -> Form:
     """A set of mesh cells, each a pair (row index, column index)."""
     def form(answer: Any) -> frozenset[tuple[int, int]]:
+        given, answer = answer, _plain(answer)
         if not isinstance(answer, (list, tuple, set, frozenset)):
             raise Mistake(f"expected a list of (host index, device index) pairs like {like}, but got "
-                          f"{describe(answer)}")
+                          f"{describe(given)}")
         items = list(answer)
         if items and all(map(_is_whole, items)):
             raise Mistake("those look like device ids; give the mesh cells instead, as (host index, device "
@@ -179,12 +217,15 @@ def cells(like: str) -> Form:
 def grid(rows: int, cols: int, like: str, what: str) -> Form:
     """A rows x cols grid of whole numbers (nested lists or an int array), as nested tuples."""
     def form(answer: Any) -> tuple[tuple[int, ...], ...]:
-        if not isinstance(answer, (list, tuple, np.ndarray)):
+        plain = _plain(answer)
+        if not isinstance(plain, (list, tuple, np.ndarray, jax.Array)):
             raise Mistake(f"expected a {rows} x {cols} grid of {what} like {like}, but got {describe(answer)}")
         try:
-            values = np.asarray(answer)
+            values = np.asarray(plain)
         except ValueError:
             values = np.asarray(0.5)
+        if values.dtype.kind == "f" and np.all(np.mod(values, 1) == 0):
+            values = values.astype(int)  # whole numbers written as floats, like 1.0
         if values.dtype.kind not in "iu":
             raise Mistake(f"expected a {rows} x {cols} grid of whole {what} like {like}, but got {describe(answer)}")
         if values.shape != (rows, cols):
@@ -197,15 +238,16 @@ def grid(rows: int, cols: int, like: str, what: str) -> Form:
 def groups(n: int, like: str) -> Form:
     """A partition of the devices 0..n-1 into groups, as a frozenset of frozensets."""
     def form(answer: Any) -> frozenset[frozenset[int]]:
+        given, answer = answer, _plain(answer)
         if not isinstance(answer, (list, tuple, set, frozenset)) or not answer:
-            raise Mistake(f"expected a list of groups of device ids, like {like}; got {describe(answer)}")
+            raise Mistake(f"expected a list of groups of device ids, like {like}; got {describe(given)}")
         for group in answer:
             if not isinstance(group, (list, tuple, set, frozenset)) or not all(map(_is_whole, group)):
                 raise Mistake(f"each group must be a list of device ids like [0, 1]; got {describe(group)}")
         if sorted(d for g in answer for d in g) != list(range(n)):
             raise Mistake(f"list each of the {n} devices 0..{n - 1} exactly once, in the group of devices "
                           "whose copies are equal")
-        return frozenset(frozenset(g) for g in answer)
+        return frozenset(frozenset(int(d) for d in g) for g in answer)
     return form
 
 
@@ -217,7 +259,7 @@ def axis_names(valid: tuple[str, ...], like: str) -> Form:
             raise Mistake(f"mean_over names mesh axes, like {like}; got {describe(answer)}")
         unknown = [n for n in names if n not in valid]
         if unknown:
-            raise Mistake(f"the mesh has the axes {' and '.join(map(repr, valid))}; {unknown[0]!r} is not one of them")
+            raise Mistake(f"the mesh's axes are {' and '.join(map(repr, valid))}; {unknown[0]!r} is not one of them")
         return frozenset(names)
     return form
 
@@ -234,11 +276,24 @@ def spec(like: str) -> Form:
 def keys(names: tuple[str, ...], part: Form, what: str) -> Form:
     """A dict with exactly these keys, each value in `part`'s form; returned in `names` order."""
     def form(answer: Any) -> tuple:
-        if not isinstance(answer, dict) or set(answer) != set(names):
-            listed = ", ".join(repr(n) for n in names[:-1]) + f" and {names[-1]!r}"
+        listed = ", ".join(repr(n) for n in names[:-1]) + f" and {names[-1]!r}"
+        if not isinstance(answer, dict):
             raise Mistake(f"expected a dict with the keys {listed}, each {what}; got {describe(answer)}")
+        missing = [n for n in names if n not in answer]
+        unexpected = [k for k in answer if k not in names]
+        if missing or unexpected:
+            faults = ([f"no {_keys(missing)}"] if missing else []) + (
+                [("an unexpected " if len(unexpected) == 1 else "unexpected ") + _keys(unexpected)] if unexpected else [])
+            raise Mistake(f"expected a dict with the keys {listed}, each {what}; your dict has {(', and ' if len(missing) > 1 else ' and ').join(faults)}")
         return tuple(part(answer[n]) for n in names)
     return form
+
+
+def _keys(keys: list) -> str:
+    """"key 'w1'" or "keys 'w1' and 'x'"."""
+    if len(keys) == 1:
+        return f"key {keys[0]!r}"
+    return "keys " + ", ".join(map(repr, keys[:-1])) + f" and {keys[-1]!r}"
 
 
 def or_refused(names: tuple[str, ...], part: Form, *, like: str, per: str, should_be: str) -> Form:

@@ -19,6 +19,7 @@ iterate, so a mistake is written once.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -116,7 +117,10 @@ class ValueExercise(Exercise):
 # ----------------------------------------------------------------------------- specs
 
 def placement(mesh, spec, shape: tuple[int, ...]) -> dict[int, tuple] | None:
-    """Device id -> the (start, stop) it holds along each dimension, from JAX; None if JAX refuses."""
+    """Device id -> the (start, stop) it holds along each dimension, from JAX; None if JAX refuses,
+    or if the spec has more entries than the array has dimensions (device_put refuses that)."""
+    if len(spec) > len(shape):
+        return None
     try:
         index_map = NamedSharding(mesh, spec).devices_indices_map(tuple(shape))
     except Exception:  # JAX rejects the spec for this mesh or shape
@@ -141,10 +145,12 @@ def axes_apart(spec) -> bool:
 
 
 def same_spec(mesh, a, b, shape: tuple[int, ...]) -> bool:
-    """Two specs are one answer when they place the same slices on the same devices."""
+    """Two specs are one answer when they place the same slices on the same devices (two specs JAX
+    refuses, when they are alike)."""
     pa, pb = placement(mesh, a, shape), placement(mesh, b, shape)
     if pa is None or pb is None:
-        return normal_spec(a) == normal_spec(b)
+        too_long = (len(a) > len(shape), len(b) > len(shape))
+        return pa is None and pb is None and too_long[0] == too_long[1] and normal_spec(a) == normal_spec(b)
     return pa == pb
 
 
@@ -183,7 +189,14 @@ class Slot:
 
 
 def _rejection(mesh, spec, shape) -> str | None:
-    """Why JAX refuses to place `spec` for this shape on this mesh, in its words; None if it places it."""
+    """Why JAX refuses to place `spec` for this shape on this mesh; None if it places it."""
+    if len(spec) > len(shape):
+        return f"{format_spec(spec)} has {len(spec)} entries, but the array has {len(shape)} dimensions"
+    unknown = [a for e in spec if e is not None for a in (e if isinstance(e, tuple) else (e,))
+               if a not in mesh.axis_names]
+    if unknown:
+        names = [repr(a) for a in mesh.axis_names]
+        return f"the mesh's axes are {', '.join(names[:-1])} and {names[-1]}; {unknown[0]!r} is not one of them"
     try:
         NamedSharding(mesh, spec).devices_indices_map(tuple(shape))
     except Exception as error:
@@ -301,15 +314,20 @@ def close(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     return True
 
 
-def equations(fn: Callable, *args: Any) -> list[tuple[Any, bool]] | None:
+def equations(fn: Callable, *args: Any, about: str = "how it computes them") -> list[tuple[Any, bool]]:
     """Every equation of `fn(*args)`'s jaxpr, nested ones too, each with whether a jit encloses it.
 
-    None when `fn` cannot be traced (e.g. it converts to numpy): structural checks then pass.
+    A function JAX cannot trace (it converts to numpy, calls float() on a result...) is a Mistake:
+    a structural check cannot see `about` it, so it must not pass.
     """
     try:
-        jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
-    except Exception:
-        return None
+        jaxpr = _guarded(jax.make_jaxpr(fn), *args).jaxpr
+    except (NotAttempted, Mistake):
+        raise
+    except Exception as error:
+        raise Mistake(f"the numbers are right, but JAX cannot trace your function, so the check cannot see {about}: "
+                      "keep the computation in jax.numpy, and convert, log or print results outside the function; "
+                      f"JAX says {explain(error)}") from None
     found: list[tuple[Any, bool]] = []
 
     def walk(jaxpr, inside_jit: bool) -> None:
@@ -326,9 +344,38 @@ def equations(fn: Callable, *args: Any) -> list[tuple[Any, bool]] | None:
 
 
 def lacks(primitive: str, fn: Callable, *args: Any) -> bool:
-    """True when `fn(*args)` traces without using `primitive` (False when it cannot be traced)."""
-    found = equations(fn, *args)
-    return found is not None and all(eqn.primitive.name != primitive for eqn, _ in found)
+    """True when `fn(*args)` traces without using `primitive` (a Mistake when it cannot be traced)."""
+    found = equations(fn, *args, about=f"whether it uses jax.{primitive}")
+    return all(eqn.primitive.name != primitive for eqn, _ in found)
+
+
+RETURNED_NONE = "your function returns None: return the result (a print shows it, but returns nothing)"
+
+
+def _noting_none(fn: Callable, returned_none: list[bool]) -> Callable:
+    """`fn`, noting in `returned_none` whether each call returned None."""
+    @functools.wraps(fn)
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        result = fn(*args, **kwargs)
+        returned_none.append(result is None)
+        return result
+    return noted
+
+
+def _shape_difference(got: Any, want: Any) -> tuple[str, tuple, tuple] | None:
+    """(where, its shape, the right shape) of the first array of `got` whose shape is not its
+    counterpart's in `want` (both the same structure of arrays); None when there is none."""
+    try:
+        leaves_got, tree_got = jax.tree_util.tree_flatten_with_path(got)
+        leaves_want, tree_want = jax.tree_util.tree_flatten_with_path(want)
+    except Exception:
+        return None
+    if tree_got != tree_want:
+        return None
+    for (path, a), (_, b) in zip(leaves_got, leaves_want):
+        if hasattr(a, "shape") and hasattr(b, "shape") and tuple(a.shape) != tuple(b.shape):
+            return jax.tree_util.keystr(path), tuple(a.shape), tuple(b.shape)
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -356,7 +403,9 @@ class ProgramExercise(Exercise):
 
     def judge(self, answer: Any) -> None:
         answer = self.screen(answer)
-        case = self._first_difference(lambda layout: self.output_of_answer(answer, self.make_case(layout)))
+        returned_none: list[bool] = []
+        run = _noting_none(answer, returned_none) if callable(answer) else answer
+        case = self._first_difference(lambda layout: self.output_of_answer(run, self.make_case(layout)))
         if case is None:
             for rule in self.checks:
                 if rule.when(answer, self.make_case(self.meshes[0])):
@@ -367,9 +416,19 @@ class ProgramExercise(Exercise):
                 raise Mistake(say(message, case))
         if isinstance(case.got, Raised):
             rule = next((r for r in self.errors if r.when(case.got.raw)), None)
-            raise Mistake(say(rule.say, case) if rule else f"your function raised {case.got.text}")
-        rule = next((r for r in self.families if r.when(case)), None)
-        raise Mistake(say(rule.say if rule else self.otherwise, case))
+            if rule or not any(returned_none):
+                raise Mistake(say(rule.say, case) if rule else f"your function raised {case.got.text}")
+        else:
+            rule = next((r for r in self.families if r.when(case)), None)
+            if rule:
+                raise Mistake(say(rule.say, case))
+        if any(returned_none):
+            raise Mistake(RETURNED_NONE)
+        if shapes := _shape_difference(case.got, case.want):
+            where, got, want = shapes
+            raise Mistake(f"on {case.devices} devices your result{where} has shape {got}, but the prompt's result "
+                          f"has shape {want}")
+        raise Mistake(say(self.otherwise, case))
 
     def screen(self, answer: Any) -> Any:
         """The answer in the form `output_of_answer` takes, or a Mistake about its type."""
