@@ -83,16 +83,15 @@ def shape(what: str = "the shape") -> Form:
     return form
 
 
-def tuple_of(*parts: Form, like: str, what: str = "", of: str = "entries", lists: bool = True) -> Form:
-    """A tuple (or a list, unless lists=False) with one entry per part, each put in its part's form."""
+def tuple_of(*parts: Form, like: str, what: str = "", of: str = "entries") -> Form:
+    """A tuple (or a list) with one entry per part, each put in its part's form."""
     tail = f", {what}" if what else ""
-    kinds = (tuple, list) if lists else (tuple,)
 
     def form(answer: Any) -> tuple:
         given = answer
         if isinstance(answer, (np.ndarray, jax.Array)) and answer.ndim == 1:  # an array of entries
             answer = _plain(answer)
-        if not isinstance(answer, kinds) or len(answer) != len(parts):
+        if not isinstance(answer, (tuple, list)) or len(answer) != len(parts):
             raise Mistake(f"expected a tuple of {len(parts)} {of} like {like}{tail}, but got {describe(given)}")
         return tuple(part(a) for part, a in zip(parts, answer))
     return form

@@ -85,7 +85,7 @@ register(ValueExercise(
     id="04.2", kernel=KERNEL, answer_name="g_shapes", title="out_axes=1 moves the device axis; out_axes=None drops it",
     solution="g_shapes = ((5, 8, 2), ())  # (5, 2) per device, stacked as axis 1; one scalar psum",
     form=forms.tuple_of(forms.shape("the first output's shape"), forms.shape("the second output's shape"),
-                        like="((8, 2), (3,))", of="shapes", lists=False),
+                        like="((8, 2), (3,))", of="shapes"),
     right=_g_shapes,
     rules=(
         Rule(entry(0, (8, 5, 2)), example=((8, 5, 2), ()),
@@ -128,8 +128,7 @@ register(ValueExercise(
     id="04.3", kernel=KERNEL, answer_name="host1", title="pmap on several hosts: local shapes, global collectives",
     solution="host1 = (124.0, [2, 3], (2,))  # psum over all 4 hosts; global positions; local shape",
     form=forms.tuple_of(forms.number("total[0]"), forms.number_list("index.tolist()"), forms.shape("total.shape"),
-                        like="(1.0, [0, 1], (2,))", what="(total[0], index.tolist(), total.shape)", of="values",
-                        lists=False),
+                        like="(1.0, [0, 1], (2,))", what="(total[0], index.tolist(), total.shape)", of="values"),
     right=_host1,
     rules=(
         Rule(entry(0, 21.0), example=(21.0, (2.0, 3.0), (2,)),
