@@ -361,8 +361,13 @@ def _column_sums(**rules) -> ProgramExercise:
 
 
 def test_a_function_that_prints_instead_of_returning_is_told_so(capsys):
-    with pytest.raises(core.Mistake, match="^your function returns None: return the result"):
-        _column_sums().judge(lambda x: print(x.sum(axis=0)))
+    from helpers.exercises.kinds import Rule
+
+    reads_numbers = Rule(lambda case: case.got[0] < 0, "your sums are negative",
+                         "def sums(x):\n    return -x.sum(axis=0)\n")
+    for exercise in (_column_sums(), _column_sums(id="99.5", families=(reads_numbers,))):  # no family reads None
+        with pytest.raises(core.Mistake, match="^your function returns None: return the result"):
+            exercise.judge(lambda x: print(x.sum(axis=0)))
 
 
 def test_a_result_of_the_wrong_shape_is_named_by_its_shape():

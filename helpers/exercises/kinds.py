@@ -416,14 +416,14 @@ class ProgramExercise(Exercise):
                 raise Mistake(say(message, case))
         if isinstance(case.got, Raised):
             rule = next((r for r in self.errors if r.when(case.got.raw)), None)
-            if rule or not any(returned_none):
-                raise Mistake(say(rule.say, case) if rule else f"your function raised {case.got.text}")
-        else:
-            rule = next((r for r in self.families if r.when(case)), None)
-            if rule:
-                raise Mistake(say(rule.say, case))
+        else:  # families read numbers: a function that returned None has none to read
+            rule = None if any(returned_none) else next((r for r in self.families if r.when(case)), None)
+        if rule:
+            raise Mistake(say(rule.say, case))
         if any(returned_none):
             raise Mistake(RETURNED_NONE)
+        if isinstance(case.got, Raised):
+            raise Mistake(f"your function raised {case.got.text}")
         if shapes := _shape_difference(case.got, case.want):
             where, got, want = shapes
             raise Mistake(f"on {case.devices} devices your result{where} has shape {got}, but the prompt's result "

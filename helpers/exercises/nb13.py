@@ -97,11 +97,6 @@ def _shapes_told(case, axis: int, expected: str) -> str:
     return f"each device returns shape {yours}, but should return {right}: {expected}"
 
 
-def _none_rule(example: str) -> Rule:
-    return Rule(lambda case: case.got is None, example=example,
-                say="your function returns None: return the result (a print shows it, but returns nothing)")
-
-
 def _multiple(case) -> float | None:
     """k when the learner's result is k times the sum (k != 1), else None."""
     if _shape_off(case):
@@ -118,7 +113,6 @@ def _multiple(case) -> float | None:
 def _sum_families(name: str) -> tuple[Rule, ...]:
     """Mistakes of any all-reduce puzzle, named from the numbers it computed."""
     return (
-        _none_rule(_body("total = jax.lax.psum(block, DATA)", name)),
         Rule(_shape_off,
              lambda case: _shapes_told(case, 0, "a sum of blocks has one block's shape, (1, F)"),
              _body("return jnp.concatenate([block, block], axis=1)", name)),
@@ -340,8 +334,7 @@ def batch_to_features(block):
     return jax.lax.all_to_all(block, DATA, split_axis=1, concat_axis=0, tiled=True)  # (R * n, F / n)
 ''',
     run=_runner(_reshard_program), program=_reshard_program,
-    families=(_none_rule(_to_features("jax.lax.all_to_all(block, DATA, split_axis=1, concat_axis=0, tiled=True)")),
-              Rule(_shape_off,
+    families=(Rule(_shape_off,
                    lambda case: _shapes_told(case, 1, "every row of its columns, (R * n, F / n)"),
                    _to_features("return block")),),
     otherwise="your blocks hold other numbers than the batch's columns: piece k of your columns must reach device k",
