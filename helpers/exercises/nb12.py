@@ -194,12 +194,13 @@ register(ValueExercise(
                 "Compare the losses the hosts print for steps 2 to 4",
         (1, 3): "step 3 finished on every host (each printed a loss for it); look for the step "
                 "no host 0 or host 2 line reports",
-        (0, 4): "host 0 is one of the hosts that wait, not the one they wait for",
-        (2, 4): "host 2 is one of the hosts that wait, not the one they wait for",
+        (4, 1): "that is (step, host): give the host first, then the step",
     },
     rules=(
         Rule(lambda a: a[0] not in (0, 1, 2), example=(3, 4),
              say="the run has 3 hosts: 0, 1 and 2"),
+        Rule(lambda a: a[0] in (0, 2), example=(0, 4),
+             say=lambda a: f"host {a[0]} is one of the hosts that wait, not the one they wait for"),
         Rule(lambda a: a[0] == 1, example=(1, 5),
              say="the host is right; now the step: the last loss hosts 0 and 2 print is of step 3"),
     ),
