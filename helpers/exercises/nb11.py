@@ -23,9 +23,18 @@ def _masked_mean_case(masked_mean, mesh):
         values = np.full(rows, 7.0, np.float32)  # padding rows hold a value too (a zero row's error)
         values[:real] = rng.uniform(0.0, 2.0, real)
         mask = (np.arange(rows) < real).astype(np.float32)
-        out = masked_mean(placed(mesh, values), placed(mesh, mask))
-        results.append(np.float32(out))
-    return np.asarray(results)
+        results.append(masked_mean(placed(mesh, values), placed(mesh, mask)))
+    return results
+
+
+def _not_one_number(case) -> bool:
+    """Some data set's result is not one number (None aside: the engine names it)."""
+    return any(out is not None and (isinstance(out, (str, bytes)) or np.ndim(out) != 0) for out in case.got)
+
+
+def _one_number(case) -> str:
+    out = next(o for o in case.got if o is not None and (isinstance(o, (str, bytes)) or np.ndim(o) != 0))
+    return f"masked_mean returned {describe(out)}: return one number, the mean of the real rows"
 
 
 register(ProgramExercise(
@@ -39,7 +48,7 @@ def masked_mean(values, mask):
     run=_masked_mean_case,
     wrong={
         "def masked_mean(values, mask):\n    return jnp.mean(values * mask)\n":
-            "the mask zeroes the padding rows' values, but jnp.mean still divides by every row, "
+            "the mask zeroes the padding rows' values, but you divide by every row (as jnp.mean does), "
             "padding included: divide the masked sum by the number of real rows, jnp.sum(mask)",
         "def masked_mean(values, mask):\n    return jnp.mean(values)\n":
             "that is the plain mean: it counts the padding rows, and their values, as examples",
@@ -47,8 +56,23 @@ def masked_mean(values, mask):
             "the denominator counts only real rows, but the sum still adds the padding rows' values "
             "(a zero row's error is not zero): multiply by the mask before summing",
     },
+    errors=(
+        Rule(lambda raw: "gather indexing" in raw, example=(
+            "def masked_mean(values, mask):\n    return values[mask == 1].mean()\n"),
+            say="values[...] picks some rows of an array split over the devices, and JAX refuses to guess "
+                "how to split the rows it picks (ShardingTypeError). No need to pick them: multiply by the "
+                "mask, so a padding row adds 0, and divide by jnp.sum(mask)"),
+        Rule(lambda raw: "unbound axis name" in raw, example=(
+            "def masked_mean(values, mask):\n"
+            "    return jax.lax.psum(jnp.sum(values * mask), 'device') / jax.lax.psum(jnp.sum(mask), 'device')\n"),
+            say="masked_mean gets global arrays, outside any shard_map, so there is no axis to psum over: "
+                "jnp.sum of a global array already adds the rows of every device"),
+    ),
+    families=(Rule(_not_one_number, example="def masked_mean(values, mask):\n    return values * mask / jnp.sum(mask)\n",
+                   say=_one_number),),
     otherwise=lambda case: (f"on {case.devices} devices your function returned {[round(float(v), 4) for v in case.got]} "
-                            "for three padded data sets, not the means of their real rows: a padding row "
+                            "for three padded data sets, not the means of their real rows, "
+                            f"{[round(float(v), 4) for v in case.want]}: a padding row "
                             "must add nothing to the sum and nothing to the count"),
     hints=(
         "A padding row must add nothing to the sum and nothing to the count.",
