@@ -189,6 +189,14 @@ def _targets(targets_for, mesh) -> str:
 
     _, abstract = nnx_model.abstract_state()
     got = targets_for(abstract, mesh)
+    if jax.tree.structure(got) == jax.tree.structure(nnx_model.state_shardings(mesh)):
+        if all(isinstance(leaf, jax.sharding.Sharding) for leaf in jax.tree.leaves(got)):
+            return ("targets_for returned the shardings themselves: a target is a "
+                    "jax.ShapeDtypeStruct(shape, dtype, sharding=...), one per array")
+        return ("your targets sit where nnx_model.state_shardings(mesh) has its shardings, not where "
+                "abstract_state has its arrays: there each array is inside an nnx variable, under .value, "
+                "and Orbax matches targets to saved arrays by that path. Build them in "
+                "jax.tree.structure(abstract_state)")
     if jax.tree.structure(got) != jax.tree.structure(abstract):
         return (f"targets_for returned {describe(got)}, not a tree shaped like the train state: "
                 "Orbax matches each target to a saved array by its path in the tree (the nnx "
@@ -275,7 +283,26 @@ def targets_for(abstract_state, mesh):
         "    shardings = jax.tree.leaves(nnx_model.state_shardings(mesh))\n"
         "    return [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)\n"
         "            for a, s in zip(jax.tree.leaves(abstract_state), shardings)]\n",
+        "def targets_for(abstract_state, mesh):\n"
+        "    return nnx_model.state_shardings(mesh)\n",
+        "def targets_for(abstract_state, mesh):\n"
+        "    return jax.tree.map(lambda s, a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),\n"
+        "                        nnx_model.state_shardings(mesh), abstract_state)\n",
     ), _what_it_does),
+    errors=(
+        Rule(lambda raw: "pytree structure error" in raw, example=(
+            "def targets_for(abstract_state, mesh):\n"
+            "    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),\n"
+            "                        abstract_state, nnx_model.state_shardings(mesh))\n"),
+            say="jax.tree.map pairs two trees of the same structure, and these differ: in abstract_state "
+                "each array is inside an nnx variable, under .value; in state_shardings(mesh) each sharding "
+                "stands where that variable is. Pair the leaves instead: zip jax.tree.leaves of both, then "
+                "jax.tree.unflatten(jax.tree.structure(abstract_state), targets)"),
+        Rule(lambda raw: "context mesh cannot be empty" in raw, example=_per_leaf(
+            "jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s.spec)"),
+            say="a PartitionSpec alone does not say which devices: give each target the NamedSharding "
+                "itself (sharding=s), which carries the mesh"),
+    ),
     checks=(Rule(_uses_restore_targets, example=(
         "def targets_for(abstract_state, mesh):\n"
         "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh))\n"),
