@@ -4,8 +4,9 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, call_learner, describe, register
-from helpers.exercises.kinds import ProgramExercise, Rule, placed
+from helpers.exercises.kinds import RETURNED_NONE, ProgramExercise, Rule, placed
 from helpers.exercises.processes import ProcessExercise
 from helpers.layout import format_spec
 
@@ -86,8 +87,12 @@ def masked_mean(values, mask):
 def _whole_rows(eval_rows) -> None:
     """Called in the kernel before any real run: the function returns a whole number of rows."""
     rows = call_learner(eval_rows, 1001, 2, 4)
-    if isinstance(rows, bool) or not isinstance(rows, int):
-        raise Mistake(f"expected a whole number of rows, but eval_rows(1001, 2, 4) returned {describe(rows)}")
+    if rows is None:
+        raise Mistake(RETURNED_NONE)
+    try:
+        forms.whole("rows")(rows)  # 504, np.int64(504) and 504.0 are whole numbers
+    except Mistake:
+        raise Mistake(f"expected a whole number of rows, but eval_rows(1001, 2, 4) returned {describe(rows)}") from None
 
 
 _ROWS_DRIVER = '''
