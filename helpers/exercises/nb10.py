@@ -75,6 +75,14 @@ NAMES = ("hidden.kernel", "hidden.bias", "out.kernel", "out.bias")
 _ACROSS_HOSTS = ("that splits the moment over the hosts too: each host would hold only half of it. The rule keeps a "
                  "whole copy on every host and splits it over the 4 devices of each host, 'device' only")
 _WHOLE = "P() keeps a whole copy on every device: nothing is saved. 4 divides a dimension of this array; split it"
+
+
+def _splits_only_course_axes(spec) -> bool:
+    """Every axis `spec` names is 'host' or 'device' (a misspelt axis gets the engine's message)."""
+    names = [a for e in spec if e is not None for a in (e if isinstance(e, tuple) else (e,))]
+    return all(a in ("host", "device") for a in names)
+
+
 _HOST_ONLY = ("'host' alone splits the array between the two hosts and copies each half on a host's 4 devices: "
               "the hosts must then exchange slices at every update. Split over 'device', inside each host")
 
@@ -98,6 +106,8 @@ register(SpecExercise(
                                "that 4 divides: the 16 columns",
             P(None, ("host", "device")): _ACROSS_HOSTS,
             P(None, "host"): _HOST_ONLY,
+            P("host", "device"): "that splits the 4 rows over the hosts too: each host would hold only half "
+                                 "of the moment. Keep a whole copy per host: only 'device' may appear",
             P(): _WHOLE,
         }),
         Slot(shape=(16,), right=P("device"), label="hidden.bias (16,)", wrong={
@@ -109,11 +119,17 @@ register(SpecExercise(
             P(("host", "device"), None): _ACROSS_HOSTS,
             P("host", None): _HOST_ONLY,
             P(): _WHOLE,
-        }),
+        }, rules=(Rule(lambda spec: _splits_only_course_axes(spec) and len(spec) == 2 and spec[1] is not None,
+                       example=P(None, "device"),
+                       say="the second dimension has size 1: it cannot be split (JAX refuses). Split the "
+                           "one that 4 divides, the 16 rows"),)),
         Slot(shape=(1,), right=P(), label="out.bias (1,)", wrong={
             P("device"): "one value cannot be split over 4 devices (JAX refuses): with no dimension that 4 "
                          "divides, the moment stays whole on every device, P()",
-        }),
+        }, rules=(Rule(lambda spec: _splits_only_course_axes(spec) and len(spec) == 1 and spec[0] is not None,
+                       example=P("host"),
+                       say="one value cannot be split (JAX refuses), over the hosts or the devices: with no "
+                           "dimension that 4 divides, the moment stays whole on every device, P()"),)),
     ),
     hints=(
         "Only 'device' may appear: a copy per host means nothing is split along 'host'. Which dimension of "
