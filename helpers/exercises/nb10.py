@@ -13,7 +13,7 @@ from jax import P
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Raised, Rule, Slot, SpecExercise, ValueExercise, course_mesh
+from helpers.exercises.kinds import RETURNED_NONE, Raised, Rule, Slot, SpecExercise, ValueExercise, course_mesh
 from helpers.exercises.processes import ProcessExercise
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -56,6 +56,9 @@ register(ValueExercise(
     rules=(Rule(lambda v: abs(v - DEVICES ** 0.5) < 0.01, example=2.828,
                 say="nu holds squares of the gradient, not square roots: AdamW takes the square root only when it "
                     "divides mu by it"),
+           Rule(lambda v: v <= 0, example=-64.0,
+                say="nu is a running average of squares, never negative: the factor between two of them is "
+                    "a positive number"),
            Rule(lambda v: 0 < v < 1, example=0.125,
                 say="a factor below 1 would make nu smaller; the trapped gradient is larger than the right one "
                     "(pmean of a gradient that JAX has already summed over 8 devices)"),),
@@ -165,13 +168,27 @@ def _mesh(layout):
     return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])
 
 
+def _host0s(leaves):
+    """Whether these leaves (numpy, not global arrays) hold host 0's numbers."""
+    try:
+        return all(np.array_equal(np.asarray(v.get_value()), _host0[p]) for p, v in leaves.items())
+    except Exception:
+        return False
+
+
 def _verdict(state, opt_sharded):
-    """[an nnx.State of global arrays shaped like the train state, placed by opt_sharded, holding host 0's numbers]"""
+    """[an nnx.State of global arrays shaped like the train state, placed by opt_sharded, holding host 0's numbers];
+    [-2, 0, 0]: None; [-1, 0, 0]: no state shaped like it; [0, 0, 0 or -1]: one off the devices, with host 0's
+    numbers or not"""
+    if state is None:
+        return [-2, 0, 0]
     if not isinstance(state, nnx.State):
-        return [0, 0, 0]
+        return [-1, 0, 0]
     leaves = dict(nnx.to_flat_state(state))
-    if set(leaves) != set(_host0) or not all(isinstance(v.get_value(), jax.Array) for v in leaves.values()):
-        return [0, 0, 0]
+    if set(leaves) != set(_host0):
+        return [-1, 0, 0]
+    if not all(isinstance(v.get_value(), jax.Array) for v in leaves.values()):
+        return [0, 0, 0 if _host0s(leaves) else -1]
     targets = dict(nnx.to_flat_state(opt_sharded))  # path -> NamedSharding
     placed = all(leaves[p].get_value().sharding.is_equivalent_to(targets[p], _host0[p].ndim) for p in leaves)
     numbers = all(np.array_equal(np.asarray(s.data), _host0[p][s.index])
@@ -219,12 +236,19 @@ _NOT_PLACED = textwrap.dedent('''\
         return multihost_utils.broadcast_one_to_all(local_state)
     ''')
 
+_OWN_AS_IS = textwrap.dedent('''\
+    def init_state(local_state):
+        return local_state
+    ''')
+
 
 def _otherwise(case) -> str:
     if isinstance(case.got, Raised):
         return f"in the real run, {case.got.text}"
     where = f"on {case.layout[0]} hosts x {case.layout[1]} devices"
-    if any(not verdict[0] for verdict in case.got):
+    if any(verdict[0] == -2 for verdict in case.got):
+        return RETURNED_NONE
+    if any(verdict[0] != 1 for verdict in case.got):
         return (f"{where}, init_state did not return the train state: an nnx.State shaped like "
                 "local_state whose every leaf is a jax.Array on the mesh")
     if any(not verdict[1] for verdict in case.got):
@@ -250,6 +274,9 @@ register(ProcessExercise(
                      "host 0's local_state as it is",
         _NOT_PLACED: "every host has host 0's numbers, but as numpy arrays on the host: place them on the "
                      "devices by opt_sharded",
+        _OWN_AS_IS: "each host returned its own local_state as it is: host 1 keeps its own numbers, and "
+                    "they stay numpy arrays on the host. Send host 0's numbers to every host, then place them "
+                    "by opt_sharded",
     },
     otherwise=_otherwise,
     hints=(
