@@ -303,6 +303,12 @@ def targets_for(abstract_state, mesh):
                 "each array is inside an nnx variable, under .value; in state_shardings(mesh) each sharding "
                 "stands where that variable is. Pair the leaves instead: zip jax.tree.leaves of both, then "
                 "jax.tree.unflatten(jax.tree.structure(abstract_state), targets)"),
+        Rule(lambda raw: "only valid for values of rank at least" in raw, example=(
+            "def targets_for(abstract_state, mesh):\n"
+            "    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, "
+            "P('device'))), abstract_state)\n"),
+            say="one sharding for every leaf does not fit them all: the step counters have shape (), with no "
+                "dimension to split. Give each leaf its own sharding, from nnx_model.state_shardings(mesh)"),
         Rule(lambda raw: "context mesh cannot be empty" in raw, example=_per_leaf(
             "jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s.spec)"),
             say="a PartitionSpec alone does not say which devices: give each target the NamedSharding "
