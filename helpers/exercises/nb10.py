@@ -86,6 +86,15 @@ def _splits_only_course_axes(spec) -> bool:
     return all(a in ("host", "device") for a in names)
 
 
+def _over_hosts(example) -> Rule:
+    """Any other spec that names 'host' (a mistake the slot's table does not list); `example` is one."""
+    def names_host(spec) -> bool:
+        return any("host" in (e if isinstance(e, tuple) else (e,)) for e in spec if e is not None)
+    return Rule(names_host, example=example,
+                say="'host' appears in that spec, so the hosts split the moment: each host would hold only part "
+                    "of it. The rule keeps a whole copy on every host: split over 'device' only")
+
+
 _HOST_ONLY = ("'host' alone splits the array between the two hosts and copies each half on a host's 4 devices: "
               "the hosts must then exchange slices at every update. Split over 'device', inside each host")
 
@@ -112,12 +121,12 @@ register(SpecExercise(
             P("host", "device"): "that splits the 4 rows over the hosts too: each host would hold only half "
                                  "of the moment. Keep a whole copy per host: only 'device' may appear",
             P(): _WHOLE,
-        }),
+        }, rules=(_over_hosts(P(None, ("device", "host"))),)),
         Slot(shape=(16,), right=P("device"), label="hidden.bias (16,)", wrong={
             P(("host", "device")): _ACROSS_HOSTS,
             P("host"): _HOST_ONLY,
             P(): _WHOLE,
-        }),
+        }, rules=(_over_hosts(P(("device", "host"))),)),
         Slot(shape=(16, 1), right=P("device", None), label="out.kernel (16, 1)", wrong={
             P(("host", "device"), None): _ACROSS_HOSTS,
             P("host", None): _HOST_ONLY,
@@ -125,7 +134,8 @@ register(SpecExercise(
         }, rules=(Rule(lambda spec: _splits_only_course_axes(spec) and len(spec) == 2 and spec[1] is not None,
                        example=P(None, "device"),
                        say="the second dimension has size 1: it cannot be split (JAX refuses). Split the "
-                           "one that 4 divides, the 16 rows"),)),
+                           "one that 4 divides, the 16 rows"),
+                 _over_hosts(P(("device", "host"), None)))),
         Slot(shape=(1,), right=P(), label="out.bias (1,)", wrong={
             P("device"): "one value cannot be split over 4 devices (JAX refuses): with no dimension that 4 "
                          "divides, the moment stays whole on every device, P()",
