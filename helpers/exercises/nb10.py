@@ -13,7 +13,7 @@ from jax import P
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Raised, Rule, Slot, SpecExercise, ValueExercise, course_mesh
+from helpers.exercises.kinds import RETURNED_NONE, Raised, Rule, Slot, SpecExercise, ValueExercise, course_mesh
 from helpers.exercises.processes import ProcessExercise
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -56,6 +56,9 @@ register(ValueExercise(
     rules=(Rule(lambda v: abs(v - DEVICES ** 0.5) < 0.01, example=2.828,
                 say="nu holds squares of the gradient, not square roots: AdamW takes the square root only when it "
                     "divides mu by it"),
+           Rule(lambda v: v <= 0, example=-64.0,
+                say="nu is a running average of squares, never negative: the factor between two of them is "
+                    "a positive number"),
            Rule(lambda v: 0 < v < 1, example=0.125,
                 say="a factor below 1 would make nu smaller; the trapped gradient is larger than the right one "
                     "(pmean of a gradient that JAX has already summed over 8 devices)"),),
@@ -75,6 +78,23 @@ NAMES = ("hidden.kernel", "hidden.bias", "out.kernel", "out.bias")
 _ACROSS_HOSTS = ("that splits the moment over the hosts too: each host would hold only half of it. The rule keeps a "
                  "whole copy on every host and splits it over the 4 devices of each host, 'device' only")
 _WHOLE = "P() keeps a whole copy on every device: nothing is saved. 4 divides a dimension of this array; split it"
+
+
+def _splits_only_course_axes(spec) -> bool:
+    """Every axis `spec` names is 'host' or 'device' (a misspelt axis gets the engine's message)."""
+    names = [a for e in spec if e is not None for a in (e if isinstance(e, tuple) else (e,))]
+    return all(a in ("host", "device") for a in names)
+
+
+def _over_hosts(example) -> Rule:
+    """Any other spec that names 'host' (a mistake the slot's table does not list); `example` is one."""
+    def names_host(spec) -> bool:
+        return any("host" in (e if isinstance(e, tuple) else (e,)) for e in spec if e is not None)
+    return Rule(names_host, example=example,
+                say="'host' appears in that spec, so the hosts split the moment: each host would hold only part "
+                    "of it. The rule keeps a whole copy on every host: split over 'device' only")
+
+
 _HOST_ONLY = ("'host' alone splits the array between the two hosts and copies each half on a host's 4 devices: "
               "the hosts must then exchange slices at every update. Split over 'device', inside each host")
 
@@ -98,22 +118,31 @@ register(SpecExercise(
                                "that 4 divides: the 16 columns",
             P(None, ("host", "device")): _ACROSS_HOSTS,
             P(None, "host"): _HOST_ONLY,
+            P("host", "device"): "that splits the 4 rows over the hosts too: each host would hold only half "
+                                 "of the moment. Keep a whole copy per host: only 'device' may appear",
             P(): _WHOLE,
-        }),
+        }, rules=(_over_hosts(P(None, ("device", "host"))),)),
         Slot(shape=(16,), right=P("device"), label="hidden.bias (16,)", wrong={
             P(("host", "device")): _ACROSS_HOSTS,
             P("host"): _HOST_ONLY,
             P(): _WHOLE,
-        }),
+        }, rules=(_over_hosts(P(("device", "host"))),)),
         Slot(shape=(16, 1), right=P("device", None), label="out.kernel (16, 1)", wrong={
             P(("host", "device"), None): _ACROSS_HOSTS,
             P("host", None): _HOST_ONLY,
             P(): _WHOLE,
-        }),
+        }, rules=(Rule(lambda spec: _splits_only_course_axes(spec) and len(spec) == 2 and spec[1] is not None,
+                       example=P(None, "device"),
+                       say="the second dimension has size 1: it cannot be split (JAX refuses). Split the "
+                           "one that 4 divides, the 16 rows"),
+                 _over_hosts(P(("device", "host"), None)))),
         Slot(shape=(1,), right=P(), label="out.bias (1,)", wrong={
             P("device"): "one value cannot be split over 4 devices (JAX refuses): with no dimension that 4 "
                          "divides, the moment stays whole on every device, P()",
-        }),
+        }, rules=(Rule(lambda spec: _splits_only_course_axes(spec) and len(spec) == 1 and spec[0] is not None,
+                       example=P("host"),
+                       say="one value cannot be split (JAX refuses), over the hosts or the devices: with no "
+                           "dimension that 4 divides, the moment stays whole on every device, P()"),)),
     ),
     hints=(
         "Only 'device' may appear: a copy per host means nothing is split along 'host'. Which dimension of "
@@ -149,13 +178,27 @@ def _mesh(layout):
     return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])
 
 
+def _host0s(leaves):
+    """Whether these leaves (numpy, not global arrays) hold host 0's numbers."""
+    try:
+        return all(np.array_equal(np.asarray(v.get_value()), _host0[p]) for p, v in leaves.items())
+    except Exception:
+        return False
+
+
 def _verdict(state, opt_sharded):
-    """[an nnx.State of global arrays shaped like the train state, placed by opt_sharded, holding host 0's numbers]"""
+    """[an nnx.State of global arrays shaped like the train state, placed by opt_sharded, holding host 0's numbers];
+    [-2, 0, 0]: None; [-1, 0, 0]: no state shaped like it; [0, 0, 0 or -1]: one off the devices, with host 0's
+    numbers or not"""
+    if state is None:
+        return [-2, 0, 0]
     if not isinstance(state, nnx.State):
-        return [0, 0, 0]
+        return [-1, 0, 0]
     leaves = dict(nnx.to_flat_state(state))
-    if set(leaves) != set(_host0) or not all(isinstance(v.get_value(), jax.Array) for v in leaves.values()):
-        return [0, 0, 0]
+    if set(leaves) != set(_host0):
+        return [-1, 0, 0]
+    if not all(isinstance(v.get_value(), jax.Array) for v in leaves.values()):
+        return [0, 0, 0 if _host0s(leaves) else -1]
     targets = dict(nnx.to_flat_state(opt_sharded))  # path -> NamedSharding
     placed = all(leaves[p].get_value().sharding.is_equivalent_to(targets[p], _host0[p].ndim) for p in leaves)
     numbers = all(np.array_equal(np.asarray(s.data), _host0[p][s.index])
@@ -203,12 +246,19 @@ _NOT_PLACED = textwrap.dedent('''\
         return multihost_utils.broadcast_one_to_all(local_state)
     ''')
 
+_OWN_AS_IS = textwrap.dedent('''\
+    def init_state(local_state):
+        return local_state
+    ''')
+
 
 def _otherwise(case) -> str:
     if isinstance(case.got, Raised):
         return f"in the real run, {case.got.text}"
     where = f"on {case.layout[0]} hosts x {case.layout[1]} devices"
-    if any(not verdict[0] for verdict in case.got):
+    if any(verdict[0] == -2 for verdict in case.got):
+        return RETURNED_NONE
+    if any(verdict[0] != 1 for verdict in case.got):
         return (f"{where}, init_state did not return the train state: an nnx.State shaped like "
                 "local_state whose every leaf is a jax.Array on the mesh")
     if any(not verdict[1] for verdict in case.got):
@@ -234,6 +284,9 @@ register(ProcessExercise(
                      "host 0's local_state as it is",
         _NOT_PLACED: "every host has host 0's numbers, but as numpy arrays on the host: place them on the "
                      "devices by opt_sharded",
+        _OWN_AS_IS: "each host returned its own local_state as it is: host 1 keeps its own numbers, and "
+                    "they stay numpy arrays on the host. Send host 0's numbers to every host, then place them "
+                    "by opt_sharded",
     },
     otherwise=_otherwise,
     hints=(

@@ -4,8 +4,9 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, call_learner, describe, register
-from helpers.exercises.kinds import ProgramExercise, Rule, placed
+from helpers.exercises.kinds import RETURNED_NONE, ProgramExercise, Rule, placed
 from helpers.exercises.processes import ProcessExercise
 from helpers.layout import format_spec
 
@@ -23,9 +24,18 @@ def _masked_mean_case(masked_mean, mesh):
         values = np.full(rows, 7.0, np.float32)  # padding rows hold a value too (a zero row's error)
         values[:real] = rng.uniform(0.0, 2.0, real)
         mask = (np.arange(rows) < real).astype(np.float32)
-        out = masked_mean(placed(mesh, values), placed(mesh, mask))
-        results.append(np.float32(out))
-    return np.asarray(results)
+        results.append(masked_mean(placed(mesh, values), placed(mesh, mask)))
+    return results
+
+
+def _not_one_number(case) -> bool:
+    """Some data set's result is not one number (None aside: the engine names it)."""
+    return any(out is not None and (isinstance(out, (str, bytes)) or np.ndim(out) != 0) for out in case.got)
+
+
+def _one_number(case) -> str:
+    out = next(o for o in case.got if o is not None and (isinstance(o, (str, bytes)) or np.ndim(o) != 0))
+    return f"masked_mean returned {describe(out)}: return one number, the mean of the real rows"
 
 
 register(ProgramExercise(
@@ -39,7 +49,7 @@ def masked_mean(values, mask):
     run=_masked_mean_case,
     wrong={
         "def masked_mean(values, mask):\n    return jnp.mean(values * mask)\n":
-            "the mask zeroes the padding rows' values, but jnp.mean still divides by every row, "
+            "the mask zeroes the padding rows' values, but you divide by every row (as jnp.mean does), "
             "padding included: divide the masked sum by the number of real rows, jnp.sum(mask)",
         "def masked_mean(values, mask):\n    return jnp.mean(values)\n":
             "that is the plain mean: it counts the padding rows, and their values, as examples",
@@ -47,8 +57,23 @@ def masked_mean(values, mask):
             "the denominator counts only real rows, but the sum still adds the padding rows' values "
             "(a zero row's error is not zero): multiply by the mask before summing",
     },
+    errors=(
+        Rule(lambda raw: "gather indexing" in raw, example=(
+            "def masked_mean(values, mask):\n    return values[mask == 1].mean()\n"),
+            say="values[...] picks some rows of an array split over the devices, and JAX refuses to guess "
+                "how to split the rows it picks (ShardingTypeError). No need to pick them: multiply by the "
+                "mask, so a padding row adds 0, and divide by jnp.sum(mask)"),
+        Rule(lambda raw: "unbound axis name" in raw, example=(
+            "def masked_mean(values, mask):\n"
+            "    return jax.lax.psum(jnp.sum(values * mask), 'device') / jax.lax.psum(jnp.sum(mask), 'device')\n"),
+            say="masked_mean gets global arrays, outside any shard_map, so there is no axis to psum over: "
+                "jnp.sum of a global array already adds the rows of every device"),
+    ),
+    families=(Rule(_not_one_number, example="def masked_mean(values, mask):\n    return values * mask / jnp.sum(mask)\n",
+                   say=_one_number),),
     otherwise=lambda case: (f"on {case.devices} devices your function returned {[round(float(v), 4) for v in case.got]} "
-                            "for three padded data sets, not the means of their real rows: a padding row "
+                            "for three padded data sets, not the means of their real rows, "
+                            f"{[round(float(v), 4) for v in case.want]}: a padding row "
                             "must add nothing to the sum and nothing to the count"),
     hints=(
         "A padding row must add nothing to the sum and nothing to the count.",
@@ -62,8 +87,12 @@ def masked_mean(values, mask):
 def _whole_rows(eval_rows) -> None:
     """Called in the kernel before any real run: the function returns a whole number of rows."""
     rows = call_learner(eval_rows, 1001, 2, 4)
-    if isinstance(rows, bool) or not isinstance(rows, int):
-        raise Mistake(f"expected a whole number of rows, but eval_rows(1001, 2, 4) returned {describe(rows)}")
+    if rows is None:
+        raise Mistake(RETURNED_NONE)
+    try:
+        forms.whole("rows")(rows)  # 504, np.int64(504) and 504.0 are whole numbers
+    except Mistake:
+        raise Mistake(f"expected a whole number of rows, but eval_rows(1001, 2, 4) returned {describe(rows)}") from None
 
 
 _ROWS_DRIVER = '''
@@ -165,6 +194,14 @@ def _targets(targets_for, mesh) -> str:
 
     _, abstract = nnx_model.abstract_state()
     got = targets_for(abstract, mesh)
+    if jax.tree.structure(got) == jax.tree.structure(nnx_model.state_shardings(mesh)):
+        if all(isinstance(leaf, jax.sharding.Sharding) for leaf in jax.tree.leaves(got)):
+            return ("targets_for returned the shardings themselves: a target is a "
+                    "jax.ShapeDtypeStruct(shape, dtype, sharding=...), one per array")
+        return ("your targets sit where nnx_model.state_shardings(mesh) has its shardings, not where "
+                "abstract_state has its arrays: there each array is inside an nnx variable, under .value, "
+                "and Orbax matches targets to saved arrays by that path. Build them in "
+                "jax.tree.structure(abstract_state)")
     if jax.tree.structure(got) != jax.tree.structure(abstract):
         return (f"targets_for returned {describe(got)}, not a tree shaped like the train state: "
                 "Orbax matches each target to a saved array by its path in the tree (the nnx "
@@ -251,7 +288,32 @@ def targets_for(abstract_state, mesh):
         "    shardings = jax.tree.leaves(nnx_model.state_shardings(mesh))\n"
         "    return [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s)\n"
         "            for a, s in zip(jax.tree.leaves(abstract_state), shardings)]\n",
+        "def targets_for(abstract_state, mesh):\n"
+        "    return nnx_model.state_shardings(mesh)\n",
+        "def targets_for(abstract_state, mesh):\n"
+        "    return jax.tree.map(lambda s, a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),\n"
+        "                        nnx_model.state_shardings(mesh), abstract_state)\n",
     ), _what_it_does),
+    errors=(
+        Rule(lambda raw: "pytree structure error" in raw, example=(
+            "def targets_for(abstract_state, mesh):\n"
+            "    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),\n"
+            "                        abstract_state, nnx_model.state_shardings(mesh))\n"),
+            say="jax.tree.map pairs two trees of the same structure, and these differ: in abstract_state "
+                "each array is inside an nnx variable, under .value; in state_shardings(mesh) each sharding "
+                "stands where that variable is. Pair the leaves instead: zip jax.tree.leaves of both, then "
+                "jax.tree.unflatten(jax.tree.structure(abstract_state), targets)"),
+        Rule(lambda raw: "only valid for values of rank at least" in raw, example=(
+            "def targets_for(abstract_state, mesh):\n"
+            "    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, "
+            "P('device'))), abstract_state)\n"),
+            say="one sharding for every leaf does not fit them all: the step counters have shape (), with no "
+                "dimension to split. Give each leaf its own sharding, from nnx_model.state_shardings(mesh)"),
+        Rule(lambda raw: "context mesh cannot be empty" in raw, example=_per_leaf(
+            "jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s.spec)"),
+            say="a PartitionSpec alone does not say which devices: give each target the NamedSharding "
+                "itself (sharding=s), which carries the mesh"),
+    ),
     checks=(Rule(_uses_restore_targets, example=(
         "def targets_for(abstract_state, mesh):\n"
         "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh))\n"),

@@ -44,9 +44,9 @@ _LOG_DRIVER = _JOIN + (
     "    local = np.arange(jax.local_device_count(), dtype=np.float32) + 10 * host + step\n"
     "    x = jax.make_array_from_process_local_data(rows, local)\n"
     "    lines.append(log_line(step, x))\n"
-    "# what each host logged: None, or the number its line ends with (nan if none)\n"
+    "# what each host logged: None, or the number its line ends with (-1 if none: nan never compares equal)\n"
     "import re\n"
-    "logged = [None if line is None else float((re.findall(r'-?\\d+(?:\\.\\d+)?', str(line)) or ['nan'])[-1])\n"
+    "logged = [None if line is None else float((re.findall(r'-?\\d+(?:\\.\\d+)?', str(line)) or ['-1'])[-1])\n"
     "          for line in lines]\n"
     "print(json.dumps(logged))\n")
 
@@ -74,6 +74,13 @@ _LOG_PRINTS = '''def log_line(step, x):
         print(f"step {step}: mean {mean:.2f}")
 '''
 
+_LOG_EMPTY_ELSEWHERE = '''def log_line(step, x):
+    mean = float(global_mean(x))
+    if jax.process_index() == 0:
+        return f"step {step}: mean {mean:.2f}"
+    return ""
+'''
+
 _LOG_LOCAL_MEAN = '''def log_line(step, x):
     mean = float(np.mean([np.asarray(s.data) for s in x.addressable_shards]))
     if jax.process_index() == 0:
@@ -94,6 +101,8 @@ register(ProcessExercise(
         _LOG_EVERYWHERE: "every host returns a line; the other hosts should return None",
         _LOG_PRINTS: "your function returns None on every host: host 0 should return its line "
                      "(the loop that calls log_line prints it), not print it",
+        _LOG_EMPTY_ELSEWHERE: "almost: the other hosts return '', an empty line; they have nothing to log, "
+                              "so they return None",
         _LOG_LOCAL_MEAN: "that is the mean of host 0's own rows; the line should report the "
                          "mean of the whole global array",
     },
@@ -159,7 +168,12 @@ register(ProcessExercise(
     errors=(_any_hang('def steps_together(my_batches):\n'
                  '    if jax.process_index() == 0:\n'
                  '        multihost_utils.sync_global_devices("counting")\n'
-                 '    return 1\n'),),
+                 '    return 1\n'),
+            Rule(lambda raw: "'NoneType'" in raw, example=(
+                'def steps_together(my_batches):\n'
+                '    print(int(multihost_utils.process_allgather(np.int32(my_batches)).min()))\n'),
+                say="steps_together returns None: return the number of steps every host runs, an int "
+                    "(a print shows it, but the loop that calls steps_together gets nothing)")),
     hints=(
         "Every host must run the same number of steps, and no host can run more steps than it "
         "has batches.",
@@ -194,12 +208,13 @@ register(ValueExercise(
                 "Compare the losses the hosts print for steps 2 to 4",
         (1, 3): "step 3 finished on every host (each printed a loss for it); look for the step "
                 "no host 0 or host 2 line reports",
-        (0, 4): "host 0 is one of the hosts that wait, not the one they wait for",
-        (2, 4): "host 2 is one of the hosts that wait, not the one they wait for",
+        (4, 1): "that is (step, host): give the host first, then the step",
     },
     rules=(
         Rule(lambda a: a[0] not in (0, 1, 2), example=(3, 4),
              say="the run has 3 hosts: 0, 1 and 2"),
+        Rule(lambda a: a[0] in (0, 2), example=(0, 4),
+             say=lambda a: f"host {a[0]} is one of the hosts that wait, not the one they wait for"),
         Rule(lambda a: a[0] == 1, example=(1, 5),
              say="the host is right; now the step: the last loss hosts 0 and 2 print is of step 3"),
     ),
