@@ -443,3 +443,27 @@ def test_no_reference_function_returns_none(ex_id):
     reference = _noting_none(exercise.run_source(exercise.solution), returned_none)
     exercise.output_of_answer(reference, exercise.make_case(exercise.meshes[0]))
     assert returned_none and not any(returned_none)
+
+
+def test_a_spec_that_lists_axes_as_dimensions_is_told_to_group_them(capsys):
+    from helpers.exercises.kinds import Slot
+
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    with pytest.raises(core.Mistake) as raised:
+        Slot(shape=(16,), right=jax.P(("host", "device"))).judge(mesh, jax.P("host", "device"))
+    assert str(raised.value) == ("P('host', 'device') has 2 entries, but the array has 1 dimension: to split one "
+                                 "dimension over several axes, group their names in one tuple inside P(...)")
+
+
+def test_a_verdict_cut_short_gets_no_stop_after_the_ellipsis(monkeypatch, capsys):
+    monkeypatch.setattr(core, "judge", lambda *a, **k: core.Outcome("mistake", "a long message cut …"))
+    core.check("01.1", object())
+    assert "cut …. " not in capsys.readouterr().out
+
+
+def test_describe_does_not_repeat_a_type_name_its_repr_starts_with():
+    class State(dict):
+        def __repr__(self):
+            return "State({0: {}})"
+
+    assert core.describe(State()) == "State({0: {}})"

@@ -246,7 +246,7 @@ def describe(value: Any) -> str:
         shapes = ", ".join(str(tuple(v.shape)) for v in value[:3]) + (", …" if len(value) > 3 else "")
         return f"{name} of {len(value)} arrays of shapes {shapes}"
     text = " ".join(re.sub(r" at 0x[0-9a-f]+", "", repr(value)).split())  # one line, no memory address
-    return f"{name} {shorten(text, 40)}"
+    return shorten(text if text.startswith(name) else f"{name} {text}", 40 + len(name) + 1)
 
 
 def say(message: Message, *args: Any) -> str:
@@ -332,7 +332,7 @@ def check(exercise_id: str, answer: Any) -> Verdict:
     elif status == "set-up":
         print(f"⚠️ {exercise_id} cannot be checked yet: {message}")
     else:
-        stop = "" if message.endswith((".", "?", "!")) else "."
+        stop = "" if message.endswith((".", "?", "!", "…")) else "."
         print(f"❌ {exercise_id} not yet: {message}{stop} (hint('{exercise_id}') helps)")
         if detail:
             print("   your answer does this:\n" + "\n".join("   " + line for line in detail.splitlines()))

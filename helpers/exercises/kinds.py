@@ -191,7 +191,11 @@ class Slot:
 def _rejection(mesh, spec, shape) -> str | None:
     """Why JAX refuses to place `spec` for this shape on this mesh; None if it places it."""
     if len(spec) > len(shape):
-        return f"{format_spec(spec)} has {len(spec)} entries, but the array has {len(shape)} dimensions"
+        names = [e for e in spec if isinstance(e, str)]
+        grouped = ": to split one dimension over several axes, group their names in one tuple inside P(...)" \
+            if len(names) == len(spec) > 1 else ""
+        return (f"{format_spec(spec)} has {len(spec)} entries, but the array has {len(shape)} "
+                f"dimension{'s' * (len(shape) != 1)}{grouped}")
     unknown = [a for e in spec if e is not None for a in (e if isinstance(e, tuple) else (e,))
                if a not in mesh.axis_names]
     if unknown:
