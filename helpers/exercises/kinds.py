@@ -293,18 +293,26 @@ def varying_over(error_text: str) -> str | None:
     return None if found is None else (found.group(1) or found.group(2)).strip()
 
 
+def _paired_leaves(a: Any, b: Any) -> list[tuple[Any, Any, Any]] | None:
+    """(path, leaf of a, leaf of b) for two pytrees of one structure; None when their structures differ."""
+    try:
+        leaves_a, tree_a = jax.tree_util.tree_flatten_with_path(a)
+        leaves_b, tree_b = jax.tree_util.tree_flatten_with_path(b)
+    except Exception:
+        return None
+    if tree_a != tree_b:
+        return None
+    return [(path, x, y) for (path, x), (_, y) in zip(leaves_a, leaves_b)]
+
+
 def close(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-5) -> bool:
     """Two program outputs agree: same structure and shapes, values within tolerance."""
     if isinstance(a, Raised) or isinstance(b, Raised):
         return isinstance(a, Raised) and isinstance(b, Raised) and a.text == b.text
-    try:
-        leaves_a, tree_a = jax.tree.flatten(a)
-        leaves_b, tree_b = jax.tree.flatten(b)
-    except Exception:
+    pairs = _paired_leaves(a, b)
+    if pairs is None:
         return False
-    if tree_a != tree_b:
-        return False
-    for x, y in zip(leaves_a, leaves_b):
+    for _, x, y in pairs:
         if isinstance(x, (str, bytes)) or isinstance(y, (str, bytes)):  # (None is tree structure, never a leaf)
             if x != y:
                 return False
@@ -369,14 +377,7 @@ def _noting_none(fn: Callable, returned_none: list[bool]) -> Callable:
 def _shape_difference(got: Any, want: Any) -> tuple[str, tuple, tuple] | None:
     """(where, its shape, the right shape) of the first array of `got` whose shape is not its
     counterpart's in `want` (both the same structure of arrays); None when there is none."""
-    try:
-        leaves_got, tree_got = jax.tree_util.tree_flatten_with_path(got)
-        leaves_want, tree_want = jax.tree_util.tree_flatten_with_path(want)
-    except Exception:
-        return None
-    if tree_got != tree_want:
-        return None
-    for (path, a), (_, b) in zip(leaves_got, leaves_want):
+    for path, a, b in _paired_leaves(got, want) or []:
         if hasattr(a, "shape") and hasattr(b, "shape") and tuple(a.shape) != tuple(b.shape):
             return jax.tree_util.keystr(path), tuple(a.shape), tuple(b.shape)
     return None
