@@ -71,10 +71,10 @@ def draw_timeline(traces: dict[int, list[Event]], *, steps: tuple[int, ...] = (1
     ax.set_yticks(range(len(rows)), [r[0] for r in rows], fontsize=7)
     ax.set_xlabel("ms (hosts lined up where a collective ends)", fontsize=8)
     ax.tick_params(axis="x", labelsize=7)
-    ax.legend(handles=[Patch(color=COLLECTIVE, label="collective"), Patch(color=COMPUTE, label="other XLA op"),
-                       Patch(color=HOST_WORK, label="host work (input, sleep)")],
-              fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.32 - 1.2 / len(rows)), ncol=3, frameon=False)
+    fig.legend(handles=[Patch(color=COLLECTIVE, label="collective"), Patch(color=COMPUTE, label="other XLA op"),
+                        Patch(color=HOST_WORK, label="host work (input, sleep)")],
+               fontsize=7, loc="lower center", ncol=3, frameon=False)
     ax.set_title(title or f"steps {', '.join(map(str, steps))} on {len(traces)} hosts", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.3 / fig.get_figheight(), 1, 1))
     plt.close(fig)
     return fig

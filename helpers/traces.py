@@ -26,8 +26,12 @@ __all__ = ["Event", "trace_file", "read_trace", "read_hosts", "steps", "collecti
            "is_collective", "collective_ms", "STEP_NAME", "COLLECTIVES"]
 
 STEP_NAME = "train"  # the name the course's scripts give jax.profiler.StepTraceAnnotation
-# XLA's names for collective ops; a trace event of one is named like "all-reduce.3".
-COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+# An XLA op's trace event is named after its HLO instruction: "all-reduce.5" when XLA made the
+# collective (jit's sharding), "psum_invariant.7" or "all_gather.3" when JAX lowered a collective
+# primitive (inside shard_map). These are both kinds of name, as jax 0.10.2 gives them.
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
+               "psum", "psum_invariant", "pmax", "pmin", "reduce_scatter", "all_gather", "all_to_all",
+               "ppermute")
 _COLLECTIVE = re.compile(r"^(?:%s)(?:-start|-done)?(?:\.\d+)?$" % "|".join(COLLECTIVES))
 
 
@@ -105,7 +109,7 @@ def steps(events: Iterable[Event], name: str = STEP_NAME) -> list[Event]:
 
 
 def is_collective(name: str) -> bool:
-    """True for an XLA collective op's event name, like 'all-reduce' or 'all-gather.2'."""
+    """True for a collective op's event name, like 'all-reduce.5' or 'psum_invariant.7'."""
     return bool(_COLLECTIVE.match(name))
 
 

@@ -6,7 +6,8 @@
 Host i writes its trace under <trace-dir>/host<i>: each host its own directory, because every
 host names its folder after the same timestamp. Each step is a `jax.profiler.StepTraceAnnotation`
 ("train", step_num=s); the host's input (numpy rows to a global array) is a `TraceAnnotation`
-("input"). `--slow-host H --sleep S` makes host H sleep S seconds in every step before its
+("input"). `--collectives` adds notebook 13's two all-reduces, each run inside a TraceAnnotation
+named after it. `--slow-host H --sleep S` makes host H sleep S seconds in every step before its
 input, a straggler on purpose. Each host prints one JSON line of its own wall-clock timings.
 """
 import argparse
@@ -20,6 +21,8 @@ parser.add_argument("--trace-dir", required=True, help="each host writes under <
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--slow-host", type=int, default=-1, help="this host sleeps in every step")
 parser.add_argument("--sleep", type=float, default=0.2, help="seconds the slow host sleeps")
+parser.add_argument("--collectives", action="store_true",
+                    help="also run notebook 13's flat and hierarchical all-reduce, 3 times each")
 parser.add_argument("--cache-dir", default="", help="a persistent compilation cache; none if empty")
 args = parser.parse_args()
 
@@ -42,17 +45,23 @@ mesh = jax.make_mesh((num_hosts, jax.local_device_count()), ("host", "device"))
 batch = NamedSharding(mesh, P(("host", "device")))  # each device its own rows
 
 
-def mean_loss(params, x, y):
-    return train.loss_fn(params, x, y)  # x, y: the global batch; XLA adds the all-reduce
-
-
 @jax.jit
-def train_step(params, x, y):
-    loss, grads = jax.value_and_grad(mean_loss)(params, x, y)
+def train_step(params, x, y):  # x, y: the global batch; XLA adds the all-reduce of the gradients
+    loss, grads = jax.value_and_grad(train.loss_fn)(params, x, y)
     return jax.tree.map(lambda p, g: p - train.LEARNING_RATE * g, params, grads), loss
 
 
 params = jax.device_put(train.init_params(), NamedSharding(mesh, P()))
+if args.collectives:  # 1 MiB of float32 per device, summed over every device two ways
+    from benchmarks.collectives import BODIES  # notebook 13's flat psum and hierarchical all-reduce
+
+    rows = P(("host", "device"))
+    grads = jax.make_array_from_process_local_data(
+        NamedSharding(mesh, rows), np.ones((jax.local_device_count(), 2**18), np.float32))
+    allreduces = {name: jax.jit(jax.shard_map(body, mesh=mesh, in_specs=rows, out_specs=rows))
+                  for name, body in BODIES.items()}
+    for allreduce in allreduces.values():
+        allreduce(grads).block_until_ready()  # compiled before the trace starts
 timings = {"host": host, "devices": [d.id for d in jax.local_devices()], "input_s": [], "step_s": []}
 jax.profiler.start_trace(f"{args.trace_dir}/host{host}", create_perfetto_trace=True)
 for step in range(args.steps):
@@ -66,9 +75,13 @@ for step in range(args.steps):
             y = jax.make_array_from_process_local_data(batch, y_local)
             jax.block_until_ready((x, y))
         middle = time.perf_counter()
-        params, loss = train_step(params, x, y)
-        loss = float(loss)  # waits for the step
+        params, loss = jax.block_until_ready(train_step(params, x, y))  # waits for every device
         timings["input_s"].append(middle - start)
         timings["step_s"].append(time.perf_counter() - middle)
+if args.collectives:
+    for name, allreduce in allreduces.items():
+        for _ in range(3):
+            with jax.profiler.TraceAnnotation(name):
+                jax.block_until_ready(allreduce(grads))
 jax.profiler.stop_trace()
 print(json.dumps(timings))
