@@ -16,9 +16,10 @@ KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 
 # ------------------------------------------------------------------ 15.1 name the straggler
 
-# Every host records two traces of 3 steps after a warm-up step: in run "a" host 1 sleeps 0.3 s at
-# the start of every step, in run "b" host 0 does. Both hosts write under one directory (named after
-# the run's coordinator port), read both hosts' traces back, and host 0 removes the directory.
+# One real run of 2 hosts x 2 devices. Every host records two traces of 3 steps after a warm-up step:
+# in run "a" host 1 sleeps 0.3 s at the start of every step, in run "b" host 0 does. Both hosts write
+# under one directory (named after the run's coordinator port), read both hosts' traces back, and
+# host 0 removes the directory. A layout (2, d) shows the function the XLA ops of d devices per host.
 _DRIVER = '''
 import os
 import shutil
@@ -77,8 +78,17 @@ def _number(value):
     return -1
 
 
+def _first_devices(traces, per_host):
+    """Each host's events, without the XLA ops of devices past its first `per_host`."""
+    kept = {}
+    for host, events in traces.items():
+        devices = sorted({e.device for e in events if e.device is not None})[:per_host]
+        kept[host] = [e for e in events if e.device is None or e.device in devices]
+    return kept
+
+
 def output(namespace, layout):
-    return [_number(namespace["slowest_host"](dict(traces))) for traces in _runs]
+    return [_number(namespace["slowest_host"](_first_devices(traces, layout[1]))) for traces in _runs]
 '''
 
 _SETUP = "from helpers.traces import collective_ms, collectives, during, steps\n"
@@ -122,7 +132,7 @@ register(ProcessExercise(
     id="15.1", kernel=KERNEL, answer_name="slowest_host", signature="(traces)",
     title="the slow host is the one the others wait for: the least time in collectives",
     setup=_SETUP, solution=STRAGGLER_SOLUTION, driver=_DRIVER, together=True,
-    meshes=((2, 2),), timeout=120.0,
+    meshes=((2, 2), (2, 1)), on=(2, 2), timeout=120.0,
     wrong={
         _MOST_WAITING: "your function names the host that spent the most time in the all-reduce: that host "
                        "arrived first and waited for the others. The slow host is the one nobody waits "
