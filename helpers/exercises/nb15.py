@@ -175,8 +175,8 @@ register(ValueExercise(
     form=_name,
     right=lambda: jax.profiler.StepTraceAnnotation.__name__,
     wrong={
-        "TraceAnnotation": "a TraceAnnotation names a span of the trace (like this notebook's 'input'), but "
-                           "carries no step number: the profiler cannot treat it as a step",
+        "TraceAnnotation": "a TraceAnnotation names a span of the trace (like this notebook's 'input'); the "
+                           "profiler's per-step analysis reads a subclass of it, which marks its span as a step",
         "annotate_function": "annotate_function names every call of one function in the trace; it says "
                              "nothing about steps",
         "trace": "jax.profiler.trace records the trace itself; something inside it must mark each step",
@@ -187,7 +187,7 @@ register(ValueExercise(
     hints=(
         "Look at the loop the scripts run: each train step is inside a `with jax.profiler.... (\"train\", "
         "step_num=step):` block.",
-        "Its name says 'step'; the plain annotation without a step number is its base class.",
+        "Its name says 'step'; the plain TraceAnnotation is its base class.",
     ),
 ))
 
