@@ -2,8 +2,9 @@
 
 Each host's trace counts time from its own start, so the hosts' clocks are lined up where a
 collective ends: a collective ends at (nearly) the same moment on every host, once the last
-one has joined it. On the Python row, the step annotations are outlined and named; on the
-device rows, collectives are red and every other XLA op is blue.
+one has joined it. On the Python row, the step annotations are outlined and named, and the
+host's own work (input, sleep) is grey; on the device rows, collectives are red and every other
+XLA op is blue.
 
 >>> draw_timeline(read_hosts(root), steps=(1, 2, 3))   # doctest: +SKIP
 """
@@ -56,13 +57,13 @@ def draw_timeline(traces: dict[int, list[Event]], *, steps: tuple[int, ...] = (1
                                        edgecolor=STEP_EDGE, linewidth=1.2))
                 ax.text((s.start_us - offset) / 1000 + 0.5, y, f"step {s.step}", va="center", fontsize=7)
             boxes = [e for e in window if e.thread == "python" and e.name in host_names]
-            colour = lambda e: HOST_WORK
         else:
-            boxes = [e for e in window if e.device == device and not e.name.startswith("end:")]
-            colour = lambda e: COLLECTIVE if is_collective(e.name) else COMPUTE
+            boxes = [e for e in window if e.device == device and not e.name.startswith("end:")
+                     and "::" not in e.name]  # XLA ops, not the runtime's own events (ThunkExecutor::...)
         for e in boxes:
+            colour = HOST_WORK if device is None else COLLECTIVE if is_collective(e.name) else COMPUTE
             ax.add_patch(Rectangle(((e.start_us - offset) / 1000, y - 0.3), max(e.dur_ms, 0.05), 0.6,
-                                   facecolor=colour(e), edgecolor="none"))
+                                   facecolor=colour, edgecolor="none"))
             if device is None and e.dur_ms > 20:
                 ax.text((e.start_us - offset + e.dur_us / 2) / 1000, y, e.name.lstrip("$"), ha="center",
                         va="center", fontsize=6, color="white")
