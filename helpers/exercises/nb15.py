@@ -1,0 +1,222 @@
+"""Exercises of notebook 15: where the time goes, read from the profiler traces of real hosts."""
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import jax
+
+from helpers.exercises import forms
+from helpers.exercises.core import Kernel, Mistake, describe, register
+from helpers.exercises.kinds import Rule, ValueExercise
+from helpers.exercises.processes import ProcessExercise
+
+KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
+
+
+# ------------------------------------------------------------------ 15.1 name the straggler
+
+# One real run of 2 hosts x 2 devices. Every host records two traces of 3 steps after a warm-up step:
+# in run "a" host 1 sleeps 0.3 s at the start of every step, in run "b" host 0 does. Both hosts write
+# under one directory (named after the run's coordinator port), read both hosts' traces back, and
+# host 0 removes the directory. A layout (2, d) shows the function the XLA ops of d devices per host.
+_DRIVER = '''
+import os
+import shutil
+import tempfile
+import time
+from numbers import Integral, Real
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import P
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding
+
+from helpers import traces as _traces
+
+_host = jax.process_index()
+_mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ("host", "device"))
+_rows = NamedSharding(_mesh, P(("host", "device")))
+_step = jax.jit(lambda w, x: w - 0.1 * jax.grad(lambda w: jnp.mean((x @ w) ** 2))(w))
+_root = os.path.join(tempfile.gettempdir(),
+                     "course-15.1-" + os.environ["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[-1])
+_w = jax.device_put(np.ones(4, np.float32), NamedSharding(_mesh, P()))
+_x = jax.make_array_from_process_local_data(_rows, np.ones((2 * jax.local_device_count(), 4), np.float32))
+_w = _step(_w, _x).block_until_ready()  # compiled before any trace starts
+
+
+def _record(run, slow_host):
+    global _w
+    jax.profiler.start_trace(f"{_root}/{run}/host{_host}", create_perfetto_trace=True)
+    for step in range(3):
+        with jax.profiler.StepTraceAnnotation("train", step_num=step):
+            if _host == slow_host:
+                time.sleep(0.3)
+            _w = _step(_w, _x).block_until_ready()
+    jax.profiler.stop_trace()
+
+
+_record("a", 1)
+_record("b", 0)
+multihost_utils.sync_global_devices("traces written")
+_runs = [_traces.read_hosts(f"{_root}/{run}") for run in ("a", "b")]
+multihost_utils.sync_global_devices("traces read")
+if _host == 0:
+    shutil.rmtree(_root, ignore_errors=True)
+
+
+def _number(value):
+    """A host number as JSON: an int; a float as it is; -2 for None; -1 for anything else."""
+    if value is None:
+        return -2
+    if isinstance(value, Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, Real) and not isinstance(value, bool):
+        return float(value)
+    return -1
+
+
+def _first_devices(traces, per_host):
+    """Each host's events, without the XLA ops of devices past its first `per_host`."""
+    kept = {}
+    for host, events in traces.items():
+        devices = sorted({e.device for e in events if e.device is not None})[:per_host]
+        kept[host] = [e for e in events if e.device is None or e.device in devices]
+    return kept
+
+
+def output(namespace, layout):
+    return [_number(namespace["slowest_host"](_first_devices(traces, layout[1]))) for traces in _runs]
+'''
+
+_SETUP = "from helpers.traces import collective_ms, collectives, during, steps\n"
+
+STRAGGLER_SOLUTION = textwrap.dedent('''\
+    def slowest_host(traces):
+        """The host the others wait for: the one that spends the least time in collectives."""
+        def waiting_ms(host):
+            return sum(collective_ms(traces[host], step) for step in steps(traces[host]))
+        return min(traces, key=waiting_ms)
+    ''')
+
+_MOST_WAITING = textwrap.dedent('''\
+    def slowest_host(traces):
+        def waiting_ms(host):
+            return sum(collective_ms(traces[host], step) for step in steps(traces[host]))
+        return max(traces, key=waiting_ms)
+    ''')
+
+_ALWAYS_0 = textwrap.dedent('''\
+    def slowest_host(traces):
+        return 0
+    ''')
+
+_ITS_TIME = textwrap.dedent('''\
+    def slowest_host(traces):
+        return min(sum(collective_ms(events, step) for step in steps(events)) + 0.5 for events in traces.values())
+    ''')
+
+_RETURNS_NONE = textwrap.dedent('''\
+    def slowest_host(traces):
+        print(min(traces, key=lambda h: sum(collective_ms(traces[h], s) for s in steps(traces[h]))))
+    ''')
+
+
+def _all_hosts(case) -> list:
+    return [v for per_host in case.got for v in per_host]
+
+
+register(ProcessExercise(
+    id="15.1", kernel=KERNEL, answer_name="slowest_host", signature="(traces)",
+    title="the slow host is the one the others wait for: the least time in collectives",
+    setup=_SETUP, solution=STRAGGLER_SOLUTION, driver=_DRIVER, together=True,
+    meshes=((2, 2), (2, 1)), on=(2, 2), timeout=120.0,
+    wrong={
+        _MOST_WAITING: "your function names the host that spent the most time in the all-reduce: that host "
+                       "arrived first and waited for the others. The slow host is the one nobody waits "
+                       "for, so its collectives are short",
+        _ALWAYS_0: "your function names host 0 in both of the judge's runs, but the slow host is not the same "
+                   "in both: read it from the traces",
+    },
+    families=(
+        Rule(lambda case: -2 in _all_hosts(case), example=_RETURNS_NONE,
+             say="slowest_host returns None: return the slow host's number (a print shows it, but the "
+                 "judge gets nothing)"),
+        Rule(lambda case: any(isinstance(v, float) or v == -1 for v in _all_hosts(case)), example=_ITS_TIME,
+             say="slowest_host should return a host's number (a key of traces), not a time or anything else"),
+    ),
+    hints=(
+        "In an all-reduce, every host waits until the last one has joined. Which host's all-reduce is "
+        "then the shortest?",
+        "collective_ms(events, step) is one host's collective time in one step; add it up over "
+        "steps(events) for each host, and return the host with the smallest sum.",
+    ),
+))
+
+
+# ------------------------------------------------------------------ 15.2 the annotation that marks steps
+
+def _name(answer: Any) -> str:
+    """A class or function of jax.profiler, or its name as text: the name after the last dot."""
+    if isinstance(answer, str):
+        return answer.strip().split(".")[-1].split("(")[0]
+    name = getattr(answer, "__name__", None)
+    if name is None:
+        raise Mistake(f"expected a name from jax.profiler, like \"annotate_function\" (or the thing itself), "
+                      f"but got {describe(answer)}")
+    return name
+
+
+register(ValueExercise(
+    id="15.2", kernel=KERNEL, title="StepTraceAnnotation marks steps", answer_name="step_marker",
+    solution="step_marker = jax.profiler.StepTraceAnnotation",
+    form=_name,
+    right=lambda: jax.profiler.StepTraceAnnotation.__name__,
+    wrong={
+        "TraceAnnotation": "a TraceAnnotation names a span of the trace (like this notebook's 'input'); the "
+                           "profiler's per-step analysis reads a subclass of it, which marks its span as a step",
+        "annotate_function": "annotate_function names every call of one function in the trace; it says "
+                             "nothing about steps",
+        "trace": "jax.profiler.trace records the trace itself; something inside it must mark each step",
+        "start_trace": "start_trace begins the recording; something inside it must mark each step",
+    },
+    otherwise="that is not what the notebook's scripts wrap each train step in; look at the loop of "
+              "section 2 again",
+    hints=(
+        "Look at the loop the scripts run: each train step is inside a `with jax.profiler.... (\"train\", "
+        "step_num=step):` block.",
+        "Its name says 'step'; the plain TraceAnnotation is its base class.",
+    ),
+))
+
+
+# ------------------------------------------------------------------ 15.3 the fraction spent waiting
+
+# A cluster of 4 hosts: host 3 spends EXTRA_MS more on its input than the others in every step, and
+# a step where no host is late takes BALANCED_MS. The others wait in the all-reduce for host 3.
+BALANCED_MS, EXTRA_MS = 210, 90
+
+register(ValueExercise(
+    id="15.3", kernel=KERNEL, title="the fraction of a fast host's step spent waiting",
+    answer_name="host0_waiting",
+    solution=f"host0_waiting = {EXTRA_MS} / ({BALANCED_MS} + {EXTRA_MS})",
+    form=forms.number("the fraction of host 0's step spent waiting"),
+    right=lambda: EXTRA_MS / (BALANCED_MS + EXTRA_MS),
+    wrong={
+        EXTRA_MS / BALANCED_MS: "you divided by the balanced step; host 0's step is longer than that now, "
+                                "because it includes the wait",
+        BALANCED_MS / (BALANCED_MS + EXTRA_MS): "that is the part of host 0's step that is not the wait",
+        0.0: "host 0 is not the slow host, but it still waits: in the all-reduce, for host 3",
+        float(EXTRA_MS): "that is the wait in milliseconds; the question asks for a fraction of the step",
+    },
+    rules=(Rule(lambda v: v > 1, example=100.0 * EXTRA_MS / (BALANCED_MS + EXTRA_MS),
+                say="a fraction is between 0 and 1 (a percentage divided by 100)"),),
+    hints=(
+        "Every host's step ends when the all-reduce ends, and that is when host 3 arrives. How long is "
+        "host 0's step?",
+        f"Host 0's step is {BALANCED_MS} ms of its own work and collective, plus the time it waits for "
+        "host 3.",
+    ),
+))
