@@ -435,15 +435,23 @@ class _Limits:
 
 
 def _stalled(started: list[_Host], stall: float | None) -> bool:
-    """Every host has printed (or exited), and none has printed for `stall` seconds."""
+    """Every host has printed (or exited), and none has printed for `stall` seconds.
+
+    Hosts that have all ended their scripts are not stalled: they are at JAX's exit barrier
+    together, which a busy machine can make last a few seconds.
+    """
     if stall is None:
         return False
-    times = [h.last_output for h in started if h.proc.poll() is None]
+    running = [h for h in started if h.proc.poll() is None]
+    if running and all(SCRIPT_ENDED in "".join(h.err) for h in running):
+        return False
+    times = [h.last_output for h in running]
     return bool(times) and None not in times and time.monotonic() - max(times) > stall
 
 
 def _attempt(cmd: list[str], hosts: int, devices_per_host: int, limits: _Limits,
-             on_line, verbose: bool) -> tuple[list[_Host], list[str], list[list[int]], str, int]:
+             on_line, verbose: bool, bare: bool = False,
+             ) -> tuple[list[_Host], list[str], list[list[int]], str, int]:
     """Start the hosts once; stop them all `grace` s after the first failure, or at a limit.
 
     Returns the hosts, their statuses, the failed hosts grouped by when they failed, why the
@@ -477,8 +485,9 @@ def _attempt(cmd: list[str], hosts: int, devices_per_host: int, limits: _Limits,
                 why = f"no host printed anything for {limits.stall:g} s"
                 break
             time.sleep(_POLL_SECONDS)
-        _ask_where([h for h in started if h.proc.poll() is None
-                    and SCRIPT_ENDED not in "".join(h.err)])
+        if not bare:  # a bare host has no stack-dump handler: SIGUSR1 would kill it
+            _ask_where([h for h in started if h.proc.poll() is None
+                        and SCRIPT_ENDED not in "".join(h.err)])
     finally:  # on KeyboardInterrupt too: no host may outlive the run
         _kill_groups([h.proc for h in started])  # and anything the scripts left behind
         for h in started:
@@ -549,22 +558,24 @@ def _failure_message(failed: list[list[int]], results: Sequence[HostResult]) -> 
     return message
 
 
-def _host_command(script: Path, args: Sequence[str]) -> list[str]:
+def _host_command(script: Path, args: Sequence[str], bare: bool = False) -> list[str]:
+    if bare:
+        return [sys.executable, str(script), *map(str, args)]
     return [sys.executable, "-c", _HOST_MAIN, str(script), *map(str, args)]
 
 
 def _launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: int,
             limits: _Limits, display: dict[str, str], on_line=None, on_retry=None,
-            verbose: bool = False) -> RunResult:
+            verbose: bool = False, bare: bool = False) -> RunResult:
     for name, value, low in (("hosts", hosts, 1), ("devices_per_host", devices_per_host, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be a whole number of at least {low}; got {value!r}")
     limits.check()
-    cmd = _host_command(script, args)
+    cmd = _host_command(script, args, bare)
     pids: list[int] = []
     for attempt in range(1, _PORT_ATTEMPTS + 1):
         started, status, failed, why, port = _attempt(
-            cmd, hosts, devices_per_host, limits, on_line, verbose)
+            cmd, hosts, devices_per_host, limits, on_line, verbose, bare)
         pids += [h.proc.pid for h in started]
         bind_failed = any(_BIND_FAILURE.search("".join(started[i].err + started[i].log))
                           for group in failed for i in group)
@@ -596,7 +607,8 @@ def _launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: 
 
 def run(script_path: str | os.PathLike | None = None, *, source: str | None = None,
         hosts: int = 2, devices_per_host: int = 4, timeout: float = 120,
-        args: Sequence[str] = (), grace: float = 0.0, stall: float | None = None) -> RunResult:
+        args: Sequence[str] = (), grace: float = 0.0, stall: float | None = None,
+        bare: bool = False) -> RunResult:
     """Run a script (a file, or Python `source` text) as `hosts` JAX processes; return their outputs.
 
     A host that fails (an uncaught exception, a non-zero `sys.exit`, `os._exit` or a signal)
@@ -605,6 +617,11 @@ def run(script_path: str | os.PathLike | None = None, *, source: str | None = No
     none prints for `stall` seconds (a hang), every host still running is stopped.
     Either way the result says, host by host, how it ended or which line of the script it
     was at, and the last line it printed.
+
+    bare=True runs each host as plain `python script.py`, with none of the launcher's code
+    inside it: a crash does not end the host at once, the launcher cannot ask where a host
+    is, the native log is part of stderr, and a host outlives a launcher that is killed (the
+    launcher still stops every host when it returns). The script joins jax.distributed itself.
     """
     if (script_path is None) == (source is None):
         raise ValueError("pass either a script path or source='...python code...', not both")
@@ -620,7 +637,7 @@ def run(script_path: str | os.PathLike | None = None, *, source: str | None = No
                     f"no script at {script_path!r} (looked in {os.getcwd()}); check the path")
             display = {str(path): path.name}
         return _launch(path, args, hosts=hosts, devices_per_host=devices_per_host,
-                       limits=_Limits(timeout, grace, stall), display=display)
+                       limits=_Limits(timeout, grace, stall), display=display, bare=bare)
 
 
 # ------------------------------------------------------------------------------------ CLI

@@ -151,6 +151,35 @@ def test_a_stall_stops_a_silent_run_without_waiting_for_the_timeout():
     assert not survivors(result.pids)
 
 
+# Plain jax.distributed, no course code: host 1 raises, host 0 waits in a collective for it.
+BARE_CRASH = """
+import os, sys
+import jax
+from jax.experimental import multihost_utils
+env = os.environ
+jax.distributed.initialize(env["JAX_COORDINATOR_ADDRESS"], int(env["JAX_NUM_PROCESSES"]),
+                           int(env["JAX_PROCESS_ID"]), shutdown_timeout_seconds=2)
+print("course code loaded:", "helpers.launch" in sys.modules, flush=True)
+multihost_utils.process_allgather(jax.numpy.ones(1))
+if jax.process_index() == 1:
+    raise ValueError("host 1 crashes")
+multihost_utils.process_allgather(jax.numpy.ones(1))
+"""
+
+
+@pytest.mark.multiprocess
+def test_a_bare_run_is_plain_python_and_a_crash_does_not_end_the_host():
+    result = launch.run(source=BARE_CRASH, hosts=2, devices_per_host=1, timeout=NEVER, stall=3,
+                        bare=True)
+    assert [h.stdout for h in result.hosts] == ["course code loaded: False\n"] * 2
+    # host 1 printed its traceback and kept running (JAX's shutdown barrier), unlike a host of
+    # the course launcher; either both were still running at the stall, or the 2 s shutdown
+    # barrier had already aborted them
+    assert "ValueError: host 1 crashes" in result.hosts[1].stderr
+    assert result.hosts[1].returncode != 1, str(result)
+    assert not survivors(result.pids)
+
+
 DIES_MID_RUN = """
 import os, signal
 from helpers.launch import initialize

@@ -1,0 +1,80 @@
+"""Record notebook 12's slow failures once, into notebooks/transcripts/ (each takes minutes).
+
+Usage: python tools/record_transcripts.py [NAME ...]   (no name: all; names: see CASES)
+
+Each case runs a script of notebooks/scripts with the course launcher and writes a timeline:
+when (seconds after the start) each host printed each line, native log included, with ports,
+temporary paths and native stack frames removed; then the launcher's report.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as `python tools/NAME.py`
+    sys.path.insert(0, str(ROOT))
+
+from helpers import launch  # noqa: E402
+from helpers.launch_result import LOG_NOISE  # noqa: E402
+
+TRANSCRIPTS = ROOT / "notebooks" / "transcripts"
+SCRIPTS = ROOT / "notebooks" / "scripts"
+CASES = {  # transcript name -> (script, run options)
+    "crash_under_plain_jax": ("crash_under_plain_jax.py", {"bare": True, "timeout": 420, "grace": 10}),
+    "crash_before_first_collective": ("crash_under_plain_jax.py",
+                                      {"bare": True, "timeout": 420, "grace": 10, "args": ["0"]}),
+    "backend_never_starts": ("backend_never_starts.py", {"timeout": 240}),
+}
+_NATIVE_FRAME = re.compile(r"^\s*@\s+0x[0-9a-f]+\s")
+_WIDTH = 150  # characters of a line kept (native log records run to a thousand)
+_LOG_PREFIX = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+")  # date, time, thread id
+
+
+def _tidy(line: str, script: Path) -> str:
+    line = _LOG_PREFIX.sub(r"\1 ", line).replace(str(script), script.name)
+    line = re.sub(r"(127\.0\.0\.1\]?):\d+", r"\1:<port>", line)
+    line = re.sub(r"/tmp/[\w./-]+", "<tmp>", line)
+    line = re.sub(r"(?:/[^\s\"':]+)*/site-packages/", "site-packages/", line)
+    line = line.replace(f"{ROOT}/", "")
+    return line if len(line) <= _WIDTH else line[:_WIDTH - 3] + "..."
+
+
+def record(name: str) -> str:
+    """Run one case to its end; return its transcript."""
+    script, options = CASES[name]
+    path = SCRIPTS / script
+    lines: list[str] = []
+    lock = threading.Lock()
+    start = time.monotonic()
+
+    def on_line(host: int, stream: str, line: str) -> None:
+        text = line.rstrip("\n")
+        if not text.strip() or _NATIVE_FRAME.match(text) or (
+                stream == "stdout" and LOG_NOISE.match(text)):
+            return
+        with lock:
+            lines.append(f"{time.monotonic() - start:6.1f} s  host {host} {stream:6}| {_tidy(text, path)}")
+
+    result = launch._launch(path, options.get("args", ()), hosts=2, devices_per_host=2,
+                            limits=launch._Limits(options["timeout"], options.get("grace", 0.0)),
+                            display={str(path): path.name}, on_line=on_line,
+                            bare=options.get("bare", False))
+    command = f"run({script!r}, hosts=2, devices_per_host=2, " + ", ".join(
+        f"{k}={v!r}" for k, v in options.items()) + ")"
+    return "\n".join([f"$ {command}  # recorded by tools/record_transcripts.py, jax 0.10.2",
+                      *lines, f"launcher: {result.message}", *result.report()]) + "\n"
+
+
+def main(names: list[str]) -> None:
+    for name in names or CASES:
+        text = record(name)
+        (TRANSCRIPTS / f"{name}.txt").write_text(text)
+        print(f"{name}: {len(text.splitlines())} lines")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
