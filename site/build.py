@@ -36,7 +36,6 @@ from tools.nbrun import course_notebooks, exercise_id  # noqa: E402
 
 SITE = ROOT / "site"
 BUILD = ROOT / "build"
-STAGE = BUILD / "site-src"
 CACHE = BUILD / "site-cache"
 PAGES = ("README.md", "INSTRUCTORS.md", "CONTRIBUTING.md", "BENCHMARKS.md")
 # (package, version, {files in its tarball: where they go in the staged sources}). The widget
@@ -202,11 +201,13 @@ def stage(stage_dir: Path) -> None:
 
 
 def build(out: Path) -> None:
+    """The site in `out`; its staged sources and Sphinx's cache go next to it (OUT-src, OUT-doctrees)."""
     start = time.perf_counter()
-    stage(STAGE)
+    sources = out.with_name(out.name + "-src")
+    stage(sources)
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q", "-E",
-               "-d", str(BUILD / "site-doctrees"), str(STAGE), str(out)]
+               "-d", str(out.with_name(out.name + "-doctrees")), str(sources), str(out)]
     if subprocess.run(command).returncode:
         sys.exit("make site: the build has warnings or errors (above); the site is strict")
     print(f"make site: {out / 'index.html'} in {time.perf_counter() - start:.1f} s")
