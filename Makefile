@@ -5,13 +5,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: lab test test-browser site notebook bench bench-tests bench-compare doctor solutions notebooks venv clean help
+.PHONY: lab test test-browser site python-versions notebook bench bench-tests bench-compare doctor solutions notebooks venv clean help
 
 help:
 	@echo "make lab            set up .venv and open JupyterLab on the course"
 	@echo "make test           set up .venv and run every test (unit, nbval, solved notebooks, browser)"
 	@echo "make notebook NB=02 run one notebook's nbval check and solved run"
 	@echo "make test-browser   only the real-browser test"
+	@echo "make python-versions  the pins and nbval on notebooks 00 and 08 with Python 3.12 and 3.13 (pyenv; minutes)"
 	@echo "make site           build the course as a static site in build/site/ (its own pins: requirements-site.txt)"
 	@echo "make doctor         preflight check for a workshop laptop"
 	@echo "make solutions      write solved, executed copies into solutions/"
@@ -57,6 +58,11 @@ test-browser: $(STAMP)
 
 site: $(SITE_STAMP)
 	$(BIN)/python site/build.py
+
+# Not in `make test`: two installs of the pins and two nbval runs take minutes.
+PYTHON_VERSIONS ?= 3.12 3.13
+python-versions:
+	tools/python_versions.sh $(PYTHON_VERSIONS)
 
 doctor: $(STAMP)
 	$(BIN)/python -m helpers.doctor
