@@ -93,4 +93,4 @@ bench-compare: $(STAMP)
 	$(BIN)/python -m benchmarks.compare $(or $(COMPARE_RUNS),$(A) $(B))
 
 clean:
-	rm -rf $(VENV) solutions .pytest_cache .jax-cache
+	rm -rf $(VENV) solutions .pytest_cache .jax-cache build/site build/site-src build/site-doctrees build/site-cache build/python-*
