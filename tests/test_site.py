@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import http.server
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -228,3 +229,13 @@ def test_hints_and_solutions_are_folded_until_clicked(pages, server, browser):
     solution.locator("summary").click()
     assert solution.locator("pre").is_visible(), "a click on the summary does not reveal the solution"
     page.close()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_lab_does_not_install_the_site_tooling():
+    def recipe(target: str) -> str:  # what make would run if everything were out of date
+        return subprocess.run(["make", "-n", "-B", target], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout
+
+    assert "requirements-site.txt" not in recipe("lab")
+    assert "requirements-site.txt" in recipe("site") and "site/build.py" in recipe("site")
