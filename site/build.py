@@ -24,6 +24,7 @@ import tarfile
 import time
 from fnmatch import fnmatch
 from pathlib import Path
+from typing import NamedTuple
 
 import nbformat
 
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python site/build.py`: make `tools` importable
     sys.path.insert(0, str(ROOT))
 
+from helpers.exercises import get  # noqa: E402
 from tools.course_table import NotebookInfo, read_all  # noqa: E402
 from tools.nbrun import course_notebooks, exercise_id  # noqa: E402
 
@@ -51,11 +53,19 @@ WIDGET_JS = (
         **{f"package/dist/*.{kind}": FONT_DIRS for kind in ("woff2", "woff", "ttf", "eot", "svg")},
     }),
 )
-# (numeral, title, first notebook, last notebook): every notebook belongs to exactly one Part.
-PARTS = (
-    ("I", "From a mesh to data-parallel training across hosts", 0, 9),
-    ("II", "The real stack across hosts, and what goes wrong", 10, 13),
-    ("III", "When hosts fail and where the time goes", 14, 15),
+
+
+class Part(NamedTuple):
+    numeral: str
+    title: str
+    first: int  # its first and last notebook
+    last: int
+
+
+PARTS = (  # every notebook belongs to exactly one Part
+    Part("I", "From a mesh to data-parallel training across hosts", 0, 9),
+    Part("II", "The real stack across hosts, and what goes wrong", 10, 13),
+    Part("III", "When hosts fail and where the time goes", 14, 15),
 )
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 RUN_NOTE = """\
@@ -113,8 +123,6 @@ def inline_code(text: str) -> str:
 
 def folded_help(ex_id: str) -> str:
     """An exercise's hints and its solution, each folded: a click opens them."""
-    from helpers.exercises import get
-
     exercise = get(ex_id)
     hints = "".join(f"<li>{inline_code(h)}</li>" for h in exercise.hints)
     solution = html.escape(exercise.solution.strip(), quote=False)
@@ -144,10 +152,10 @@ def stage_notebook(path: Path, stage: Path) -> None:
     nbformat.write(nb, stage / "notebooks" / path.name)
 
 
-def part_of(info: NotebookInfo) -> tuple:
+def part_of(info: NotebookInfo) -> Part:
     number = int(info.number)
     for part in PARTS:
-        if part[2] <= number <= part[3]:
+        if part.first <= number <= part.last:
             return part
     sys.exit(f"make site: notebook {info.number} belongs to no Part: add it to PARTS in site/build.py")
 
@@ -155,13 +163,13 @@ def part_of(info: NotebookInfo) -> tuple:
 def part_pages(infos: list[NotebookInfo], stage: Path) -> list[str]:
     """One page per Part that has notebooks: its notebooks and what each teaches. Their names."""
     names = []
-    for numeral, title, first, last in PARTS:
-        members = [i for i in infos if part_of(i)[0] == numeral]
+    for part in PARTS:
+        members = [i for i in infos if part_of(i) == part]
         if not members:
             continue
-        name = f"part-{numeral.lower()}"
-        lines = [f"# Part {numeral} · {title}", "",
-                 f"Notebooks {first:02d}-{last:02d}. Each page shows the notebook as committed, "
+        name = f"part-{part.numeral.lower()}"
+        lines = [f"# Part {part.numeral} · {part.title}", "",
+                 f"Notebooks {part.first:02d}-{part.last:02d}. Each page shows the notebook as committed, "
                  "with the outputs the tests check.", ""]
         lines += [f"- [{i.number} · {i.title}](notebooks/{i.stem}.ipynb): {i.you_will_learn}"
                   for i in members]

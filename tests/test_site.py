@@ -166,10 +166,13 @@ def _internal_target(site: Path, server: str, url: str) -> tuple[Path, str] | No
     return (path / "index.html" if path.is_dir() else path), unquote(parts.fragment)
 
 
-def test_every_notebook_and_part_has_a_page(site):
+def test_every_notebook_has_a_page_listed_on_its_part_page(site):
     stems = [p.stem for p in course_notebooks()]
     missing = [s for s in stems if not (site / "notebooks" / f"{s}.html").exists()]
     assert not missing, f"notebooks without a page: {missing}"
+    parts = " ".join(p.read_text(encoding="utf-8") for p in site.glob("part-*.html"))
+    unlisted = [s for s in stems if f'href="notebooks/{s}.html"' not in parts]
+    assert not unlisted, f"notebooks on no Part's page: {unlisted}"
     for page in ("index.html", "INSTRUCTORS.html", "part-i.html", "part-ii.html"):
         assert (site / page).exists(), f"the site has no {page}"
 
