@@ -145,7 +145,7 @@ def pages(site, server, browser):
             page.wait_for_function(f"""() => [...document.querySelectorAll('{WIDGET_VIEW}')]
                 .every(s => s.parentElement.querySelector('.widget-subarea .jupyter-widgets'))""",
                                    timeout=30_000)
-            page.wait_for_load_state("networkidle")
+            page.evaluate("() => document.fonts.ready.then(() => document.fonts.status)")
         state = page.evaluate(_PAGE_STATE)
         number = re.match(r"notebooks/(\d\d)_", name)
         if number and number.group(1) in SCREENSHOTS:
