@@ -5,13 +5,15 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: lab test test-browser notebook bench bench-tests bench-compare doctor solutions notebooks venv clean help
+.PHONY: lab test test-browser site python-versions notebook bench bench-tests bench-compare doctor solutions notebooks venv clean help
 
 help:
 	@echo "make lab            set up .venv and open JupyterLab on the course"
 	@echo "make test           set up .venv and run every test (unit, nbval, solved notebooks, browser)"
 	@echo "make notebook NB=02 run one notebook's nbval check and solved run"
 	@echo "make test-browser   only the real-browser test"
+	@echo "make python-versions  the pins and nbval on notebooks 00 and 08 with Python 3.12 and 3.13 (pyenv; minutes)"
+	@echo "make site           build the course as a static site in build/site/ (its own pins: requirements-site.txt)"
 	@echo "make doctor         preflight check for a workshop laptop"
 	@echo "make solutions      write solved, executed copies into solutions/"
 	@echo "make notebooks      rebuild notebooks/*.ipynb from notebooks/src, execute them, and the README course table"
@@ -30,13 +32,20 @@ $(STAMP): requirements.txt requirements-lock.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 	@touch $(STAMP)
 
+# The site's tooling (Sphinx, myst-nb) is installed by `make site` and `make test`, never by `make lab`.
+SITE_STAMP := $(VENV)/.site-installed
+
+$(SITE_STAMP): $(STAMP) requirements-site.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-site.txt -c requirements-lock.txt
+	@touch $(SITE_STAMP)
+
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. $(ROOT_FLAG) \
 		--ServerApp.default_url=/lab/tree/notebooks/00_fake_devices.ipynb $(LAB_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) $(SITE_STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder -rs
 
 notebook: $(STAMP)
@@ -46,6 +55,14 @@ notebook: $(STAMP)
 test-browser: $(STAMP)
 	@$(BIN)/python -c 'import sys; sys.path.insert(0, "tests"); import browser_support as b; sys.exit(0 if b.find_chromium() else "make test-browser: " + b.INSTALL_HINT)'
 	$(BIN)/python -m pytest -p no:xdist -rs -m browser tests/test_browser.py
+
+site: $(SITE_STAMP)
+	$(BIN)/python site/build.py
+
+# Not in `make test`: two installs of the pins and two nbval runs take minutes.
+PYTHON_VERSIONS ?= 3.12 3.13
+python-versions:
+	tools/python_versions.sh $(PYTHON_VERSIONS)
 
 doctor: $(STAMP)
 	$(BIN)/python -m helpers.doctor
@@ -76,4 +93,4 @@ bench-compare: $(STAMP)
 	$(BIN)/python -m benchmarks.compare $(or $(COMPARE_RUNS),$(A) $(B))
 
 clean:
-	rm -rf $(VENV) solutions .pytest_cache .jax-cache
+	rm -rf $(VENV) solutions .pytest_cache .jax-cache build/site build/site-src build/site-doctrees build/site-cache build/python-*

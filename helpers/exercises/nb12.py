@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import Rule, ValueExercise
 from helpers.exercises.processes import ProcessExercise
+from helpers.files import course_file
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
-MYSTERY = Path(__file__).resolve().parents[2] / "notebooks" / "scripts" / "mystery_hang.py"
+MYSTERY = course_file("scripts/mystery_hang.py")
 
 
 # ------------------------------------------------------------- real runs that may hang
