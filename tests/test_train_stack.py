@@ -3,8 +3,8 @@ uninterrupted run's losses, and bad input (checkpoint directory, mesh) gets one 
 
 Runs: 8 steps on 2 hosts x 4 devices, uninterrupted; 4 steps on 2 x 4, then --resume to step 8
 on 4 x 2. Steps 5-8 must agree within TOL. Failures (notebook 14): a preemption notice to one
-host; a host killed during a save, restarted by the launcher; a damaged newest checkpoint. `train_stack_under_mpirun` is collected from
-tests/test_mpirun.py, next to the other mpirun runs.
+host; a host killed during a save, restarted by the launcher; a damaged newest checkpoint.
+`train_stack_under_mpirun` is collected from tests/test_mpirun.py, next to the other mpirun runs.
 """
 from __future__ import annotations
 
@@ -257,7 +257,7 @@ def test_a_preemption_notice_to_one_host_saves_the_same_step_on_every_host(tmp_p
 
 @pytest.fixture(scope="module")
 def restarted_job(tmp_path_factory) -> tuple[launch.JobResult, Path]:
-    """Host 1 killed while checkpoint 6 is written; the launcher restarts the job with --resume."""
+    """Host 0 killed while checkpoint 6 is written; the launcher restarts the job with --resume."""
     ckpt = tmp_path_factory.mktemp("restarted")
     job = _launch(2, 4, "--steps", 8, "--ckpt-dir", ckpt, "--save-every", 2, "--kill-in-save", 6,
                   max_restarts=2, restart_args=["--resume"])
@@ -269,7 +269,7 @@ def test_a_host_killed_during_a_save_costs_only_the_steps_since_the_last_checkpo
         uninterrupted, restarted_job):
     job, ckpt = restarted_job
     assert job.ok and job.report() == [
-        "attempt 1: host 1 failed (killed by SIGKILL) after step 6",
+        "attempt 1: host 0 failed (killed by SIGKILL) after step 6",
         "attempt 2: every host finished after step 8",
         "the job finished after 2 attempts (1 restart)"], str(job)
     first, second = (a.hosts[0] for a in job.attempts)

@@ -19,8 +19,9 @@ Failures (notebook 14). On a preemption notice (SIGTERM, as schedulers send it) 
 saves the same step, agreed with JAX's `reached_preemption_sync_point`, and exits 0.
 --resume takes the newest checkpoint that restores: a save that never finished is not in
 Orbax's listing, and a finished but damaged one is reported in one line and skipped (never
-deleted); with none usable the script says so and exits 2. --notice-at and --kill-in-save
-make the last host fail on purpose, in a fresh run only (so a restarted job runs clean).
+deleted); with none usable the script says so and exits 2. --notice-at (to the last host) and
+--kill-in-save (host 0, which commits each checkpoint) are failures on purpose, in a fresh run
+only (so a restarted job runs clean).
 """
 import argparse
 import os
@@ -49,7 +50,7 @@ parser.add_argument("--preemption", choices=["sync", "local"], default="sync",
 parser.add_argument("--notice-at", type=int, metavar="STEP",
                     help="(demo) the last host gets SIGTERM, a preemption notice, after step STEP")
 parser.add_argument("--kill-in-save", type=int, metavar="STEP",
-                    help="(demo) the last host is killed (SIGKILL) while checkpoint STEP is written")
+                    help="(demo) host 0 is killed (SIGKILL) while checkpoint STEP is written")
 args = parser.parse_args()
 
 
@@ -109,9 +110,6 @@ batch_sharding, replicated = NamedSharding(mesh, batch_spec), NamedSharding(mesh
 # this host's loader: ShardByJaxProcess says which host this is, out of how many
 loader = HostLoader(ArrayRecords(*train.dataset()), args.global_batch,
                     grain.sharding.ShardByJaxProcess(), seed=args.data_seed)
-print(f"{how}: host {host} of {num_hosts}, {local} local devices, mesh {dict(mesh.shape)}, "
-      f"batch {batch_spec}, reads {loader.rows_per_host} of {args.global_batch} rows per step")
-
 graphdef, abstract_state = nnx_model.abstract_state()  # shapes only, nothing computed
 # notebook 10's placement: parameters replicated, each AdamW moment split over 'device'
 state_shardings = nnx_model.state_shardings(mesh)
@@ -123,6 +121,18 @@ def train_step(state, x, y):
     loss, grads = nnx.value_and_grad(nnx_model.loss_fn)(model, x, y)
     optimizer.update(model, grads)
     return nnx.state((model, optimizer)), loss
+
+
+# Compiled before the first line is printed: a host silent from then on is waiting, not compiling
+# (the course launcher's stall=, and a hang's diagnosis, count silence from the first lines).
+first = loader.batch(0)
+rows = args.global_batch if args.batch_spec == "host,device" else loader.rows_per_host  # P('device'): one host's
+train_step = train_step.lower(
+    stack_ckpt.restore_targets(abstract_state, state_shardings),
+    *(jax.ShapeDtypeStruct((rows, *first[k].shape[1:]), first[k].dtype, sharding=batch_sharding)
+      for k in ("x", "y"))).compile()
+print(f"{how}: host {host} of {num_hosts}, {local} local devices, mesh {dict(mesh.shape)}, "
+      f"batch {batch_spec}, reads {loader.rows_per_host} of {args.global_batch} rows per step")
 
 
 manager = ocp.CheckpointManager(os.path.abspath(args.ckpt_dir)) if args.ckpt_dir else None
@@ -166,7 +176,7 @@ def global_batch(step):
             jax.make_array_from_process_local_data(batch_sharding, rows["y"]))
 
 
-last_host_fails = not args.resume and host == num_hosts - 1  # the demos' failures
+fresh = not args.resume  # the demos' failures happen in a fresh run only
 
 
 def preempted(done: int) -> bool:
@@ -181,13 +191,13 @@ for step in range(start, args.steps):
     done = step + 1
     if host == 0:
         print(f"step {done} loss {float(loss):.8f}")
-    if last_host_fails and done == args.notice_at:
+    if fresh and host == num_hosts - 1 and done == args.notice_at:
         print(f"host {host}: SIGTERM after step {done}", flush=True)
         os.kill(os.getpid(), signal.SIGTERM)
     stop = preempted(done)
     if manager is not None and (stop or done == args.steps
                                 or (args.save_every and done % args.save_every == 0)):
-        if last_host_fails and done == args.kill_in_save:  # dies with the save half-written
+        if fresh and host == 0 and done == args.kill_in_save:  # dies before it can commit
             stack_ckpt.save(manager, done, state, loader.state(done), wait=False)
             os.kill(os.getpid(), signal.SIGKILL)
         saved = stack_ckpt.save(manager, done, state, loader.state(done))
