@@ -3,10 +3,10 @@
     python -m helpers.launch --hosts 2 --devices-per-host 4 train.py --steps 10
 
 or, from a notebook, `run("train.py", hosts=2, devices_per_host=4)`. With `--max-restarts N`
-(`run(..., max_restarts=N)`) a failed run starts again, every host, at most N times. Host i is an OS process
-with D fake CPU devices; the script calls `helpers.launch.initialize()` first, which joins the
-run (jax.distributed, coordinator on 127.0.0.1, gloo collectives). The same script also runs
-under mpirun/srun (initialize falls back to JAX's cluster auto-detection) or alone.
+(`run(..., max_restarts=N)`) a failed run starts again, every host, at most N times. Host i is
+an OS process with D fake CPU devices; the script calls `helpers.launch.initialize()` first,
+which joins the run (jax.distributed, coordinator on 127.0.0.1, gloo collectives). The same
+script also runs under mpirun/srun (initialize falls back to JAX's cluster auto-detection) or alone.
 
 The launcher is also the tool that explains a broken run: a host that fails (exception,
 non-zero exit status, signal) stops the others at once, and the result says for every host
@@ -603,6 +603,9 @@ def _restarted(launch_once: Callable[[Sequence[str]], RunResult], max_restarts: 
     `restart_args` added, at most `max_restarts` times. `on_attempt(job)` follows each attempt."""
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise ValueError(f"max_restarts must be a whole number, 0 or more; got {max_restarts!r}")
+    if isinstance(restart_args, str):
+        raise ValueError(f"restart_args is a list of arguments, like ['--resume']; got the text "
+                         f"{restart_args!r}")
     attempts: list[RunResult] = []
     while True:
         attempts.append(launch_once(restart_args if attempts else ()))

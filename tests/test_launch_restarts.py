@@ -68,6 +68,11 @@ def test_max_restarts_must_be_a_whole_number(bad):
         launch.run(source="print(1)", hosts=1, max_restarts=bad)
 
 
+def test_restart_args_are_a_list_not_a_text():
+    with pytest.raises(ValueError, match=r"restart_args is a list of arguments, like \['--resume'\]"):
+        launch.run(source="print(1)", hosts=1, max_restarts=1, restart_args="--resume")
+
+
 def test_the_command_line_reports_every_attempt(tmp_path, capsys):
     script = tmp_path / "flaky.py"
     script.write_text(FLAKY)
