@@ -154,7 +154,7 @@ def loaders(global_batches: list[int], steps: int, reps: int) -> None:
     out = {"read": {}, "assembled": {}}
     for batch in global_batches:
         grain_loader = HostLoader(ArrayRecords(*train.dataset()), batch,
-                                  grain.sharding.ShardByJaxProcess(drop_remainder=True), seed=0)
+                                  grain.sharding.ShardByJaxProcess(), seed=0)
         read = {
             "numpy": lambda s: dict(zip("xy", train.host_batch(s, host, hosts, batch))),
             "grain": grain_loader.batch,

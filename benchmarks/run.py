@@ -7,7 +7,7 @@
     python -m benchmarks.run --only 1,5 --notebooks 00,02 --output /tmp/b.md --results-dir /tmp/r
 
 One module per section (learner, testsuite, explorer, launcher, course, checkpoints, loaders,
-collectives), each with KEY, TITLE, `measure(results, opts)` and `render(results)`; with
+collectives, restarts), each with KEY, TITLE, `measure(results, opts)` and `render(results)`; with
 --quick, each measures less (its QUICK settings, or fewer repetitions). Raw results go to
 benchmarks/results/STAMP.json (pyperf) and STAMP.report.json, with the commit measured.
 After `make bench` or `make bench-tests`, the report shows the newest full run with the test
@@ -31,12 +31,13 @@ if str(ROOT) not in sys.path:  # run as `python benchmarks/run.py`
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import (checkpoints, collectives, course, explorer, launcher,  # noqa: E402
-                        learner, loaders, report, runs, testsuite)
+                        learner, loaders, report, restarts, runs, testsuite)
 from benchmarks.measure import RESULTS, Results, WrongProgram, log  # noqa: E402
 
-SECTIONS = [learner, testsuite, explorer, launcher, course, checkpoints, loaders, collectives]
+SECTIONS = [learner, testsuite, explorer, launcher, course, checkpoints, loaders, collectives,
+            restarts]
 ORDER = ["learner", "explorer", "launcher", "course", "checkpoints", "loaders",
-         "collectives"]  # what `make bench` measures, in this order
+         "collectives", "restarts"]  # what `make bench` measures, in this order
 APART = [runs.TESTS]  # measured only when named (`make bench-tests`), after the rest
 
 

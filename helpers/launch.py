@@ -2,10 +2,11 @@
 
     python -m helpers.launch --hosts 2 --devices-per-host 4 train.py --steps 10
 
-or, from a notebook, `run("train.py", hosts=2, devices_per_host=4)`. Host i is an OS process
-with D fake CPU devices; the script calls `helpers.launch.initialize()` first, which joins the
-run (jax.distributed, coordinator on 127.0.0.1, gloo collectives). The same script also runs
-under mpirun/srun (initialize falls back to JAX's cluster auto-detection) or alone.
+or, from a notebook, `run("train.py", hosts=2, devices_per_host=4)`. With `--max-restarts N`
+(`run(..., max_restarts=N)`) a failed run starts again, every host, at most N times. Host i is
+an OS process with D fake CPU devices; the script calls `helpers.launch.initialize()` first,
+which joins the run (jax.distributed, coordinator on 127.0.0.1, gloo collectives). The same
+script also runs under mpirun/srun (initialize falls back to JAX's cluster auto-detection) or alone.
 
 The launcher is also the tool that explains a broken run: a host that fails (exception,
 non-zero exit status, signal) stops the others at once, and the result says for every host
@@ -20,6 +21,7 @@ import io
 import os
 import re
 import runpy
+import shlex
 import signal
 import socket
 import subprocess
@@ -32,10 +34,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from helpers.devices import DEVICE_COUNT_FLAG
+from helpers.launch_job import JobResult
 from helpers.launch_result import (SCRIPT_ENDED, HostResult, LaunchError, RunResult, clean_stderr,
                                    clean_stdout, describe_exit, hosts_text)
 
-__all__ = ["run", "initialize", "main", "RunResult", "HostResult", "LaunchError"]
+__all__ = ["run", "initialize", "main", "RunResult", "HostResult", "JobResult", "LaunchError"]
 
 _PORT_ATTEMPTS = 3
 _POLL_SECONDS = 0.02
@@ -605,10 +608,30 @@ def _launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: 
                      pids=tuple(pids), attempts=attempt, failed_first=tuple(h for group in failed for h in group))
 
 
+def _restarted(launch_once: Callable[[Sequence[str]], RunResult], max_restarts: int,
+               restart_args: Sequence[str], on_attempt=None) -> JobResult:
+    """Launch the job; after a failed attempt, stop it all and launch it again with
+    `restart_args` added, at most `max_restarts` times. `on_attempt(job)` follows each attempt."""
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ValueError(f"max_restarts must be a whole number, 0 or more; got {max_restarts!r}")
+    if isinstance(restart_args, str):
+        raise ValueError(f"restart_args is a list of arguments, like ['--resume']; got the text "
+                         f"{restart_args!r}")
+    attempts: list[RunResult] = []
+    while True:
+        attempts.append(launch_once(restart_args if attempts else ()))
+        job = JobResult(tuple(attempts), max_restarts)
+        if on_attempt is not None:
+            on_attempt(job)
+        if job.ok or job.restarts == max_restarts:
+            return job
+
+
 def run(script_path: str | os.PathLike | None = None, *, source: str | None = None,
         hosts: int = 2, devices_per_host: int = 4, timeout: float = 120,
         args: Sequence[str] = (), grace: float = 0.0, stall: float | None = None,
-        bare: bool = False) -> RunResult:
+        bare: bool = False, max_restarts: int | None = None,
+        restart_args: Sequence[str] = ()) -> RunResult | JobResult:
     """Run a script (a file, or Python `source` text) as `hosts` JAX processes; return their outputs.
 
     A host that fails (an uncaught exception, a non-zero `sys.exit`, `os._exit` or a signal)
@@ -622,6 +645,10 @@ def run(script_path: str | os.PathLike | None = None, *, source: str | None = No
     inside it: a crash does not end the host at once, the launcher cannot ask where a host
     is, the native log is part of stderr, and a host outlives a launcher that is killed (the
     launcher still stops every host when it returns). The script joins jax.distributed itself.
+
+    With `max_restarts=N` a failed (or stopped) run starts again, every host, with
+    `restart_args` added to `args` (e.g. `("--resume",)`), until one succeeds or N restarts
+    are used up; the result is then a `JobResult` (each attempt, and a line for each).
     """
     if (script_path is None) == (source is None):
         raise ValueError("pass either a script path or source='...python code...', not both")
@@ -636,8 +663,14 @@ def run(script_path: str | os.PathLike | None = None, *, source: str | None = No
                 raise FileNotFoundError(
                     f"no script at {script_path!r} (looked in {os.getcwd()}); check the path")
             display = {str(path): path.name}
-        return _launch(path, args, hosts=hosts, devices_per_host=devices_per_host,
-                       limits=_Limits(timeout, grace, stall), display=display, bare=bare)
+
+        def launch_once(extra: Sequence[str] = ()) -> RunResult:
+            return _launch(path, [*args, *extra], hosts=hosts, devices_per_host=devices_per_host,
+                           limits=_Limits(timeout, grace, stall), display=display, bare=bare)
+
+        if max_restarts is None:
+            return launch_once()
+        return _restarted(launch_once, max_restarts, restart_args)
 
 
 # ------------------------------------------------------------------------------------ CLI
@@ -658,6 +691,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--grace", type=float, default=0.0,
                    help="after a host fails, give the others this many seconds to end by "
                         "themselves (default 0)")
+    p.add_argument("--max-restarts", type=int, default=None, metavar="N",
+                   help="after a failed run, stop every host and start the whole job again, "
+                        "at most N times")
+    p.add_argument("--restart-args", default="", metavar="ARGS",
+                   help="arguments added to the script's on a restart, e.g. --restart-args=--resume")
     p.add_argument("--verbose", action="store_true",
                    help="also show JAX/gloo log lines")
     p.add_argument("script")
@@ -690,23 +728,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not path.is_file():
         print(f"[launch] no script at {opts.script!r}; check the path", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        result = _launch(path.resolve(), opts.args, hosts=opts.hosts,
+    def launch_once(extra: Sequence[str] = ()) -> RunResult:
+        result = _launch(path.resolve(), [*opts.args, *extra], hosts=opts.hosts,
                          devices_per_host=opts.devices_per_host, limits=_Limits(opts.timeout, opts.grace, opts.stall),
                          display={}, on_line=on_line, on_retry=on_retry,
                          verbose=opts.verbose)
+        print(f"[launch] {opts.hosts} hosts x {opts.devices_per_host} devices: {result.message}",
+              file=sys.stderr)
+        if not result.ok:
+            for line in result.report():
+                print(f"[launch] {line}", file=sys.stderr)
+        return result
+
+    def on_attempt(job: JobResult) -> None:
+        again = not job.ok and job.restarts < opts.max_restarts
+        restart = f"; restarting every host{' with ' + opts.restart_args if opts.restart_args else ''}"
+        print(f"[launch] {job.attempt_line(len(job.attempts))}{restart if again else ''}",
+              file=sys.stderr)
+        if not again:
+            print(f"[launch] {job.message}", file=sys.stderr)
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        if opts.max_restarts is None:
+            result = launch_once()
+        else:
+            result = _restarted(launch_once, opts.max_restarts, shlex.split(opts.restart_args),
+                                on_attempt).last
     except KeyboardInterrupt:
         print("[launch] interrupted; stopped every host", file=sys.stderr)
         return 130
     except ValueError as err:
         print(f"[launch] {err}", file=sys.stderr)
         return 2
-    print(f"[launch] {opts.hosts} hosts x {opts.devices_per_host} devices: {result.message}",
-          file=sys.stderr)
-    if not result.ok:
-        for line in result.report():
-            print(f"[launch] {line}", file=sys.stderr)
     if result.ok:
         return 0
     return 124 if any(h.status == "timed out" for h in result.hosts) else 1

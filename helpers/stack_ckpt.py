@@ -1,7 +1,8 @@
 """Orbax checkpoints of a sharded train state, and the checks that run before a resume.
 
 `newest_step(dir)` looks at the checkpoint directory before JAX starts and names what is wrong
-in one line (missing, empty, only half-written saves). `check_batch_split` refuses a mesh whose
+in one line (missing, empty, only half-written saves); a step counts as finished exactly when
+Orbax's own listing (`finished_steps`) counts it. `check_batch_split` refuses a mesh whose
 devices do not divide the global batch before any collective runs. `save` and `restore` wrap
 Orbax's `CheckpointManager` calls: a train state (a pytree of global arrays) plus the loader's
 position (a small JSON dict), restored onto whatever mesh the targets carry:
@@ -17,8 +18,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CheckpointError", "UNFINISHED_MARK", "newest_step", "check_batch_split",
-           "restore_targets", "save", "restore"]
+__all__ = ["CheckpointError", "DamagedCheckpoint", "UNFINISHED_MARK", "finished_steps",
+           "newest_step", "check_batch_split", "restore_targets", "save", "restore"]
 
 # How Orbax names a step directory while it is still being written (renamed when done).
 UNFINISHED_MARK = ".orbax-checkpoint-tmp"
@@ -28,9 +29,28 @@ class CheckpointError(RuntimeError):
     """A checkpoint directory cannot be resumed from; the message says why and what to do."""
 
 
+class DamagedCheckpoint(CheckpointError):
+    """A finished checkpoint (in Orbax's listing) whose files do not restore: `step`, and Orbax's `gist`."""
+
+    def __init__(self, message: str, step: int, gist: str):
+        super().__init__(message)
+        self.step, self.gist = step, gist
+
+
 def _listing(names: list[str], most: int = 4) -> str:
     shown = ", ".join(names[:most])
     return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def finished_steps(ckpt_dir: str | Path) -> list[int]:
+    """The steps Orbax counts as finished in `ckpt_dir`, oldest first.
+
+    Orbax's own listing: a step directory renamed from its temporary name, or (on file systems
+    without an atomic rename) one holding `commit_success.txt`. Never a save in progress.
+    """
+    from orbax.checkpoint.path import step as orbax_steps
+
+    return sorted(orbax_steps.checkpoint_steps(Path(ckpt_dir)))
 
 
 def newest_step(ckpt_dir: str | Path) -> int:
@@ -41,11 +61,11 @@ def newest_step(ckpt_dir: str | Path) -> int:
                               "Start without --resume, or pass the --ckpt-dir a run saved into")
     if not path.is_dir():
         raise CheckpointError(f"cannot resume: {path} is a file, not a checkpoint directory")
-    names = sorted(p.name for p in path.iterdir())
-    finished = sorted(int(n) for n in names if n.isdigit() and (path / n).is_dir())
+    finished = finished_steps(path)
     if finished:
         return finished[-1]
-    unfinished = [n for n in names if UNFINISHED_MARK in n]
+    names = sorted(p.name for p in path.iterdir())
+    unfinished = [n for n in names if UNFINISHED_MARK in n or (n.isdigit() and (path / n).is_dir())]
     if not names:
         raise CheckpointError(f"cannot resume: checkpoint directory {path} is empty (no run "
                               "saved there yet). Start without --resume to train from step 0")
@@ -89,13 +109,19 @@ def restore_targets(abstract_state: Any, shardings: Any) -> Any:
     return jax.tree.map(target, shardings, abstract_state)
 
 
-def save(manager, step: int, state: Any, loader_state: dict) -> None:
-    """Save the train state (global arrays) and the loader position as checkpoint `step`; wait for it."""
+def save(manager, step: int, state: Any, loader_state: dict, *, wait: bool = True) -> bool:
+    """Save the train state (global arrays) and the loader position as checkpoint `step`.
+
+    Waits until Orbax has committed it, unless `wait=False` (the write goes on in the background).
+    Returns False when Orbax saved nothing: it saves only steps newer than its newest checkpoint.
+    """
     import orbax.checkpoint as ocp
 
-    manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                               loader=ocp.args.JsonSave(loader_state)))
-    manager.wait_until_finished()
+    saved = manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                       loader=ocp.args.JsonSave(loader_state)))
+    if wait:
+        manager.wait_until_finished()
+    return saved
 
 
 def _without_closed_loop_noise(hook):
@@ -112,7 +138,7 @@ def _without_closed_loop_noise(hook):
 def restore(manager, step: int, targets: Any) -> tuple[Any, dict]:
     """Checkpoint `step` restored onto the shardings in `targets`: (state, loader_state).
 
-    A checkpoint that cannot be read raises a one-line CheckpointError.
+    A checkpoint that cannot be read raises a one-line DamagedCheckpoint.
     """
     import orbax.checkpoint as ocp
 
@@ -129,10 +155,12 @@ def restore(manager, step: int, targets: Any) -> tuple[Any, dict]:
     except Exception as error:  # Orbax's errors run many lines deep: keep the gist of the last
         last = (str(error).strip().splitlines() or [""])[-1].split(" [")[0]
         gist = last if len(last) <= 160 else last[:157] + "..."
-        raise CheckpointError(f"cannot resume: checkpoint {where} is incomplete or damaged "
-                              f"(Orbax: {type(error).__name__}: {gist}). If a save into it was "
-                              f"interrupted, delete {where} to resume from the step before it") from None
-    asyncio_log.setLevel(level)
+        gist = f"{type(error).__name__}: {gist}"
+        raise DamagedCheckpoint(f"cannot resume: checkpoint {where} is incomplete or damaged "
+                                f"(Orbax: {gist}). If a save into it was interrupted, delete "
+                                f"{where} to resume from the step before it", step, gist) from None
+    finally:
+        asyncio_log.setLevel(level)
     if restored["loader"] is None:
         raise CheckpointError(f"cannot resume: checkpoint {where} has no loader position; it "
                               "was not written by this script")

@@ -56,7 +56,8 @@ class HostLoader:
     """One host's rows of each global batch: a shared shuffle (new each epoch), split by host.
 
     `shard` says which host this is (`grain.sharding.ShardByJaxProcess()` in a real run, which
-    reads `jax.process_index()` and `jax.process_count()`). Each epoch keeps
+    reads `jax.process_index()` and `jax.process_count()`); only its `shard_index` and
+    `shard_count` are read, so its `drop_remainder` changes nothing. Each epoch keeps
     `len(source) // global_batch` whole batches and drops the rest of the records.
     """
 

@@ -9,7 +9,8 @@ from helpers.devices import use_fake_devices
 use_fake_devices(8)
 
 from benchmarks import (checkpoints, collectives, compare, course, explorer,  # noqa: E402
-                        learner, loaders, measure, report, run, runs, testsuite, train_step)
+                        learner, loaders, measure, report, restarts, run, runs, testsuite,
+                        train_step)
 from tools import course_table  # noqa: E402
 
 
@@ -289,7 +290,7 @@ def test_a_host_that_saw_a_wrong_result_stops_the_run(tmp_path, monkeypatch):
 
 
 def test_every_section_has_a_quick_mode_and_make_bench_leaves_the_test_suite_out():
-    assert [s.KEY for s in run.SECTIONS][5:] == ["checkpoints", "loaders", "collectives"]
+    assert [s.KEY for s in run.SECTIONS][5:] == ["checkpoints", "loaders", "collectives", "restarts"]
     assert "tests" not in run.ORDER and set(run.ORDER + run.APART) == {s.KEY for s in run.SECTIONS}
     assert run.chosen_sections("") == run.ORDER and run.chosen_sections("tests") == ["tests"]
     assert run.chosen_sections("2,learner") == ["learner", "tests"]  # the test suite last
@@ -452,3 +453,12 @@ def test_make_bench_tests_measures_only_the_suite_and_merges_it(tmp_path, monkey
     text = out.read_text(encoding="utf-8")
     assert "_Not measured in this run (failed: RuntimeError: pytest is missing)._" in text
     assert "| 120 s |" not in text
+
+
+def test_the_restart_section_shows_the_kill_to_first_resumed_step():
+    results = measure.Results()
+    results.add(measure.record(restarts.NAME, [4.0, 5.0, 6.0]))
+    results.sections[restarts.KEY] = {"mesh": [2, 4], "repeats": 3}
+    text = restarts.render(results)
+    assert "| train_stack.py on 2 × 4, killed during save 4, resumed from checkpoint 2 | 5 s (4–6) |" \
+        in text, text

@@ -236,3 +236,21 @@ def test_under_open_mpi_5_without_mpi4py_initialize_says_what_to_install(initial
     with pytest.raises(RuntimeError, match=r"Open MPI 5 run.*pip install mpi4py"):
         launch.initialize()
     assert initialize_calls == []
+
+
+@pytest.mark.slurm
+@pytest.mark.multiprocess
+def test_a_loop_around_srun_restarts_a_killed_job_from_its_checkpoint(slurm_conf, tmp_path):
+    """Notebook 14 under SLURM: srun has no restart of its own (--requeue is sbatch's), so a loop
+    runs it again with --resume; the second step continues from the newest finished checkpoint."""
+    script = ROOT / "notebooks" / "scripts" / "train_stack.py"
+    ckpt = tmp_path / "ckpt"
+    args = ["--steps", "4", "--ckpt-dir", str(ckpt), "--save-every", "2"]
+    code, _, killed, _ = srun(slurm_conf, script, [*args, "--kill-in-save", "4"])
+    assert code != 0 and "saved checkpoint 4" not in killed[0], killed[0]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["2", "4.orbax-checkpoint-tmp"]
+    code, err, resumed, stderr = srun(slurm_conf, script, [*args, "--resume"])
+    assert code == 0, f"srun exited with {code}:\n{err}\n{stderr[0][-3000:]}"
+    assert "resumed from checkpoint 2: loader at step 2" in resumed[0], resumed[0]
+    before, after = _step_losses(killed[0]), _step_losses(resumed[0])
+    assert sorted(after) == [3, 4] and all(abs(after[s] - before[s]) <= TOL for s in after)

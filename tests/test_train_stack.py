@@ -2,8 +2,9 @@
 uninterrupted run's losses, and bad input (checkpoint directory, mesh) gets one clear line.
 
 Runs: 8 steps on 2 hosts x 4 devices, uninterrupted; 4 steps on 2 x 4, then --resume to step 8
-on 4 x 2. Steps 5-8 must agree within TOL. `train_stack_under_mpirun` is collected from
-tests/test_mpirun.py, next to the other mpirun runs.
+on 4 x 2. Steps 5-8 must agree within TOL. Failures (notebook 14): a preemption notice to one
+host; a host killed during a save, restarted by the launcher; a damaged newest checkpoint.
+`train_stack_under_mpirun` is collected from tests/test_mpirun.py, next to the other mpirun runs.
 """
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ def _losses(text: str) -> dict[int, float]:
     return {int(s): float(loss) for s, loss in found}
 
 
-def _launch(hosts: int, devices: int, *args) -> launch.RunResult:
+def _launch(hosts: int, devices: int, *args, **restarts) -> launch.RunResult:
     result = launch.run(SCRIPT, hosts=hosts, devices_per_host=devices, timeout=TIMEOUT,
-                        args=[str(a) for a in args])
+                        args=[str(a) for a in args], **restarts)
     assert not alive(result.pids), "a launched host outlived its run"
     return result
 
@@ -125,16 +126,18 @@ def test_resume_from_a_save_that_never_finished(tmp_path, interrupted_ckpt):
     assert "Delete them" in line, line
 
 
-def test_resume_from_a_damaged_checkpoint(tmp_path, interrupted_ckpt):
+def test_resume_when_no_checkpoint_restores(tmp_path, interrupted_ckpt):
     ckpt = tmp_path / "ckpt"
     shutil.copytree(interrupted_ckpt, ckpt)
     shutil.rmtree(ckpt / "4" / "state" / "d")  # the array data, gone
     run = _one_process("--resume", "--ckpt-dir", ckpt, "--steps", 8)
     assert run.returncode == 2
+    assert re.search(r"^checkpoint 4 does not restore \(Orbax: \w+: .+\): skipped, left in place$",
+                     run.stdout, re.MULTILINE), run.stdout
     line = _only_error_line(run.stderr)
-    assert f"checkpoint {ckpt / '4'} is incomplete or damaged" in line, line
-    assert f"delete {ckpt / '4'}" in line, line
+    assert line.startswith(f"cannot resume: no checkpoint in {ckpt} restores (tried 4)"), line
     assert "step 5" not in run.stdout
+    assert (ckpt / "4" / "state").is_dir(), "a damaged checkpoint is never deleted"
 
 
 def test_resume_with_another_global_batch(tmp_path, interrupted_ckpt):
@@ -236,3 +239,65 @@ def test_a_fresh_run_refuses_a_directory_that_holds_checkpoints(interrupted_ckpt
     line = _only_error_line(run.stderr)
     assert "already holds checkpoints (newest: step 4): pass --resume" in line, line
     assert sorted(p.name for p in interrupted_ckpt.iterdir()) == ["4"]
+
+
+# ------------------------------------------------------------ failures (notebook 14)
+
+def test_a_preemption_notice_to_one_host_saves_the_same_step_on_every_host(tmp_path):
+    result = _launch(2, 4, "--steps", 60, "--ckpt-dir", tmp_path, "--notice-at", 3)
+    assert result.ok, str(result)
+    assert "host 1: SIGTERM after step 3" in result.hosts[1].stdout
+    saved = [re.findall(r"^host \d: preemption notice after step (\d+); saved step \1; exiting$",
+                        h.stdout, re.MULTILINE) for h in result.hosts]
+    assert saved[0] == saved[1] and len(saved[0]) == 1, result.stdout
+    step = int(saved[0][0])
+    assert 3 < step < 60 and [p.name for p in tmp_path.iterdir()] == [str(step)]
+    assert max(_losses(result.hosts[0].stdout)) == step, "no host trained past the saved step"
+
+
+@pytest.fixture(scope="module")
+def restarted_job(tmp_path_factory) -> tuple[launch.JobResult, Path]:
+    """Host 0 killed while checkpoint 6 is written; the launcher restarts the job with --resume."""
+    ckpt = tmp_path_factory.mktemp("restarted")
+    job = _launch(2, 4, "--steps", 8, "--ckpt-dir", ckpt, "--save-every", 2, "--kill-in-save", 6,
+                  max_restarts=2, restart_args=["--resume"])
+    assert not alive(job.pids), "a launched host outlived its attempt"
+    return job, ckpt
+
+
+def test_a_host_killed_during_a_save_costs_only_the_steps_since_the_last_checkpoint(
+        uninterrupted, restarted_job):
+    job, ckpt = restarted_job
+    assert job.ok and job.report() == [
+        "attempt 1: host 0 failed (killed by SIGKILL) after step 6",
+        "attempt 2: every host finished after step 8",
+        "the job finished after 2 attempts (1 restart)"], str(job)
+    first, second = (a.hosts[0] for a in job.attempts)
+    assert "saved checkpoint 6" not in first.stdout and "saved checkpoint 4" in first.stdout
+    # Orbax's atomic commit: step 6 stayed in its temporary directory, outside Orbax's listing
+    assert "6.orbax-checkpoint-tmp which already exists" in second.stderr, second.stderr
+    assert "resumed from checkpoint 4: loader at step 4" in second.stdout, second.stdout
+    resumed = _losses(second.stdout)
+    assert sorted(resumed) == [5, 6, 7, 8]
+    for step, loss in {**_losses(first.stdout), **resumed}.items():
+        assert abs(loss - uninterrupted[step]) <= TOL, (step, loss, uninterrupted[step])
+    assert sorted(int(p.name) for p in ckpt.iterdir()) == [2, 4, 6, 8]
+
+
+def test_a_damaged_newest_checkpoint_is_skipped_in_one_line(uninterrupted, restarted_job, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(restarted_job[1], ckpt)
+    data = sorted((ckpt / "8" / "state" / "d").iterdir())[0]
+    data.write_bytes(data.read_bytes()[:10])  # a finalized checkpoint with a truncated file
+    run = _one_process("--resume", "--ckpt-dir", ckpt, "--steps", 8)
+    assert run.returncode == 0, run.stderr[-3000:]
+    skipped = [line for line in run.stdout.splitlines() if "does not restore" in line]
+    assert len(skipped) == 1 and skipped[0].startswith("checkpoint 8 does not restore (Orbax: ") \
+        and skipped[0].endswith("): skipped, left in place"), run.stdout
+    assert "resumed from checkpoint 6: loader at step 6" in run.stdout
+    resumed = _losses(run.stdout)
+    assert sorted(resumed) == [7, 8]
+    for step, loss in resumed.items():
+        assert abs(loss - uninterrupted[step]) <= TOL, (step, loss, uninterrupted[step])
+    assert "not saved: Orbax keeps checkpoint 8, newer than step 8" in run.stdout
+    assert len(data.read_bytes()) == 10, "the damaged checkpoint is left as it was"

@@ -14,14 +14,23 @@ global batch. The same file runs three ways:
         python notebooks/scripts/train_stack.py --steps 8 --ckpt-dir /tmp/ckpt --resume
 
 Process 0 prints `step {s} loss {loss:.8f}` after the s-th update (s counts from 1).
+
+Failures (notebook 14). On a preemption notice (SIGTERM, as schedulers send it) every host
+saves the same step, agreed with JAX's `reached_preemption_sync_point`, and exits 0.
+--resume takes the newest checkpoint that restores: a save that never finished is not in
+Orbax's listing, and a finished but damaged one is reported in one line and skipped (never
+deleted); with none usable the script says so and exits 2. --notice-at (to the last host) and
+--kill-in-save (host 0, which commits each checkpoint) are failures on purpose, in a fresh run
+only (so a restarted job runs clean).
 """
 import argparse
 import os
+import signal
 import sys
 from functools import partial
 
 from helpers.launch import initialize
-from helpers.stack_ckpt import CheckpointError, newest_step
+from helpers.stack_ckpt import CheckpointError, DamagedCheckpoint, finished_steps, newest_step
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--steps", type=int, default=8, help="train until this step (default 8)")
@@ -35,6 +44,13 @@ parser.add_argument("--batch-spec", choices=["host,device", "device"], default="
                          "(default), or only over one host's devices (the pitfall of notebook 03)")
 parser.add_argument("--global-batch", type=int, default=256)
 parser.add_argument("--data-seed", type=int, default=0, help="Grain's shuffle seed")
+parser.add_argument("--preemption", choices=["sync", "local"], default="sync",
+                    help="how a host learns of a preemption notice: JAX's sync point, the same "
+                         "step on every host (default), or its own SIGTERM handler (the pitfall)")
+parser.add_argument("--notice-at", type=int, metavar="STEP",
+                    help="(demo) the last host gets SIGTERM, a preemption notice, after step STEP")
+parser.add_argument("--kill-in-save", type=int, metavar="STEP",
+                    help="(demo) host 0 is killed (SIGKILL) while checkpoint STEP is written")
 args = parser.parse_args()
 
 
@@ -65,6 +81,9 @@ elif args.ckpt_dir and os.path.isdir(args.ckpt_dir):  # a fresh run must not mix
              "to continue that run, or pick a new --ckpt-dir")
 
 how = initialize()  # before anything else touches JAX: joins the run, or stays alone
+noticed = []  # --preemption local: this host's own record of a SIGTERM
+if args.preemption == "local":
+    signal.signal(signal.SIGTERM, lambda signum, frame: noticed.append(True))
 
 import grain
 import jax
@@ -72,6 +91,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
 from jax import P
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 
 from helpers import nnx_model, stack_ckpt, train
@@ -89,10 +109,7 @@ batch_sharding, replicated = NamedSharding(mesh, batch_spec), NamedSharding(mesh
 
 # this host's loader: ShardByJaxProcess says which host this is, out of how many
 loader = HostLoader(ArrayRecords(*train.dataset()), args.global_batch,
-                    grain.sharding.ShardByJaxProcess(drop_remainder=True), seed=args.data_seed)
-print(f"{how}: host {host} of {num_hosts}, {local} local devices, mesh {dict(mesh.shape)}, "
-      f"batch {batch_spec}, reads {loader.rows_per_host} of {args.global_batch} rows per step")
-
+                    grain.sharding.ShardByJaxProcess(), seed=args.data_seed)
 graphdef, abstract_state = nnx_model.abstract_state()  # shapes only, nothing computed
 # notebook 10's placement: parameters replicated, each AdamW moment split over 'device'
 state_shardings = nnx_model.state_shardings(mesh)
@@ -106,6 +123,18 @@ def train_step(state, x, y):
     return nnx.state((model, optimizer)), loss
 
 
+# Compiled before the first line is printed: a host silent from then on is waiting, not compiling
+# (the course launcher's stall=, and a hang's diagnosis, count silence from the first lines).
+first = loader.batch(0)
+rows = args.global_batch if args.batch_spec == "host,device" else loader.rows_per_host  # P('device'): one host's
+train_step = train_step.lower(
+    stack_ckpt.restore_targets(abstract_state, state_shardings),
+    *(jax.ShapeDtypeStruct((rows, *first[k].shape[1:]), first[k].dtype, sharding=batch_sharding)
+      for k in ("x", "y"))).compile()
+print(f"{how}: host {host} of {num_hosts}, {local} local devices, mesh {dict(mesh.shape)}, "
+      f"batch {batch_spec}, reads {loader.rows_per_host} of {args.global_batch} rows per step")
+
+
 manager = ocp.CheckpointManager(os.path.abspath(args.ckpt_dir)) if args.ckpt_dir else None
 if resume_step is None:  # the same seed on every host; built directly with its sharding
     state = jax.jit(lambda: nnx.state(nnx_model.create(nnx_model.SEED)),
@@ -113,10 +142,24 @@ if resume_step is None:  # the same seed on every host; built directly with its 
     start = 0
 else:
     targets = stack_ckpt.restore_targets(abstract_state, state_shardings)  # onto *this* mesh
-    try:
-        state, position = stack_ckpt.restore(manager, resume_step, targets)
-    except CheckpointError as error:
-        fail(str(error))
+    for resume_step in reversed(finished_steps(args.ckpt_dir)):  # the newest that restores
+        why = "it failed on another host"
+        try:
+            state, position = stack_ckpt.restore(manager, resume_step, targets)
+            restored = True
+        except DamagedCheckpoint as damaged:
+            restored, why = False, f"Orbax: {damaged.gist}"
+        if num_hosts > 1:  # every host takes the same checkpoint, or none
+            restored = bool(multihost_utils.process_allgather(np.array(restored)).all())
+        if restored:
+            break
+        if host == 0:
+            print(f"checkpoint {resume_step} does not restore ({why}): skipped, "
+                  "left in place", flush=True)
+    else:
+        fail(f"cannot resume: no checkpoint in {args.ckpt_dir} restores (tried "
+             f"{', '.join(map(str, reversed(finished_steps(args.ckpt_dir))))}). Start without "
+             "--resume in a new --ckpt-dir")
     if position != loader.state(position["next_step"]):
         fail(f"checkpoint {resume_step} was saved with loader {position}, but this run reads "
              f"{loader.state(position['next_step'])}: resume with the same --global-batch and "
@@ -133,15 +176,40 @@ def global_batch(step):
             jax.make_array_from_process_local_data(batch_sharding, rows["y"]))
 
 
+fresh = not args.resume  # the demos' failures happen in a fresh run only
+
+
+def preempted(done: int) -> bool:
+    """Whether to save and stop after step `done` because of a preemption notice."""
+    if args.preemption == "local":
+        return bool(noticed)
+    return multihost_utils.reached_preemption_sync_point(done)  # False when alone
+
+
 for step in range(start, args.steps):
     state, loss = train_step(state, *global_batch(step))
     done = step + 1
     if host == 0:
         print(f"step {done} loss {float(loss):.8f}")
-    if manager is not None and (done == args.steps or (args.save_every and done % args.save_every == 0)):
-        stack_ckpt.save(manager, done, state, loader.state(done))
+    if fresh and host == num_hosts - 1 and done == args.notice_at:
+        print(f"host {host}: SIGTERM after step {done}", flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+    stop = preempted(done)
+    if manager is not None and (stop or done == args.steps
+                                or (args.save_every and done % args.save_every == 0)):
+        if fresh and host == 0 and done == args.kill_in_save:  # dies before it can commit
+            stack_ckpt.save(manager, done, state, loader.state(done), wait=False)
+            os.kill(os.getpid(), signal.SIGKILL)
+        saved = stack_ckpt.save(manager, done, state, loader.state(done))
         if host == 0:
-            print(f"saved checkpoint {done}")
+            print(f"saved checkpoint {done}" if saved else f"not saved: Orbax keeps checkpoint "
+                  f"{manager.latest_step()}, newer than step {done}")
+    if stop:
+        kept = f"saved step {done}" if manager is not None else "no --ckpt-dir, nothing saved"
+        print(f"host {host}: preemption notice after step {done}; {kept}; exiting", flush=True)
+        if manager is not None:
+            manager.close()
+        sys.exit(0)  # the scheduler counts a preempted job that saved as a success
 
 
 # Evaluation on a held-out set of 1001 examples: no host count divides it. Each host pads its
