@@ -9,32 +9,13 @@ from __future__ import annotations
 
 from benchmarks.measure import log, record, run_stack, run_worker, slowest
 from benchmarks.report import fmt_bench, md_table
+from helpers.allreduce import AXES, BODIES
 
 KEY = "collectives"
 TITLE = "Collectives: the hierarchical all-reduce against the flat psum"
-AXES = ("host", "device")
 PROGRAMS = ("flat", "hierarchical")
 FULL = {"meshes": [(2, 4), (4, 2)], "columns": [2**12, 2**16], "reps": 5}
 QUICK = {"meshes": [(2, 4)], "columns": [2**8], "reps": 2}
-
-
-def flat_allreduce(block):
-    """psum over every device at once: notebook 13's flat all-reduce."""
-    import jax
-
-    return jax.lax.psum(block, AXES)
-
-
-def hierarchical_allreduce(block):
-    """Inside each host, then across hosts, then back inside: notebook 13.4's solution."""
-    import jax
-
-    piece = jax.lax.psum_scatter(block, "device", scatter_dimension=1, tiled=True)
-    piece = jax.lax.psum(piece, "host")
-    return jax.lax.all_gather(piece, "device", axis=1, tiled=True)
-
-
-BODIES = {"flat": flat_allreduce, "hierarchical": hierarchical_allreduce}
 
 
 def program(mesh, name: str):

@@ -34,6 +34,7 @@ from jax import P
 from jax.sharding import NamedSharding
 
 from helpers import train
+from helpers.allreduce import BODIES  # notebook 13's flat psum and hierarchical all-reduce
 
 jax.config.update("jax_enable_compilation_cache", bool(args.cache_dir))
 if args.cache_dir:
@@ -53,8 +54,6 @@ def train_step(params, x, y):  # x, y: the global batch; XLA adds the all-reduce
 
 params = jax.device_put(train.init_params(), NamedSharding(mesh, P()))
 if args.collectives:  # 1 MiB of float32 per device, summed over every device two ways
-    from benchmarks.collectives import BODIES  # notebook 13's flat psum and hierarchical all-reduce
-
     rows = P(("host", "device"))
     grads = jax.make_array_from_process_local_data(
         NamedSharding(mesh, rows), np.ones((jax.local_device_count(), 2**18), np.float32))
