@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from helpers.exercises import forms
@@ -33,15 +34,22 @@ _JOIN = ("from helpers.launch import initialize\ninitialize()\n"
 
 # ------------------------------------------------------------------ 12.1 host-0 logging
 
+_LINE = re.compile(r"step \d+: mean -?\d+\.\d\d")  # the prompt's f"step {step}: mean {m:.2f}"
+
+
+def _host0_lines(case) -> list:
+    """What host 0 logged at each step ([] when the run gave no lines)."""
+    return list(case.got[0]) if isinstance(case.got, tuple) and case.got and case.got[0] else []
+
+
 _LOG_DRIVER = _JOIN + (
     "lines = []\n"
     "for step in range(3):\n"
     "    local = np.arange(jax.local_device_count(), dtype=np.float32) + 10 * host + step\n"
     "    x = jax.make_array_from_process_local_data(rows, local)\n"
     "    lines.append(log_line(step, x))\n"
-    "# what each host logged: None, or the number its line ends with (-1 if none: nan never compares equal)\n"
-    "import re\n"
-    "logged = [None if line is None else float((re.findall(r'-?\\d+(?:\\.\\d+)?', str(line)) or ['-1'])[-1])\n"
+    "# what each host logged: its line as it is (a str or None), or what else it returned\n"
+    "logged = [line if line is None or isinstance(line, str) else f'not a str: {type(line).__name__} {line!r}'[:60]\n"
     "          for line in lines]\n"
     "print(json.dumps(logged))\n")
 
@@ -105,6 +113,22 @@ register(ProcessExercise(
                  '    if jax.process_index() == 1:\n'
                  '        jnp.mean(x).block_until_ready()\n'
                  '    return None\n'),),
+    families=(
+        Rule(lambda case: _host0_lines(case) and not all(isinstance(line, str) and not line.startswith("not a str")
+                                                         for line in _host0_lines(case)),
+             example='def log_line(step, x):\n'
+                     '    mean = float(global_mean(x))\n'
+                     '    return mean if jax.process_index() == 0 else None\n',
+             say=lambda case: f"host 0 returned {str(_host0_lines(case)[0]).removeprefix('not a str: ')} at step 0, "
+                              "not the line: return the str "
+                              "f\"step {step}: mean {m:.2f}\" itself"),
+        Rule(lambda case: _host0_lines(case) and not all(_LINE.fullmatch(line) for line in _host0_lines(case)),
+             example='def log_line(step, x):\n'
+                     '    mean = float(global_mean(x))\n'
+                     '    return f"step {step}: mean {mean:.3f}" if jax.process_index() == 0 else None\n',
+             say=lambda case: f"host 0 logged {_host0_lines(case)[0]!r} at step 0: the prompt asks for exactly the "
+                              "line f\"step {step}: mean {m:.2f}\", two decimals"),
+    ),
     hints=(
         "`jnp.mean(x)` on a global array is a collective: it finishes only when every host has "
         "called it.",
