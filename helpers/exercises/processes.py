@@ -109,6 +109,7 @@ class ProcessExercise(ProgramExercise):
     on: tuple[int, int] | None = None
     timeout: float = 60.0  # the whole run's limit (the catalogue's run is longer than one program's)
     stall: float = STALL_SECONDS  # a run where every host printed, then none did for `stall` s, hung
+    apart: tuple[str, ...] = ()  # catalogued programs that hang: each runs alone, not with the others
 
     def make_case(self, layout):
         return layout
@@ -161,7 +162,7 @@ class ProcessExercise(ProgramExercise):
     def output_of_source(self, source: str, layout) -> Any:
         """What a program printed on this layout; known programs run once (together, if so declared)."""
         if (self.id, source, layout) not in self._outputs:
-            known = self._known()
+            known = tuple(s for s in self._known() if s not in self.apart)
             self._outputs.update(self._launch(known if self.together and source in known else (source,), layout))
         return self._outputs[(self.id, source, layout)]
 
