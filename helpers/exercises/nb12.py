@@ -170,6 +170,15 @@ def steps_together(my_batches):
     return int(multihost_utils.broadcast_one_to_all(np.int32(my_batches)))
 '''
 
+_EPOCH_HOST_0_BROADCASTS = '''from jax.experimental import multihost_utils
+
+
+def steps_together(my_batches):
+    if jax.process_index() == 0:
+        return int(multihost_utils.broadcast_one_to_all(np.int32(my_batches)))
+    return my_batches
+'''
+
 register(ProcessExercise(
     id="12.2", kernel=KERNEL, answer_name="steps_together",
     title="every host runs the fewest batches any host has, so the epoch ends together",
@@ -180,6 +189,10 @@ register(ProcessExercise(
     wrong={
         _EPOCH_OWN_COUNT: "the run hung: each host ran its own number of steps, so host 1 finished "
                           "while host 0 waited in a collective of a step host 1 never ran",
+        _EPOCH_HOST_0_BROADCASTS: lambda case: (
+            f"{case.got.text.removeprefix('the run was stopped: ').split('. ')[0]}: broadcast_one_to_all is a "
+            "collective, so every host must call it, not host 0 alone. (And host 0's count is more batches "
+            "than some host has: count with every host's number)"),
         _EPOCH_HOST_0_COUNT: lambda case: (
             f"a host ran out of data ({case.got.text}): your count is more batches than some "
             "host has. Host 0's count, or the largest, is not one every host can run"),
