@@ -421,3 +421,118 @@ def targets_for(abstract_state, mesh):
         "jax.tree.unflatten(jax.tree.structure(abstract_state), targets).",
     ),
 ))
+
+
+# --------------------------------------------------------------------------- 11.4 a Grain loader per host
+
+# Each host of a real run calls host_rows for two steps with a fresh ArrayRecords (which lists the records
+# read), builds the global batch from what it returns, and reports: [rows it passed, global rows, distinct
+# records, equal to one host's global batch, records it read]; rows -1 when JAX refused them.
+_GRAIN_DRIVER = '''
+import grain
+import jax
+import numpy as np
+from jax import P
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding
+
+from helpers import train
+from helpers.stack_data import ArrayRecords, HostLoader
+
+mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ("host", "device"))
+sharding = NamedSharding(mesh, P(("host", "device")))
+
+
+def output(namespace, layout):
+    out = []
+    for step in (0, 3):
+        source = ArrayRecords(*train.dataset())
+        ids = np.asarray(namespace["host_rows"](source, step)["id"])
+        try:
+            every = multihost_utils.process_allgather(jax.make_array_from_process_local_data(sharding, ids), tiled=True)
+        except ValueError:  # rows that do not split over the devices: the same on every host
+            out.append([len(ids), -1, 0, False, len(source.reads)])
+            continue
+        alone = HostLoader(ArrayRecords(*train.dataset()), 256, grain.sharding.ShardOptions(0, 1), seed=0)
+        out.append([len(ids), int(every.shape[0]), len(set(every.tolist())),
+                    bool(np.array_equal(every, alone.batch(step)["id"])), len(source.reads)])
+    return out
+'''
+
+
+def _host_rows(body: str) -> str:
+    return f"def host_rows(source, step):\n{body}"
+
+
+_READS_EVERYTHING = _host_rows(
+    "    rows = HostLoader(source, GLOBAL_BATCH, grain.sharding.ShardOptions(0, 1), seed=0).batch(step)\n"
+    "    per_host = GLOBAL_BATCH // jax.process_count()\n"
+    "    mine = slice(jax.process_index() * per_host, (jax.process_index() + 1) * per_host)\n"
+    "    return {key: value[mine] for key, value in rows.items()}\n")
+_SHARDS_TWICE = _host_rows(
+    "    rows = HostLoader(source, GLOBAL_BATCH, grain.sharding.ShardByJaxProcess(), seed=0).batch(step)\n"
+    "    per_host = len(rows['id']) // jax.process_count()\n"
+    "    mine = slice(jax.process_index() * per_host, (jax.process_index() + 1) * per_host)\n"
+    "    return {key: value[mine] for key, value in rows.items()}\n")
+
+
+_TWO_HOSTS = _host_rows("    shard = grain.sharding.ShardOptions(jax.process_index(), 2)\n"
+                        "    return HostLoader(source, GLOBAL_BATCH, shard, seed=0).batch(step)\n")
+
+
+def _grain_otherwise(case) -> str:
+    hosts = case.layout[0]
+    passed, rows, distinct, same, read = case.got[0][0]
+    if rows == -1:
+        return (f"on {hosts} hosts each host passed {passed} rows, which JAX refused: a host passes its "
+                f"GLOBAL_BATCH // {hosts} rows of the step")
+    if rows != 256 or distinct != 256:
+        return (f"on {hosts} hosts the global batch has {rows} rows of {distinct} distinct records, not the 256 "
+                "records of the step: every host must read its own block of the same shuffled order")
+    return (f"on {hosts} hosts the global batch holds the step's 256 records, but not in the order one host "
+            "would read them: host h's block comes h-th")
+
+
+register(ProcessExercise(
+    id="11.4", kernel=KERNEL, answer_name="host_rows", signature="(source, step)",
+    title="Grain reads only this host's block: ShardByJaxProcess, and nothing sharded twice",
+    setup="import grain\nfrom helpers.stack_data import HostLoader\nGLOBAL_BATCH = 256\n",
+    solution='''
+def host_rows(source, step):
+    """This host's rows of global batch `step`: Grain reads only this host's block of it."""
+    shard = grain.sharding.ShardByJaxProcess(drop_remainder=True)  # this host, of jax.process_count()
+    return HostLoader(source, GLOBAL_BATCH, shard, seed=0).batch(step)
+''',
+    driver=_GRAIN_DRIVER, together=True, apart=(_TWO_HOSTS,),  # it fails on some hosts only
+    meshes=((2, 4), (4, 1)),
+    timeout=150.0,
+    wrong={
+        _READS_EVERYTHING:
+            lambda case: (f"the global batch is right, but each host read {case.got[0][0][4]} records to keep "
+                          f"{case.got[0][0][0]}: every host reads the whole global batch and slices its part. "
+                          "Let Grain read only this host's block: give HostLoader ShardByJaxProcess() as its shard"),
+        _SHARDS_TWICE:
+            lambda case: (f"the data is sharded twice: ShardByJaxProcess already gave this host its "
+                          f"{256 // case.layout[0]} rows, and you split them by host again, so each host passed "
+                          f"{case.got[0][0][0]} rows and the global batch has {case.got[0][0][1]}, not 256. "
+                          "make_array_from_process_local_data takes a host's rows as its part, as they are"),
+        _host_rows("    return HostLoader(source, GLOBAL_BATCH, grain.sharding.ShardOptions(0, 1), seed=0).batch(step)\n"):
+            lambda case: (f"each host passed the whole global batch ({case.got[0][0][0]} rows), so the global array "
+                          f"has {case.got[0][0][1]} rows, every record {case.layout[0]} times: each host passes "
+                          "only its own block, and ShardByJaxProcess tells Grain which one"),
+        _TWO_HOSTS:
+            lambda case: (f"you tell Grain there are 2 hosts; this run has {case.layout[0]}: "
+                          "ShardByJaxProcess() reads the number of hosts (and this host's index) from JAX"),
+        _host_rows("    shard = grain.sharding.ShardByJaxProcess()\n"
+                   "    return HostLoader(source, GLOBAL_BATCH, shard, seed=jax.process_index()).batch(step)\n"):
+            "each host shuffles with its own seed, so the hosts' blocks come from different orders: some records "
+            "appear twice in the global batch and others never. Every host uses the same seed",
+    },
+    otherwise=_grain_otherwise,
+    hints=(
+        "HostLoader(source, GLOBAL_BATCH, shard, seed=0).batch(step) returns the rows of the host `shard` "
+        "names; in a real run, grain.sharding.ShardByJaxProcess() names this host.",
+        "The loader already reads only this host's block: pass its rows on as they are, without slicing "
+        "them by jax.process_index() again.",
+    ),
+))

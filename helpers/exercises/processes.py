@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from helpers.exercises.core import PRELUDE, Mistake, NotAttempted, describe, say
 from helpers.exercises.kinds import ProgramExercise, Raised
+from helpers.launch_result import describe_exit
 from helpers.launch_stall import TRACE_COLLECTIVES, Code, describe_stall
 
 
@@ -48,10 +49,19 @@ def failure(result, code: tuple[Code, ...] = ()) -> Raised:
                     key=lambda h: (order.get(h.host, len(order)), h.host))
     if failed:
         tail = failed[0].error_tail(3).strip().splitlines()
-        text = f"{tail[-1] if tail else 'no error message'} on host {failed[0].host}"
+        text = f"{tail[-1] if tail else _crash(failed[0])} on host {failed[0].host}"
         return Raised(text, text)
     text = "the run was stopped: " + describe_stall(result, code, result.stopped_after or STALL_SECONDS)
     return Raised(text, "the run hung: " + text, verdict=True)
+
+
+def _crash(host) -> str:
+    """Why a host that printed no Python error died, in the learner's terms (never the runtime's text)."""
+    how = describe_exit(host.returncode)
+    if "collective mismatch" in host.log:
+        return (f"a crash ({how}): the hosts' collectives did not match (some hosts made another collective, "
+                "or the same one on data of another size)")
+    return f"a crash ({how}) with no Python error"
 
 
 # What each host of a `together` run executes: every source on every layout, through the driver's `output`.
