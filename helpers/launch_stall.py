@@ -57,6 +57,17 @@ class Code:
         lines = self.source.splitlines()
         return lines[number - 1].strip() if 0 < number <= len(lines) else ""
 
+    def loop_of(self, number: int) -> int:
+        """The line of the innermost loop around line `number` (the line itself if none): a host
+        sampled anywhere in a loop that never ends is named at the loop, the same on every host."""
+        try:
+            tree = ast.parse(self.source)
+        except SyntaxError:
+            return number
+        loops = [node.lineno for node in ast.walk(tree) if isinstance(node, (ast.While, ast.For))
+                 and node.lineno <= number <= (node.end_lineno or node.lineno)]
+        return max(loops, default=number)
+
     def calls(self, number: int) -> list[str]:
         """The calls a line makes, as written ('jnp.mean'), outermost first; builtins left out."""
         try:
@@ -132,7 +143,8 @@ def where(host: HostResult, code: Sequence[Code]) -> _Where:
             continue
         number = line - piece.first + 1
         if depth == 0:
-            return _Where("computing", number, piece.line(number))
+            loop = piece.loop_of(number)
+            return _Where("computing", loop, piece.line(loop))
         called = {function for _, _, function in frames[:depth]}
         calls = piece.calls(number)
         named = next((c for c in calls if c.rsplit(".", 1)[-1] in called), calls[-1] if calls else "")

@@ -81,3 +81,16 @@ def test_a_stub_or_a_non_function_is_told_without_starting_a_process(ex_id, monk
         exercise.judge(exercise.run_source(stub))  # made from source: no cell to read
     with pytest.raises(Exception, match="expected a function"):
         exercise.judge(42)
+
+
+def test_hosts_caught_anywhere_in_one_loop_are_named_at_the_loop():
+    dump = ('Current thread 0x00007f97cac41b80 (most recent call first):\n'
+            '  File "<answer 0>", line {} in spin\n'
+            '  File "<string>", line 1 in <module>\n')
+    result = RunResult(hosts=(HostResult(0, "timed out", None, "", dump.format(12)),
+                              HostResult(1, "timed out", None, "", dump.format(11))),
+                       devices_per_host=1, message="", stopped_after=15.0)
+    code = (Code("<answer 0>", 10, "def spin():\n    while True:\n        pass\n"),)
+    assert failure(result, code).text == (
+        "the run was stopped: hosts 0 and 1 are still computing at line 2 (`while True:`) after 15 s: "
+        "a loop that never ends?")
