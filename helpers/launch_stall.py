@@ -101,7 +101,7 @@ def _unmatched(result: RunResult, code: Sequence[Code]) -> str:
         made = {h: c[i] for h, c in calls.items() if len(c) > i}
         if len(made) == len(calls) and len(set(made.values())) == 1:
             continue
-        (name, line), = {made[min(made)]}
+        name, line = made[min(made)]  # the lowest host's call: the others did not make it (or made another)
         callers = [h for h, each in made.items() if each == (name, line)]
         others = [h for h in calls if h not in callers]
         return (f"{hosts_text(callers)} called `{name}` at line {line}; {hosts_text(others)} never called it"
