@@ -604,8 +604,10 @@ def _launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: 
         message = _failure_message(failed, results)
     else:
         message = "all hosts finished"
+    stopped_after = (limits.stall if why.startswith("no host") else limits.timeout) if why else None
     return RunResult(hosts=tuple(results), devices_per_host=devices_per_host, message=message,
-                     pids=tuple(pids), attempts=attempt, failed_first=tuple(h for group in failed for h in group))
+                     pids=tuple(pids), attempts=attempt, failed_first=tuple(h for group in failed for h in group),
+                     stopped_after=stopped_after)
 
 
 def _restarted(launch_once: Callable[[Sequence[str]], RunResult], max_restarts: int,

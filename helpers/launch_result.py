@@ -171,6 +171,8 @@ class RunResult:
     attempts: int = dataclasses.field(default=1, repr=False, compare=False)
     # hosts that failed on their own, first cause first (a host whose collective lost its peer after the host that died)
     failed_first: tuple[int, ...] = dataclasses.field(default=(), repr=False, compare=False)
+    # the limit (seconds) at which the launcher stopped a run that had not ended; None if it ended
+    stopped_after: float | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:

@@ -10,6 +10,7 @@ from helpers.exercises import Kernel, Mistake, NotAttempted, ProcessExercise, ge
 from helpers.exercises.kinds import Raised
 from helpers.exercises.processes import failure
 from helpers.launch_result import HostResult, RunResult
+from helpers.launch_stall import Code
 
 LOST_PEER = ("Traceback (most recent call last):\n"
              "jax.errors.JaxRuntimeError: UNKNOWN: Gloo AllGather failed: Connection closed by peer\n")
@@ -25,11 +26,29 @@ def test_the_host_that_failed_first_is_named_not_the_one_that_lost_its_peer():
     assert failure(result) == Raised("IndexError: list index out of range on host 1")
 
 
-def test_a_hang_says_which_hosts_ran_and_which_had_ended():
-    result = _run(HostResult(0, "timed out", None, "", ""),
-                  HostResult(1, "timed out", None, "", "", script_ended=True))
-    assert failure(result) == Raised(
-        "the run hung: host 0 was still running; host 1 had ended its script")
+def test_a_hang_says_where_each_host_was_in_the_learners_code():
+    dump = ('Current thread 0x00007f97cac41b80 (most recent call first):\n'
+            '  File "site-packages/jax/experimental/multihost_utils.py", line 86 in broadcast_one_to_all\n'
+            '  File "<answer 0>", line 12 in init_state\n'
+            '  File "<string>", line 1 in <module>\n')
+    result = _run(HostResult(0, "timed out", None, "", dump), HostResult(1, "timed out", None, "", "", script_ended=True))
+    code = (Code("<answer 0>", 10, "def init_state(x):\n    if jax.process_index() == 0:\n"
+                                  "        x = multihost_utils.broadcast_one_to_all(x)\n    return x\n"),)
+    assert failure(result, code).text == (
+        "the run was stopped: host 0 is waiting in `multihost_utils.broadcast_one_to_all` at line 3; "
+        "host 1 never called it. A collective finishes only when every host calls it, in the same order")
+
+
+def test_a_loop_is_named_at_its_line_after_the_limit():
+    dump = ('Current thread 0x00007f97cac41b80 (most recent call first):\n'
+            '  File "<answer 0>", line 11 in spin\n'
+            '  File "<string>", line 1 in <module>\n')
+    result = RunResult(hosts=(HostResult(0, "timed out", None, "", ""), HostResult(1, "timed out", None, "", dump)),
+                       devices_per_host=1, message="", stopped_after=15.0)
+    code = (Code("<answer 0>", 10, "def spin():\n    while True:\n        pass\n"),)
+    assert failure(result, code).text == (
+        "the run was stopped: host 1 is still computing at line 2 (`while True:`) after 15 s: a loop that "
+        "never ends?; host 0 was still running")
 
 
 def test_the_host_that_raised_is_blamed_not_a_host_the_launcher_stopped(monkeypatch):
@@ -48,7 +67,7 @@ def test_the_host_that_raised_is_blamed_not_a_host_the_launcher_stopped(monkeypa
         exercise.judge("def rank():\n    return 1 / 0\n")
 
 
-@pytest.mark.parametrize("ex_id", ["08.4", "10.3", "11.2", "12.1", "12.2"])
+@pytest.mark.parametrize("ex_id", ["08.4", "10.3", "11.1", "11.2", "11.4", "12.1", "12.2"])
 def test_a_stub_or_a_non_function_is_told_without_starting_a_process(ex_id, monkeypatch):
     def no_run(*args, **kwargs):
         raise AssertionError("a process was started")
@@ -62,3 +81,16 @@ def test_a_stub_or_a_non_function_is_told_without_starting_a_process(ex_id, monk
         exercise.judge(exercise.run_source(stub))  # made from source: no cell to read
     with pytest.raises(Exception, match="expected a function"):
         exercise.judge(42)
+
+
+def test_hosts_caught_anywhere_in_one_loop_are_named_at_the_loop():
+    dump = ('Current thread 0x00007f97cac41b80 (most recent call first):\n'
+            '  File "<answer 0>", line {} in spin\n'
+            '  File "<string>", line 1 in <module>\n')
+    result = RunResult(hosts=(HostResult(0, "timed out", None, "", dump.format(12)),
+                              HostResult(1, "timed out", None, "", dump.format(11))),
+                       devices_per_host=1, message="", stopped_after=15.0)
+    code = (Code("<answer 0>", 10, "def spin():\n    while True:\n        pass\n"),)
+    assert failure(result, code).text == (
+        "the run was stopped: hosts 0 and 1 are still computing at line 2 (`while True:`) after 15 s: "
+        "a loop that never ends?")

@@ -266,6 +266,7 @@ class Raised:
 
     text: str
     raw: str = field(default="", compare=False)
+    verdict: bool = field(default=False, compare=False)  # text is a whole verdict (a stopped run), not an error
 
 
 def course_mesh(shape: tuple[int, ...], names: tuple[str, ...] = ("host", "device")):
@@ -428,7 +429,7 @@ class ProgramExercise(Exercise):
         if any(returned_none):
             raise Mistake(RETURNED_NONE)
         if isinstance(case.got, Raised):
-            raise Mistake(f"your function raised {case.got.text}")
+            raise Mistake(case.got.text if case.got.verdict else f"your function raised {case.got.text}")
         if shapes := _shape_difference(case.got, case.want):
             where, got, want = shapes
             raise Mistake(f"on {case.devices} devices your result{where} has shape {got}, but the prompt's result "

@@ -174,6 +174,10 @@ def column_mean(x, mesh):
         _column_mean('jax.lax.psum(jnp.sum(b, axis=0), ("host", "device")) / 16'):
             lambda case: f"you divide by 16, a number that fits the prompt's array only; here x has "
                          f"{3 * case.devices} rows. Use the block's shape times the number of devices, or pmean",
+        _column_mean('jax.lax.psum(jnp.sum(b, axis=0), ("host", "device")) / (b.shape[0] * 8)'):
+            lambda case: f"right on 8 devices only: you multiply the block's rows by 8, a hard-coded device count, "
+                         f"and this mesh has {case.devices}. Count the devices of the mesh you are given "
+                         "(jax.lax.psum(1, axes)), or use pmean",
         _column_mean('jax.lax.psum(jnp.sum(b, axis=0), ("host", "device"))'):
             "that is the column SUM; divide by the total number of rows N",
         _column_mean('jax.lax.pmean(jnp.mean(b, axis=0), "device")', extra=", check_vma=False"):

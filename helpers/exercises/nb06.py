@@ -233,6 +233,12 @@ def make_momentum_step(mesh):
                  "average it over ('host', 'device') with pmean, e.g. the loss"),
     ),
     families=(
+        Rule(lambda case: case.devices != 8 and abs(_grad_ratio(case) - case.devices / 8) < 1e-3,
+             example=_momentum(_PMEAN_GRAD.replace("grads = jax.lax.pmean(grads, DATA)",
+                                                   "grads = jax.tree.map(lambda g: g / 8, grads)")),
+             say=lambda case: f"on this {case.devices}-device mesh your gradient is {case.devices}/8 of the true "
+                              "one: you divide by 8, a hard-coded device count that fits the 8-device mesh only. "
+                              "Count the devices of the mesh you are given (jax.lax.pmean does)"),
         Rule(lambda case: abs(_grad_ratio(case) * case.devices - 1) < 1e-3,
              example=_momentum(_GRAD_PMEAN + "\n"
                                "        grads = jax.tree.map(lambda g: g / jax.lax.psum(1, DATA), grads)"),

@@ -45,22 +45,55 @@ def _rows_read(result) -> tuple | str:
     return tuple(rows_x)
 
 
+class _Counted(np.ndarray):
+    """A data set that counts the rows each read of it takes (`data[rows]`); what a read returns is plain numpy."""
+
+    def __getitem__(self, index):
+        out = super().__getitem__(index)
+        if isinstance(out, np.ndarray):
+            self.rows_read += len(out) if out.ndim else 1
+            return out.view(np.ndarray)
+        return out
+
+
+def _counted(data: np.ndarray) -> _Counted:
+    out = data.copy().view(_Counted)
+    out.rows_read = 0
+    return out
+
+
 def _loads(load_my_rows, mesh) -> tuple:
-    """Every host's rows at every step, one row per device of the layout per step; or a message."""
+    """Every host's rows at every step, one row per device of the layout per step, and how many rows of the data
+    set it read for them; or a message."""
     hosts, batch = mesh.shape["host"], mesh.size
     reads = []
     for step in range(_STEPS):
         for host in range(hosts):
-            rows = _rows_read(load_my_rows(_DATA_X.copy(), _DATA_Y.copy(), step, host, hosts, batch))
+            data_x, data_y = _counted(_DATA_X), _counted(_DATA_Y)
+            rows = _rows_read(load_my_rows(data_x, data_y, step, host, hosts, batch))
             if isinstance(rows, str):
                 return rows
-            reads.append(((step, host, hosts, batch), rows))
+            reads.append(((step, host, hosts, batch), rows, max(data_x.rows_read, data_y.rows_read)))
     return tuple(reads)
 
 
 def _first_wrong_read(case) -> tuple[tuple, tuple]:
     """(split (step, host, num_hosts, global_batch), rows read) of the loader's first read unlike the reference's."""
-    return next((split, got) for (split, got), (_, want) in zip(case.got, case.want) if got != want)
+    return next((split, got) for (split, got, _), (_, want, _) in zip(case.got, case.want) if got != want)
+
+
+def _over_read(case) -> tuple[tuple, int] | None:
+    """(split, rows of the data set read) of the first right read that read more rows than it kept; None if none."""
+    return next(((split, read) for (split, got, read), (_, want, _) in zip(case.got, case.want)
+                 if got == want and read > len(got)), None)
+
+
+def _over_read_said(case) -> str:
+    (step, host, hosts, batch), read = _over_read(case)
+    return (f"your loader returns the right rows, but for (step={step}, host={host}, num_hosts={hosts}, "
+            f"global_batch={batch}) it read {read} rows of the data set to keep {batch // hosts}: reading the whole "
+            "global batch on every host and slicing it costs every host the whole batch's reading. Read only "
+            "this host's rows")
 
 
 def _loader(rows: str, ret: str = "data_x[rows], data_y[rows]") -> str:
@@ -79,6 +112,8 @@ def _said(text: str) -> Callable:
 
 
 def _read_wrong_count(case) -> bool:
+    if isinstance(case.got, str) or _over_read(case):
+        return False
     (_, _, hosts, batch), got = _first_wrong_read(case)
     return len(got) != batch // hosts
 
@@ -115,6 +150,11 @@ def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
         _loader("slice(step * global_batch + host * per_host, step * global_batch + (host + 1) * per_host)"):
             _said("the step runs past the end of the {rows}-row data set and your loader returned {got} rows: wrap "
                   "around to row 0 (row numbers modulo len(data_x))"),
+        _loader("(step * global_batch + host * per_host + host * (per_host // num_hosts) "
+                "+ np.arange(per_host // num_hosts)) % len(data_x)"):
+            _said("your loader splits the rows by host twice: it takes this host's block of the step, then this "
+                  "host's share of that block, so it returned {got} rows where each host needs {per_host}. Split "
+                  "the step's rows once"),
         _loader("(step * global_batch) % len(data_x) + host * per_host + np.arange(per_host)"):
             lambda case: "your loader wraps where a step starts, but not the rows within a step: with "
                          f"global_batch={case.devices} a step's rows run past the end of the {_ROWS}-row data set. "
@@ -125,6 +165,10 @@ def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
                  say=f"your loader runs past the end of the {_ROWS}-row data set: wrap around to row 0 (row numbers "
                      "modulo len(data_x))"),),
     families=(
+        Rule(lambda case: not isinstance(case.got, str) and _over_read(case) is not None, say=_over_read_said,
+             example=_loader("(step * global_batch + np.arange(global_batch)) % len(data_x)",
+                             ret="data_x[rows][host * per_host:(host + 1) * per_host], "
+                                 "data_y[rows][host * per_host:(host + 1) * per_host]")),
         Rule(lambda case: isinstance(case.got, str), say=lambda case: case.got,
              example=_loader("(step * global_batch + host * per_host + np.arange(per_host)) % len(data_x)",
                              ret="data_x[rows], data_y[rows[::-1]]")),

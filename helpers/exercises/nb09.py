@@ -12,9 +12,9 @@ from jax.sharding import AxisType, Mesh
 
 from helpers import train
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, register
+from helpers.exercises.core import Kernel, Mistake, register
 from helpers.exercises.kinds import (
-    ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, course_mesh, entry, varying_over,
+    ProgramExercise, Raised, Rule, Slot, SpecExercise, ValueExercise, course_mesh, entry, equations, varying_over,
 )
 from helpers.layout import format_spec
 
@@ -82,12 +82,31 @@ def _tp_case():
     return params, rng.normal(size=(16, 4)).astype(np.float32)
 
 
+_MISPLACED = "a psum, but its output still varies over 'device'"  # what _tp_run gives a misplaced psum
+
+
 def _tp_run(tp_forward, mesh):
-    """tp_forward mapped over an Auto (host, device) mesh: x split over 'host', hidden units over 'device'."""
+    """tp_forward mapped over an Auto (host, device) mesh: x split over 'host', hidden units over 'device'.
+    A function that has a psum and still returns a result that varies over 'device' gives _MISPLACED."""
     auto = Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * 2)
-    mapped = jax.jit(jax.shard_map(tp_forward, mesh=auto, in_specs=(_TP_SPECS, P("host", None)),
-                                   out_specs=P("host", None)))
-    return np.asarray(mapped(*_tp_case()))
+
+    def mapped(check_vma=True):
+        return jax.shard_map(tp_forward, mesh=auto, in_specs=(_TP_SPECS, P("host", None)),
+                             out_specs=P("host", None), check_vma=check_vma)
+
+    try:
+        return np.asarray(jax.jit(mapped())(*_tp_case()))
+    except Exception as error:  # noqa: BLE001 - re-raised unless it is a misplaced psum
+        if varying_over(str(error)) is None or not _has_psum(mapped(check_vma=False)):
+            raise
+        return Raised(_MISPLACED, _MISPLACED)
+
+
+def _has_psum(fn) -> bool:
+    try:
+        return any(eqn.primitive.name == "psum" for eqn, _ in equations(fn, *_tp_case()))
+    except Mistake:  # not traceable: the error the real call raised is the verdict
+        return False
 
 
 _RANK = re.compile(r"has shape \w+\[([^\]]*)\]\S*, which has rank (\d+)")
@@ -126,6 +145,11 @@ def tp_forward(p, x):
             "the sum also runs over 'host', which adds host 0's rows to host 1's; sum over 'device' only",
     },
     errors=(
+        Rule(lambda text: text == _MISPLACED,
+             example=_tp(f'jax.lax.psum(jnp.tanh(x @ p["w1"] + p["b1"]), "device") @ p["w2"] + p["b2"]'),
+             say="your psum is in the wrong place: the output is still each device's share, because what "
+                 "you summed comes before the product with this device's rows of w2. Sum the partial "
+                 "products hidden @ w2, once, after the second matmul; then add b2"),
         Rule(lambda text: varying_over(text) is not None,
              example=_tp(f'{_PARTIAL} + p["b2"]'),
              say="JAX cannot tell that your output is the same on a host's 4 devices, as out_specs=P('host', None) "

@@ -164,6 +164,7 @@ import numpy as np
 from flax import nnx
 
 from helpers import nnx_model
+from helpers.layout import format_spec
 
 host = jax.process_index()
 _mine = nnx.state(nnx_model.create(nnx_model.SEED + 7 + host))  # what this host loaded
@@ -186,6 +187,13 @@ def _host0s(leaves):
         return False
 
 
+def _placement(path, got, want):
+    """'params.w1 is placed with P() where opt_sharded places it with P(None, 'device')' (the first wrong leaf)."""
+    spec = lambda sharding: format_spec(sharding.spec) if hasattr(sharding, "spec") else type(sharding).__name__
+    name = ".".join(str(part) for part in path)
+    return f"{name} is placed with {spec(got)}, where opt_sharded places it with {spec(want)}"
+
+
 def _verdict(state, opt_sharded):
     """[an nnx.State of global arrays shaped like the train state, placed by opt_sharded, holding host 0's numbers];
     [-2, 0, 0]: None; [-1, 0, 0]: no state shaped like it; [0, 0, 0 or -1]: one off the devices, with host 0's
@@ -200,10 +208,12 @@ def _verdict(state, opt_sharded):
     if not all(isinstance(v.get_value(), jax.Array) for v in leaves.values()):
         return [0, 0, 0 if _host0s(leaves) else -1]
     targets = dict(nnx.to_flat_state(opt_sharded))  # path -> NamedSharding
-    placed = all(leaves[p].get_value().sharding.is_equivalent_to(targets[p], _host0[p].ndim) for p in leaves)
+    wrong = next((p for p in sorted(leaves, key=str)
+                  if not leaves[p].get_value().sharding.is_equivalent_to(targets[p], _host0[p].ndim)), None)
+    placed = 1 if wrong is None else _placement(wrong, leaves[wrong].get_value().sharding, targets[wrong])
     numbers = all(np.array_equal(np.asarray(s.data), _host0[p][s.index])
                   for p, v in leaves.items() for s in v.get_value().addressable_shards)
-    return [1, int(placed), int(numbers)]
+    return [1, placed, int(numbers)]
 
 
 def output(namespace, layout):
@@ -246,6 +256,11 @@ _NOT_PLACED = textwrap.dedent('''\
         return multihost_utils.broadcast_one_to_all(local_state)
     ''')
 
+_REPLICATED = textwrap.dedent('''\
+    def init_state(local_state):
+        return jax.device_put(multihost_utils.broadcast_one_to_all(local_state), NamedSharding(mesh, P()))
+    ''')
+
 _OWN_AS_IS = textwrap.dedent('''\
     def init_state(local_state):
         return local_state
@@ -261,8 +276,9 @@ def _otherwise(case) -> str:
     if any(verdict[0] != 1 for verdict in case.got):
         return (f"{where}, init_state did not return the train state: an nnx.State shaped like "
                 "local_state whose every leaf is a jax.Array on the mesh")
-    if any(not verdict[1] for verdict in case.got):
-        return f"{where}, the state is not placed by opt_sharded: every leaf must have opt_sharded's sharding"
+    wrong = next((verdict[1] for verdict in case.got if verdict[1] != 1), None)
+    if wrong is not None:
+        return f"{where}, the state is not placed by opt_sharded: {wrong}"
     hosts = [host for host, verdict in enumerate(case.got) if not verdict[2]]
     return f"{where}, host(s) {hosts} do not hold host 0's numbers: every host must end with host 0's local_state"
 
@@ -284,6 +300,7 @@ register(ProcessExercise(
                      "host 0's local_state as it is",
         _NOT_PLACED: "every host has host 0's numbers, but as numpy arrays on the host: place them on the "
                      "devices by opt_sharded",
+        _REPLICATED: _otherwise,
         _OWN_AS_IS: "each host returned its own local_state as it is: host 1 keeps its own numbers, and "
                     "they stay numpy arrays on the host. Send host 0's numbers to every host, then place them "
                     "by opt_sharded",

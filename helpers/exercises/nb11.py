@@ -6,7 +6,7 @@ import numpy as np
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, call_learner, describe, register
-from helpers.exercises.kinds import RETURNED_NONE, ProgramExercise, Rule, placed
+from helpers.exercises.kinds import RETURNED_NONE, ProgramExercise, Rule
 from helpers.exercises.processes import ProcessExercise
 from helpers.layout import format_spec
 
@@ -15,38 +15,87 @@ KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8); no emulated h
 
 # --------------------------------------------------------------------------- 11.1 masked mean
 
-def _masked_mean_case(masked_mean, mesh):
-    """The learner's masked mean of padded values on `mesh`: 3 data sets of uneven sizes."""
+# Each host of a real run (2 processes x 4 devices) builds the global arrays of three padded data
+# sets from the same numbers (JAX says which rows each device holds) on a mesh of its first
+# `devices` devices, and calls the learner's masked_mean there.
+_MEAN_DRIVER = """
+import jax
+import numpy as np
+from jax import P
+from jax.sharding import NamedSharding
+
+
+def _mesh(layout):
+    # (hosts, devices): the first `devices` devices of each process, host by host
+    per_process = [sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
+                   for p in range(jax.process_count())]
+    return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])
+
+
+def _number(out):
+    # one data set's result as JSON: a float, None, or what else it was
+    if out is None:
+        return None
+    if np.ndim(out) != 0:
+        return f"not one number: shape {tuple(np.shape(out))}"
+    number = float(out)
+    return round(number, 4) if np.isfinite(number) else str(number)  # nan: 0 / 0 somewhere
+
+
+def output(namespace, layout):
+    mesh = _mesh(layout)
+    sharding = NamedSharding(mesh, P(("host", "device")))
     rng = np.random.default_rng(11)
-    results = []
+    out = []
     for real in (mesh.size * 3 - 1, mesh.size + 3, 5):  # none of them divides the devices
         rows = -(-real // mesh.size) * mesh.size
         values = np.full(rows, 7.0, np.float32)  # padding rows hold a value too (a zero row's error)
         values[:real] = rng.uniform(0.0, 2.0, real)
         mask = (np.arange(rows) < real).astype(np.float32)
-        results.append(masked_mean(placed(mesh, values), placed(mesh, mask)))
-    return results
+        v, m = (jax.make_array_from_callback(a.shape, sharding, lambda index, a=a: a[index]) for a in (values, mask))
+        out.append(_number(namespace["masked_mean"](v, m)))
+    return out
+"""
 
 
 def _not_one_number(case) -> bool:
-    """Some data set's result is not one number (None aside: the engine names it)."""
-    return any(out is not None and (isinstance(out, (str, bytes)) or np.ndim(out) != 0) for out in case.got)
+    """Some host's result for some data set is not one number (None included; nan is one)."""
+    return isinstance(case.got, tuple) and any(not isinstance(o, float) and o not in ("nan", "inf", "-inf")
+                                               for host in case.got for o in host)
 
 
 def _one_number(case) -> str:
-    out = next(o for o in case.got if o is not None and (isinstance(o, (str, bytes)) or np.ndim(o) != 0))
-    return f"masked_mean returned {describe(out)}: return one number, the mean of the real rows"
+    host, out = next((h, o) for h, outs in enumerate(case.got) for o in outs
+                     if not isinstance(o, float) and o not in ("nan", "inf", "-inf"))
+    what = "None" if out is None else out.removeprefix("not one number: ")
+    return f"on host {host} masked_mean returned {what}: return one number on every host, the mean of the real rows"
 
 
-register(ProgramExercise(
-    id="11.1", kernel=KERNEL, answer_name="masked_mean",
-    title="the masked sum over the mask's sum: the exact mean of the real rows",
-    solution='''
-def masked_mean(values, mask):
-    """The mean of `values` over the rows where mask == 1.0."""
+def _hosts_disagree(case) -> bool:
+    return isinstance(case.got, tuple) and len({tuple(h) for h in case.got}) > 1
+
+
+_HOST_0_ONLY = """def masked_mean(values, mask):
+    if jax.process_index() == 0:
+        return jnp.sum(values * mask) / jnp.sum(mask)
+"""
+_HOST_0_WAITS = """def masked_mean(values, mask):
+    if jax.process_index() == 0:
+        jnp.sum(mask).block_until_ready()
     return jnp.sum(values * mask) / jnp.sum(mask)
-''',
-    run=_masked_mean_case,
+"""
+
+register(ProcessExercise(
+    id="11.1", kernel=KERNEL, answer_name="masked_mean", signature="(values, mask)",
+    title="the masked sum over the mask's sum: the exact mean of the real rows",
+    solution="""
+def masked_mean(values, mask):
+    \"\"\"The mean of `values` over the rows where mask == 1.0.\"\"\"
+    return jnp.sum(values * mask) / jnp.sum(mask)
+""",
+    driver=_MEAN_DRIVER, together=True, on=(2, 4), apart=(_HOST_0_ONLY, _HOST_0_WAITS),
+    meshes=((2, 4), (2, 2)),
+    timeout=120.0,
     wrong={
         "def masked_mean(values, mask):\n    return jnp.mean(values * mask)\n":
             "the mask zeroes the padding rows' values, but you divide by every row (as jnp.mean does), "
@@ -56,25 +105,48 @@ def masked_mean(values, mask):
         "def masked_mean(values, mask):\n    return jnp.sum(values) / jnp.sum(mask)\n":
             "the denominator counts only real rows, but the sum still adds the padding rows' values "
             "(a zero row's error is not zero): multiply by the mask before summing",
+        "def masked_mean(values, mask):\n"
+        "    body = lambda v, m: jax.lax.pmean(jnp.sum(v * m) / jnp.sum(m), ('host', 'device'))\n"
+        "    return jax.shard_map(body, mesh=values.sharding.mesh, in_specs=P(('host', 'device')), "
+        "out_specs=P())(values, mask)\n":
+            "you average the devices' own masked means: a device with 1 real row weighs as much as one with 3, "
+            "and a device holding only padding divides 0 by 0. Sum over every device first, then divide once "
+            "by the number of real rows",
+        "def masked_mean(values, mask):\n"
+        "    count = sum(float(np.sum(np.asarray(s.data))) for s in mask.addressable_shards)\n"
+        "    return jnp.sum(values * mask) / count\n":
+            "the sum is global but the count is this host's own (addressable_shards holds only this process's "
+            "part of the mask), so the hosts disagree and neither is the mean: count the real rows of the "
+            "global mask too",
+        _HOST_0_ONLY:
+            "host 0 computed the sums, reductions over every host's devices, and waited for host 1, which "
+            "skipped them (and returned None): every host must compute a global array's reductions. Only "
+            "what you do with the result, like printing it, may depend on jax.process_index()",
     },
     errors=(
-        Rule(lambda raw: "gather indexing" in raw, example=(
-            "def masked_mean(values, mask):\n    return values[mask == 1].mean()\n"),
-            say="values[...] picks some rows of an array split over the devices, and JAX refuses to guess "
-                "how to split the rows it picks (ShardingTypeError). No need to pick them: multiply by the "
-                "mask, so a padding row adds 0, and divide by jnp.sum(mask)"),
         Rule(lambda raw: "unbound axis name" in raw, example=(
             "def masked_mean(values, mask):\n"
             "    return jax.lax.psum(jnp.sum(values * mask), 'device') / jax.lax.psum(jnp.sum(mask), 'device')\n"),
             say="masked_mean gets global arrays, outside any shard_map, so there is no axis to psum over: "
                 "jnp.sum of a global array already adds the rows of every device"),
+        Rule(lambda raw: "non-addressable" in raw, example=(
+            "def masked_mean(values, mask):\n"
+            "    return float(np.sum(np.asarray(values) * np.asarray(mask)) / np.sum(np.asarray(mask)))\n"),
+            say="no host could read the array's numbers (np.asarray, float(), or indexing by a boolean mask, "
+                "which needs them): it spans the devices of both processes, and a process can read only its own "
+                "(notebook 03). No need to pick rows: multiply by the mask, so a padding row adds 0, and reduce "
+                "the global arrays with jnp, whose result every host can read"),
+        Rule(lambda raw: raw.startswith("the run hung"), example=_HOST_0_WAITS, say=lambda case: case.got.text),
     ),
     families=(Rule(_not_one_number, example="def masked_mean(values, mask):\n    return values * mask / jnp.sum(mask)\n",
-                   say=_one_number),),
-    otherwise=lambda case: (f"on {case.devices} devices your function returned {[round(float(v), 4) for v in case.got]} "
-                            "for three padded data sets, not the means of their real rows, "
-                            f"{[round(float(v), 4) for v in case.want]}: a padding row "
-                            "must add nothing to the sum and nothing to the count"),
+                   say=_one_number),
+              Rule(_hosts_disagree, example=(
+                  "def masked_mean(values, mask):\n"
+                  "    return jnp.sum(values * mask) / jnp.sum(mask) + jax.process_index()\n"),
+                  say="the hosts returned different means: a global metric must be the same number on every host")),
+    otherwise=lambda case: (f"on {case.layout[0]} hosts x {case.layout[1]} devices your function returned "
+                            f"{case.got[0]} for three padded data sets, not the means of their real rows: a "
+                            "padding row must add nothing to the sum and nothing to the count"),
     hints=(
         "A padding row must add nothing to the sum and nothing to the count.",
         "values * mask keeps the real rows' values; jnp.sum(mask) counts the real rows.",
@@ -129,6 +201,21 @@ def output(namespace, layout):
     return out
 '''
 
+def _rows_otherwise(case) -> str:
+    """The first held-out set where host 0's run differs from the reference's, in words."""
+    hosts, devices = case.layout
+    for (n, rows, mean), (_, want_rows, _) in zip(case.got[0], case.want[0]):
+        if rows == want_rows:
+            continue
+        what = {-1: "some host's share did not fit in the rows you pass",
+                -2: "JAX refused the rows: they do not split over a host's devices"}.get(
+            rows, f"the global array had {rows} rows, more than it needs ({want_rows})" if rows > want_rows else
+            f"the global array had {rows} rows")
+        return (f"for {n} records on {hosts} host(s) x {devices} devices, {what}: pass the fewest rows that "
+                "hold every host's share, a multiple of local_devices")
+    return "the hosts' masked means differ from the reference's: every record must be kept, once"
+
+
 register(ProcessExercise(
     id="11.2", kernel=KERNEL,
     title="each host's share rounded up to a multiple of its devices: equal rows, every record kept",
@@ -153,6 +240,15 @@ def eval_rows(num_records, num_hosts, local_devices):
             "host's 4 devices: make_array_from_process_local_data refused them in the real run. "
             "Round the share up to a multiple of local_devices",
         "def eval_rows(num_records, num_hosts, local_devices):\n"
+        "    return math.ceil(num_records // num_hosts / local_devices) * local_devices\n":
+            "num_records // num_hosts rounds the share down: with 1001 records host 0 holds 501, one more "
+            "than 1001 // 2. Round the share up (math.ceil of a true division), then up to a multiple of "
+            "local_devices",
+        "def eval_rows(num_records, num_hosts, local_devices):\n"
+        "    return math.ceil(math.ceil(num_records / 2) / local_devices) * local_devices\n":
+            lambda case: f"you divide by 2, the prompt's host count, but this run has {case.layout[0]} host(s): "
+                         "divide by num_hosts",
+        "def eval_rows(num_records, num_hosts, local_devices):\n"
         "    return num_records // num_hosts // local_devices * local_devices\n":
             "rounding down loses records: host 0 holds 501 of the 1001 records, more rows than you "
             "give it. Round the share up, and then up to a multiple of local_devices",
@@ -162,10 +258,7 @@ def eval_rows(num_records, num_hosts, local_devices):
         "    return padded_rows(num_records, num_hosts, local_devices)\n"),
         say="the check runs your function in processes that have no padded_rows: write the "
             "arithmetic yourself, with math"),),
-    otherwise=lambda case: (f"on {case.layout[0]} host(s) x {case.layout[1]} devices the hosts "
-                            f"printed {case.got}, the reference {case.want} ([records, global rows, "
-                            "masked mean; rows -1: a share did not fit, -2: JAX refused the rows]); "
-                            "pass the fewest rows that hold every host's share"),
+    otherwise=_rows_otherwise,
     hints=(
         "With 1001 records on 2 hosts, host 0 holds 501 and host 1 holds 500; every host must pass "
         "the same number of rows.",
@@ -326,5 +419,120 @@ def targets_for(abstract_state, mesh):
         "jax.tree.leaves(abstract_state) and jax.tree.leaves(nnx_model.state_shardings(mesh)) "
         "list the arrays and their shardings in the same order; zip them, then "
         "jax.tree.unflatten(jax.tree.structure(abstract_state), targets).",
+    ),
+))
+
+
+# --------------------------------------------------------------------------- 11.4 a Grain loader per host
+
+# Each host of a real run calls host_rows for two steps with a fresh ArrayRecords (which lists the records
+# read), builds the global batch from what it returns, and reports: [rows it passed, global rows, distinct
+# records, equal to one host's global batch, records it read]; rows -1 when JAX refused them.
+_GRAIN_DRIVER = '''
+import grain
+import jax
+import numpy as np
+from jax import P
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding
+
+from helpers import train
+from helpers.stack_data import ArrayRecords, HostLoader
+
+mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ("host", "device"))
+sharding = NamedSharding(mesh, P(("host", "device")))
+
+
+def output(namespace, layout):
+    out = []
+    for step in (0, 3):
+        source = ArrayRecords(*train.dataset())
+        ids = np.asarray(namespace["host_rows"](source, step)["id"])
+        try:
+            every = multihost_utils.process_allgather(jax.make_array_from_process_local_data(sharding, ids), tiled=True)
+        except ValueError:  # rows that do not split over the devices: the same on every host
+            out.append([len(ids), -1, 0, False, len(source.reads)])
+            continue
+        alone = HostLoader(ArrayRecords(*train.dataset()), 256, grain.sharding.ShardOptions(0, 1), seed=0)
+        out.append([len(ids), int(every.shape[0]), len(set(every.tolist())),
+                    bool(np.array_equal(every, alone.batch(step)["id"])), len(source.reads)])
+    return out
+'''
+
+
+def _host_rows(body: str) -> str:
+    return f"def host_rows(source, step):\n{body}"
+
+
+_READS_EVERYTHING = _host_rows(
+    "    rows = HostLoader(source, GLOBAL_BATCH, grain.sharding.ShardOptions(0, 1), seed=0).batch(step)\n"
+    "    per_host = GLOBAL_BATCH // jax.process_count()\n"
+    "    mine = slice(jax.process_index() * per_host, (jax.process_index() + 1) * per_host)\n"
+    "    return {key: value[mine] for key, value in rows.items()}\n")
+_SHARDS_TWICE = _host_rows(
+    "    rows = HostLoader(source, GLOBAL_BATCH, grain.sharding.ShardByJaxProcess(), seed=0).batch(step)\n"
+    "    per_host = len(rows['id']) // jax.process_count()\n"
+    "    mine = slice(jax.process_index() * per_host, (jax.process_index() + 1) * per_host)\n"
+    "    return {key: value[mine] for key, value in rows.items()}\n")
+
+
+_TWO_HOSTS = _host_rows("    shard = grain.sharding.ShardOptions(jax.process_index(), 2)\n"
+                        "    return HostLoader(source, GLOBAL_BATCH, shard, seed=0).batch(step)\n")
+
+
+def _grain_otherwise(case) -> str:
+    hosts = case.layout[0]
+    passed, rows, distinct, same, read = case.got[0][0]
+    if rows == -1:
+        return (f"on {hosts} hosts each host passed {passed} rows, which JAX refused: a host passes its "
+                f"GLOBAL_BATCH // {hosts} rows of the step")
+    if rows != 256 or distinct != 256:
+        return (f"on {hosts} hosts the global batch has {rows} rows of {distinct} distinct records, not the 256 "
+                "records of the step: every host must read its own block of the same shuffled order")
+    return (f"on {hosts} hosts the global batch holds the step's 256 records, but not in the order one host "
+            "would read them: host h's block comes h-th")
+
+
+register(ProcessExercise(
+    id="11.4", kernel=KERNEL, answer_name="host_rows", signature="(source, step)",
+    title="Grain reads only this host's block: ShardByJaxProcess, and nothing sharded twice",
+    setup="import grain\nfrom helpers.stack_data import HostLoader\nGLOBAL_BATCH = 256\n",
+    solution='''
+def host_rows(source, step):
+    """This host's rows of global batch `step`: Grain reads only this host's block of it."""
+    shard = grain.sharding.ShardByJaxProcess(drop_remainder=True)  # this host, of jax.process_count()
+    return HostLoader(source, GLOBAL_BATCH, shard, seed=0).batch(step)
+''',
+    driver=_GRAIN_DRIVER, together=True, apart=(_TWO_HOSTS,),  # it fails on some hosts only
+    meshes=((2, 4), (4, 1)),
+    timeout=150.0,
+    wrong={
+        _READS_EVERYTHING:
+            lambda case: (f"the global batch is right, but each host read {case.got[0][0][4]} records to keep "
+                          f"{case.got[0][0][0]}: every host reads the whole global batch and slices its part. "
+                          "Let Grain read only this host's block: give HostLoader ShardByJaxProcess() as its shard"),
+        _SHARDS_TWICE:
+            lambda case: (f"the data is sharded twice: ShardByJaxProcess already gave this host its "
+                          f"{256 // case.layout[0]} rows, and you split them by host again, so each host passed "
+                          f"{case.got[0][0][0]} rows and the global batch has {case.got[0][0][1]}, not 256. "
+                          "make_array_from_process_local_data takes a host's rows as its part, as they are"),
+        _host_rows("    return HostLoader(source, GLOBAL_BATCH, grain.sharding.ShardOptions(0, 1), seed=0).batch(step)\n"):
+            lambda case: (f"each host passed the whole global batch ({case.got[0][0][0]} rows), so the global array "
+                          f"has {case.got[0][0][1]} rows, every record {case.layout[0]} times: each host passes "
+                          "only its own block, and ShardByJaxProcess tells Grain which one"),
+        _TWO_HOSTS:
+            lambda case: (f"you tell Grain there are 2 hosts; this run has {case.layout[0]}: "
+                          "ShardByJaxProcess() reads the number of hosts (and this host's index) from JAX"),
+        _host_rows("    shard = grain.sharding.ShardByJaxProcess()\n"
+                   "    return HostLoader(source, GLOBAL_BATCH, shard, seed=jax.process_index()).batch(step)\n"):
+            "each host shuffles with its own seed, so the hosts' blocks come from different orders: some records "
+            "appear twice in the global batch and others never. Every host uses the same seed",
+    },
+    otherwise=_grain_otherwise,
+    hints=(
+        "HostLoader(source, GLOBAL_BATCH, shard, seed=0).batch(step) returns the rows of the host `shard` "
+        "names; in a real run, grain.sharding.ShardByJaxProcess() names this host.",
+        "The loader already reads only this host's block: pass its rows on as they are, without slicing "
+        "them by jax.process_index() again.",
     ),
 ))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
@@ -15,14 +16,9 @@ MYSTERY = course_file("scripts/mystery_hang.py")
 
 # ------------------------------------------------------------- real runs that may hang
 
-def _hung(case) -> str:
-    return (f"{case.got.text}. A host waited in a collective that another host did not call: "
-            "every host must make the same collectives, in the same order")
-
-
 def _any_hang(example: str) -> Rule:
     """A rule for every run that hangs in a way the catalogue does not name; `example` does."""
-    return Rule(lambda raw: raw.startswith("the run hung"), example=example, say=_hung)
+    return Rule(lambda raw: raw.startswith("the run hung"), example=example, say=lambda case: case.got.text)
 
 
 _SETUP = "from jax.experimental import multihost_utils\n"
@@ -38,15 +34,22 @@ _JOIN = ("from helpers.launch import initialize\ninitialize()\n"
 
 # ------------------------------------------------------------------ 12.1 host-0 logging
 
+_LINE = re.compile(r"step \d+: mean -?\d+\.\d\d")  # the prompt's f"step {step}: mean {m:.2f}"
+
+
+def _host0_lines(case) -> list:
+    """What host 0 logged at each step ([] when the run gave no lines)."""
+    return list(case.got[0]) if isinstance(case.got, tuple) and case.got and case.got[0] else []
+
+
 _LOG_DRIVER = _JOIN + (
     "lines = []\n"
     "for step in range(3):\n"
     "    local = np.arange(jax.local_device_count(), dtype=np.float32) + 10 * host + step\n"
     "    x = jax.make_array_from_process_local_data(rows, local)\n"
     "    lines.append(log_line(step, x))\n"
-    "# what each host logged: None, or the number its line ends with (-1 if none: nan never compares equal)\n"
-    "import re\n"
-    "logged = [None if line is None else float((re.findall(r'-?\\d+(?:\\.\\d+)?', str(line)) or ['-1'])[-1])\n"
+    "# what each host logged: its line as it is (a str or None), or what else it returned\n"
+    "logged = [line if line is None or isinstance(line, str) else f'not a str: {type(line).__name__} {line!r}'[:60]\n"
     "          for line in lines]\n"
     "print(json.dumps(logged))\n")
 
@@ -92,7 +95,7 @@ register(ProcessExercise(
     id="12.1", kernel=KERNEL, answer_name="log_line", title="every host runs the collective; only host 0 logs",
     solution=LOG_SOLUTION,
     driver=_LOG_DRIVER,
-    setup=_LOG_SETUP, stall=5.0,  # the driver prints once joined: hosts all silent for 5 s hung
+    setup=_LOG_SETUP,
     meshes=((2, 1), (2, 2)),
     wrong={
         _LOG_ON_HOST_0_ONLY: "the run hung: host 0 computed the mean, a collective, and waited for "
@@ -110,6 +113,22 @@ register(ProcessExercise(
                  '    if jax.process_index() == 1:\n'
                  '        jnp.mean(x).block_until_ready()\n'
                  '    return None\n'),),
+    families=(
+        Rule(lambda case: _host0_lines(case) and not all(isinstance(line, str) and not line.startswith("not a str")
+                                                         for line in _host0_lines(case)),
+             example='def log_line(step, x):\n'
+                     '    mean = float(global_mean(x))\n'
+                     '    return mean if jax.process_index() == 0 else None\n',
+             say=lambda case: f"host 0 returned {str(_host0_lines(case)[0]).removeprefix('not a str: ')} at step 0, "
+                              "not the line: return the str "
+                              "f\"step {step}: mean {m:.2f}\" itself"),
+        Rule(lambda case: _host0_lines(case) and not all(_LINE.fullmatch(line) for line in _host0_lines(case)),
+             example='def log_line(step, x):\n'
+                     '    mean = float(global_mean(x))\n'
+                     '    return f"step {step}: mean {mean:.3f}" if jax.process_index() == 0 else None\n',
+             say=lambda case: f"host 0 logged {_host0_lines(case)[0]!r} at step 0: the prompt asks for exactly the "
+                              "line f\"step {step}: mean {m:.2f}\", two decimals"),
+    ),
     hints=(
         "`jnp.mean(x)` on a global array is a collective: it finishes only when every host has "
         "called it.",
@@ -151,16 +170,29 @@ def steps_together(my_batches):
     return int(multihost_utils.broadcast_one_to_all(np.int32(my_batches)))
 '''
 
+_EPOCH_HOST_0_BROADCASTS = '''from jax.experimental import multihost_utils
+
+
+def steps_together(my_batches):
+    if jax.process_index() == 0:
+        return int(multihost_utils.broadcast_one_to_all(np.int32(my_batches)))
+    return my_batches
+'''
+
 register(ProcessExercise(
     id="12.2", kernel=KERNEL, answer_name="steps_together",
     title="every host runs the fewest batches any host has, so the epoch ends together",
     solution=EPOCH_SOLUTION,
     driver=_EPOCH_DRIVER,
-    setup=_SETUP, stall=5.0,  # the driver prints once joined: hosts all silent for 5 s hung
+    setup=_SETUP,
     meshes=((2, 1), (3, 1)),
     wrong={
         _EPOCH_OWN_COUNT: "the run hung: each host ran its own number of steps, so host 1 finished "
                           "while host 0 waited in a collective of a step host 1 never ran",
+        _EPOCH_HOST_0_BROADCASTS: lambda case: (
+            f"{case.got.text.removeprefix('the run was stopped: ').split('. ')[0]}: broadcast_one_to_all is a "
+            "collective, so every host must call it, not host 0 alone. (And host 0's count is more batches "
+            "than some host has: count with every host's number)"),
         _EPOCH_HOST_0_COUNT: lambda case: (
             f"a host ran out of data ({case.got.text}): your count is more batches than some "
             "host has. Host 0's count, or the largest, is not one every host can run"),

@@ -16,8 +16,8 @@ import jax
 import numpy as np
 from jax import P
 
-from helpers.exercises.core import Kernel, Mistake, register
-from helpers.exercises.kinds import ProgramExercise, Rule, placed
+from helpers.exercises.core import Kernel, Mistake, get, register
+from helpers.exercises.kinds import ProgramExercise, Rule, course_mesh, placed
 from helpers.traffic import format_bytes as _b, hosts_along, traffic
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -251,20 +251,58 @@ return jax.lax.all_gather(piece, DATA, axis=0, tiled=True)'''):
 
 _ring = functools.partial(_body, name="ring_allreduce")
 
+_RING = '''
+def ring_allreduce(block):
+    """The sum of every device's block: a reduce-scatter, then an all-gather, around the ring in chunks."""
+    n = jax.lax.axis_size(DATA)
+    me = jax.lax.axis_index(DATA)
+    right = [(i, (i + 1) % n) for i in range(n)]
+    mine = jnp.roll(block.reshape(block.shape[0], n, -1), -me, axis=1)  # n chunks; mine[:, k] is chunk me + k
+    message = mine[:, 0]  # reduce-scatter: send a running sum on, add your own part of the chunk that arrives
+    for step in range(1, n):
+        message = jax.lax.ppermute(message, DATA, right) + mine[:, n - step]  # chunk me - step
+    summed = [None] * n  # now `message` is the whole sum of chunk me + 1
+    summed[1] = message
+    for step in range(1, n):  # all-gather: pass the summed chunks on around the ring, keep each one
+        message = jax.lax.ppermute(message, DATA, right)
+        summed[(1 - step) % n] = message  # chunk me + 1 - step
+    return jnp.roll(jnp.stack(summed, axis=1), me, axis=1).reshape(block.shape)
+'''
+_WHOLE_RING = _ring('''
+n = jax.lax.axis_size(DATA)
+right = [(i, (i + 1) % n) for i in range(n)]
+total, message = block, block
+for _ in range(n - 1):
+    message = jax.lax.ppermute(message, DATA, right)
+    total = total + message
+return total''')
+_DIRECT = _ring('''
+n = jax.lax.axis_size(DATA)
+total = block
+for shift in range(1, n):
+    total = total + jax.lax.ppermute(block, DATA, [(i, (i + shift) % n) for i in range(n)])
+return total''')
+
+
+def _ring_report(source: str):
+    """The traffic of a catalogued ring program on the first mesh (the one traffic rules are tried on)."""
+    return _known_report(_allreduce_program, source, course_mesh(MESHES[0]), get("13.2"))
+
+
+def _sent(report) -> int:
+    return report.inside_hosts + report.across_hosts
+
+
+def _bytes_told(yours, flat) -> str:
+    """Your bytes against the chunked ring's, which are psum's (the reference sends exactly those)."""
+    return (f"the numbers are right, but your program sends {_b(_sent(yours))} ({_b(yours.across_hosts)} across "
+            f"hosts), where the chunked ring sends {_b(_sent(flat))} ({_b(flat.across_hosts)} across hosts)")
+
+
 register(PuzzleExercise(
     id="13.2", kernel=KERNEL, setup=SETUP, meshes=MESHES, answer_name="ring_allreduce",
-    title="a ring all-reduce: n - 1 steps of ppermute",
-    solution='''
-def ring_allreduce(block):
-    """The sum of every device's block, passed around a ring with ppermute."""
-    n = jax.lax.axis_size(DATA)
-    right = [(i, (i + 1) % n) for i in range(n)]
-    total, message = block, block
-    for _ in range(n - 1):  # after n - 1 steps every block has visited every device once
-        message = jax.lax.ppermute(message, DATA, right)  # forward what arrived last
-        total = total + message
-    return total
-''',
+    title="a ring all-reduce in chunks: a reduce-scatter, then an all-gather, with ppermute",
+    solution=_RING,
     run=_runner(_allreduce_program), program=_allreduce_program,
     families=_sum_families("ring_allreduce"), otherwise=SUM_OTHERWISE,
     wrong={
@@ -310,12 +348,26 @@ return total'''):
                                 f"{', '.join(sorted(_kinds(yours) - {'collective-permute'}))}: build the ring "
                                 "from ppermute alone",
             _ring("return jax.lax.psum(block, DATA)")),
+        Rule(
+            lambda yours, flat: _sent(yours) > _sent(flat) and yours.across_hosts == _ring_report(_WHOLE_RING).across_hosts,
+            lambda yours, flat: _bytes_told(yours, flat) + ": you forward whole blocks, n - 1 times. Pass chunks "
+                                "(1/n of a block) instead: n - 1 steps that add up one chunk each as it goes "
+                                "round, then n - 1 steps that pass the summed chunks on",
+            _WHOLE_RING),
+        Rule(
+            lambda yours, flat: _sent(yours) > _sent(flat),
+            lambda yours, flat: _bytes_told(yours, flat) + ". Sending each whole block to every other device (or "
+                                "around the ring) moves n - 1 whole blocks per device; the ring passes chunks, "
+                                "1/n of a block, to its neighbour only",
+            _DIRECT),
     ),
     hints=(
-        "Keep two values: the running total, and the message you pass on. At each step, ppermute the "
-        "message one place to the right and add what arrives to the total.",
-        "With n = jax.lax.axis_size(DATA) devices, the pairs [(i, (i + 1) % n) for i in range(n)] make a "
-        "ring, and n - 1 steps bring every other device's block to you exactly once.",
+        "Cut the block into n chunks of its columns (block.reshape(1, n, -1)); device `me = "
+        "jax.lax.axis_index(DATA)` starts by sending its chunk me to the right. At each of the next n - 1 "
+        "steps, add your own part of the chunk that arrived, and send the running sum on.",
+        "After those n - 1 steps, device me holds the whole sum of chunk (me + 1) % n. n - 1 more ppermutes "
+        "pass the summed chunks around; jax.lax.dynamic_update_index_in_dim puts each arriving chunk in its "
+        "place (chunk (me + 1 - step) % n at step `step`).",
     ),
 ))
 

@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 from helpers.exercises.core import PRELUDE, Mistake, NotAttempted, describe, say
 from helpers.exercises.kinds import ProgramExercise, Raised
+from helpers.launch_result import describe_exit
+from helpers.launch_stall import TRACE_COLLECTIVES, Code, describe_stall
 
 
 def _function_def(source: str, name: str) -> ast.FunctionDef | None:
@@ -32,21 +34,34 @@ def _is_stub(function: ast.FunctionDef) -> bool:
     return len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.unparse(body[0])
 
 
-def failure(result) -> Raised:
+# The one time limit of every exercise run in processes: a run where no host printed for this
+# long is stopped, and the verdict says where each host was (the prompts say so).
+STALL_SECONDS = 15.0
+_HEARTBEAT = "print('[check] running your code', flush=True)\n"  # arms the launcher's stall detection
+
+
+def failure(result, code: tuple[Code, ...] = ()) -> Raised:
     """What a run that did not end well did: the last error line of the host that failed first (in
     the launcher's order: a host whose collective lost its peer comes after the host that died), or,
-    when none failed, where each host was when the run was stopped (a hang)."""
+    when none failed, where each host was in the learner's `code` when the run was stopped (a hang)."""
     order = {h: i for i, h in enumerate(result.failed_first)}
     failed = sorted((h for h in result.hosts if h.status == "failed"),
                     key=lambda h: (order.get(h.host, len(order)), h.host))
     if failed:
         tail = failed[0].error_tail(3).strip().splitlines()
-        text = f"{tail[-1] if tail else 'no error message'} on host {failed[0].host}"
-    else:
-        states = ("had exited" if h.ok else "had ended its script" if h.script_ended else "was still running"
-                  for h in result.hosts)
-        text = "the run hung: " + "; ".join(f"host {h.host} {state}" for h, state in zip(result.hosts, states))
-    return Raised(text, text)
+        text = f"{tail[-1] if tail else _crash(failed[0])} on host {failed[0].host}"
+        return Raised(text, text)
+    text = "the run was stopped: " + describe_stall(result, code, result.stopped_after or STALL_SECONDS)
+    return Raised(text, "the run hung: " + text, verdict=True)
+
+
+def _crash(host) -> str:
+    """Why a host that printed no Python error died, in the learner's terms (never the runtime's text)."""
+    how = describe_exit(host.returncode)
+    if "collective mismatch" in host.log:
+        return (f"a crash ({how}): the hosts' collectives did not match (some hosts made another collective, "
+                "or the same one on data of another size)")
+    return f"a crash ({how}) with no Python error"
 
 
 # What each host of a `together` run executes: every source on every layout, through the driver's `output`.
@@ -56,16 +71,18 @@ from helpers.launch import initialize
 initialize()
 
 import json
+{trace}
 
 {driver}
 
 out = []
-for source in {sources}:
+for index, source in enumerate({sources}):
     row = []
     for layout in {layouts}:
         namespace = {{}}
+        print(f"[check] running program {{index}} on {{layout}}", flush=True)  # arms the stall detection
         try:
-            exec({prelude} + source, namespace)
+            exec(compile({prelude} + source, f"<answer {{index}}>", "exec"), namespace)
             row.append(output(namespace, layout))
         except Exception as error:  # the program raised: the first sentence of its error is its output
             first = (str(error).splitlines() or [""])[0].split(". Expected")[0]
@@ -100,8 +117,9 @@ class ProcessExercise(ProgramExercise):
     precheck: Callable[[Callable], None] | None = None
     together: bool = False
     on: tuple[int, int] | None = None
-    timeout: float = 60.0
-    stall: float | None = None  # a run where every host printed, then none did for `stall` s, hung
+    timeout: float = 60.0  # the whole run's limit (the catalogue's run is longer than one program's)
+    stall: float = STALL_SECONDS  # a run where every host printed, then none did for `stall` s, hung
+    apart: tuple[str, ...] = ()  # catalogued programs that hang: each runs alone, not with the others
 
     def make_case(self, layout):
         return layout
@@ -154,7 +172,7 @@ class ProcessExercise(ProgramExercise):
     def output_of_source(self, source: str, layout) -> Any:
         """What a program printed on this layout; known programs run once (together, if so declared)."""
         if (self.id, source, layout) not in self._outputs:
-            known = self._known()
+            known = tuple(s for s in self._known() if s not in self.apart)
             self._outputs.update(self._launch(known if self.together and source in known else (source,), layout))
         return self._outputs[(self.id, source, layout)]
 
@@ -164,15 +182,20 @@ class ProcessExercise(ProgramExercise):
 
         layouts = self.meshes if self.on else (layout,)
         prelude = PRELUDE + self.setup + "\n"
-        script = (_TOGETHER.format(driver=self.driver, sources=repr(list(sources)), layouts=repr(layouts),
-                                   prelude=repr(prelude))
-                  if self.together else self.driver.replace("{answer}", prelude + sources[0]))
+        if self.together:
+            script = _TOGETHER.format(driver=self.driver, sources=repr(list(sources)), layouts=repr(layouts),
+                                      prelude=repr(prelude), trace=TRACE_COLLECTIVES)
+            code = tuple(Code(f"<answer {i}>", prelude.count("\n") + 1, s) for i, s in enumerate(sources))
+        else:
+            before = self.driver[:self.driver.index("{answer}")].count("\n")
+            script = self.driver.replace("{answer}", _HEARTBEAT + TRACE_COLLECTIVES + prelude + sources[0])
+            code = (Code("<source>", before + (_HEARTBEAT + TRACE_COLLECTIVES + prelude).count("\n") + 1, sources[0]),)
         num_hosts, per_host = self.on or layout
         result = run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
                      stall=self.stall)
         keys = [(self.id, s, l) for s in sources for l in layouts]
         if not result.ok:
-            return dict.fromkeys(keys, failure(result))
+            return dict.fromkeys(keys, failure(result, code))
         printed = []
         for host in result.hosts:
             try:

@@ -204,8 +204,8 @@ def global_shape(rng: random.Random, seed: int) -> Question:
 
     candidates = _variant_mistakes(sc, under, "the global shape")
     split_dims = [d for d in range(rank) if blocks[d] > 1]
-    if split_dims:
-        candidates.append(Mistake(local, m.SPLIT_COPIED,
+    if split_dims:  # first: a variant spec may give the local shape too, and this names the slip itself
+        candidates.insert(0, Mistake(local, m.SPLIT_COPIED,
                                   "that is one host's own shape, as if the hosts held copies: they hold "
                                   f"different parts of dimension {split_dims[0]}, so the global array is larger"))
     size_of = dict(zip(sc.axis_names, sc.axis_sizes))

@@ -1,0 +1,71 @@
+"""Every exercise judged in real processes, given a hang and an endless loop: the verdict names what
+happened in the learner's terms, comes at the launcher's stall limit (not the run's timeout), and
+quotes no gloo, coordination-service or XLA text."""
+import re
+
+import pytest
+
+from helpers import exercises, launch
+from helpers.exercises import ProcessExercise
+from helpers.exercises.processes import STALL_SECONDS
+from helpers.topology import emulated_hosts
+
+PROCESS_IDS = [i for i in exercises.all_ids() if isinstance(exercises.get(i), ProcessExercise)]
+# What each exercise's function returns once past the hang (the kernel's precheck of 11.2 wants a whole number).
+RETURNS = {"08.4": "0.0", "11.1": "0.0", "10.3": "args[0]", "11.2": "8", "12.1": "None", "12.2": "1",
+           "11.4": "{'id': np.zeros(0, np.int32)}"}
+RUNTIME_TEXT = re.compile(r"gloo|DEADLINE_EXCEEDED|coordination|XlaRuntimeError|JaxRuntimeError|GetKeyValue",
+                          re.IGNORECASE)
+
+
+def _hang(exercise) -> str:
+    """The learner's function with a collective on host 0 only."""
+    return (f"def {exercise.answer_name}(*args):\n"
+            "    from jax.experimental import multihost_utils\n"
+            "    if jax.process_index() == 0:\n"
+            "        multihost_utils.sync_global_devices('only host 0')\n"
+            f"    return {RETURNS.get(exercise.id, 'None')}\n")
+
+
+def _loop(exercise) -> str:
+    return f"def {exercise.answer_name}(*args):\n    while True:\n        pass\n"
+
+
+def _judged(ex_id: str, source: str, monkeypatch) -> tuple[str, list]:
+    """The verdict on `source`, and the results of the real runs of `source` (not the catalogue's)."""
+    results, real_run = [], launch.run
+
+    def recording_run(*args, **kwargs):
+        result = real_run(*args, **kwargs)
+        script = kwargs.get("source", "")
+        if source in script or repr(source) in script:  # a together driver holds sources as literals
+            results.append(result)
+        return result
+
+    monkeypatch.setattr(launch, "run", recording_run)
+    exercise = exercises.get(ex_id)
+    with emulated_hosts(exercise.kernel.hosts or 1):
+        status, message = exercises.verdict(ex_id, source)
+    assert status == "mistake"
+    assert not RUNTIME_TEXT.search(message), message
+    return message, results
+
+
+def test_every_exercise_judged_in_processes_is_covered():
+    assert set(PROCESS_IDS) <= set(RETURNS)
+
+
+@pytest.mark.parametrize("ex_id", PROCESS_IDS)
+def test_a_collective_on_host_0_only_is_named_at_the_stall_limit(ex_id, monkeypatch):
+    message, results = _judged(ex_id, _hang(exercises.get(ex_id)), monkeypatch)
+    assert "host 0 called `sync_global_devices` at line 4; host 1 never called it" in message
+    assert results and all(r.stopped_after == STALL_SECONDS for r in results)
+
+
+@pytest.mark.parametrize("ex_id", PROCESS_IDS)
+def test_an_endless_loop_is_named_as_one(ex_id, monkeypatch):
+    message, results = _judged(ex_id, _loop(exercises.get(ex_id)), monkeypatch)
+    assert "a loop that never ends" in message
+    if exercises.get(ex_id).precheck is None:  # a precheck stops it in the kernel, before any run
+        assert f"still computing at line 2 (`while True:`) after {STALL_SECONDS:g} s" in message
+        assert results and all(r.stopped_after == STALL_SECONDS for r in results)
