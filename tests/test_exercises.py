@@ -321,7 +321,7 @@ def test_a_step_that_logs_its_loss_inside_fails_the_structural_checks(capsys):
 
 def test_a_verdict_ends_with_one_stop(monkeypatch, capsys):
     for message, shown in (("is it?", "is it? (hint"), ("it is.", "it is. (hint"), ("it is", "it is. (hint")):
-        monkeypatch.setattr(core, "judge", lambda *a, **k: core.Outcome("mistake", message))
+        monkeypatch.setattr(core, "judge_exercise", lambda *a, **k: core.Outcome(core.Status.MISTAKE, message))
         exercises.check(IDS[0], 1)
         assert shown in capsys.readouterr().out
 

@@ -56,7 +56,9 @@ def _printed(fn, *args) -> str:
 
 
 def _name(value) -> str:
-    return _ADDRESS.sub("", " ".join(repr(value).split()))[:120]
+    """A catalogue entry's short name (a set's members sorted: one text every run)."""
+    text = f"{{{', '.join(sorted(map(repr, value)))}}}" if isinstance(value, (set, frozenset)) else repr(value)
+    return _ADDRESS.sub("", " ".join(text.split()))[:120]
 
 
 def _stubs() -> dict[str, str]:
@@ -98,7 +100,8 @@ def drill_texts(kind: str, seed: int) -> list[str]:
         lines.append(f"{head} garbage {n}: {_name(junk)}\n{_printed(q.check, junk)}")
     session = DrillSession(seed, kind)
     for text in TYPED:
-        lines.append(f"{head} typed {text!r}\n{session.submit(text)}")
+        outcome = session.submit(text)
+        lines.append(f"{head} typed {text!r}\n{(outcome.passed, outcome.message)}")
     return lines
 
 

@@ -11,6 +11,7 @@
   (as source) run on judge-made inputs, on several meshes with different device counts; a
   learner's output that differs from the reference gets the message of the wrong program
   whose output it matches. `checks` add structural rules (uses shard_map, is jitted...).
+- `DrillExercise`: a generated value question (helpers.practice), judged like a `ValueExercise`.
 - `ProcessExercise` (in `helpers.exercises.processes`): a program judged by what real
   processes print when they run it.
 
@@ -32,7 +33,7 @@ import numpy as np
 from jax import P
 from jax.sharding import NamedSharding
 
-from helpers import hosts
+from helpers import hosts, progress_store
 from helpers.exercises import forms
 from helpers.exercises.core import Exercise, Message, Mistake, NotAttempted, _guarded, describe, explain, say
 from helpers.exercises.forms import Form
@@ -112,6 +113,37 @@ class ValueExercise(Exercise):
         examples = [r.example(self.right_value()) if callable(r.example) else r.example for r in self.rules]
         return ([(known, say(m, known)) for known, m in self.wrong.items()]
                 + [(example, say(r.say, example)) for r, example in zip(self.rules, examples)])
+
+
+@dataclass(frozen=True, kw_only=True)
+class DrillExercise(ValueExercise):
+    """A generated question (helpers.practice): a value exercise that no notebook registers. Its pass
+    says what the right answer means, and every checked answer counts in the learner's drills."""
+
+    kind: str
+    seed: int
+    example: str  # what an answer looks like, for `...`
+    meaning: Callable[[Any], str]  # a right answer -> what it means
+    answer_name: str = "answer"
+    solution: str = ""
+    hints: tuple[str, ...] = ()
+    kernel: None = None  # a drill builds its own mesh, and says so when JAX has too few devices
+
+    @property
+    def label(self) -> str:
+        return f"drill {self.seed}"
+
+    def praise(self, answer: Any) -> str:
+        return f"right: {self.meaning(answer)}"
+
+    def unattempted(self) -> str:
+        return f"not attempted yet: replace ... with your answer, like {self.example}"
+
+    def help(self) -> str:
+        return "explain() on this drill shows the answer"
+
+    def record(self, passed: bool) -> None:
+        progress_store.record_drill(self.kind, self.seed, passed)
 
 
 # ----------------------------------------------------------------------------- specs
