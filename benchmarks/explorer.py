@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from benchmarks.measure import in_process_runner, log, run_worker
-from benchmarks.report import fmt_bench, fmt_s, md_table
+from benchmarks.tables import fmt_bench, fmt_s, md_table
 
 KEY = "explorer"
 TITLE = "Interactivity: the sharding explorer's redraw"

@@ -207,15 +207,6 @@ class Traffic:
 
     __repr__ = __str__
 
-    def _repr_png_(self):
-        from helpers.traffic_viz import draw_traffic
-
-        import io
-
-        buffer = io.BytesIO()
-        draw_traffic(self).savefig(buffer, format="png", dpi=80)
-        return buffer.getvalue()
-
 
 def compare(reports: dict[str, Traffic]) -> str:
     """A table of several programs' traffic: collectives, bytes inside and across hosts.
