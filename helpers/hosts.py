@@ -117,7 +117,7 @@ def _check_rank(sharding: Sharding, ndim: int) -> None:
 
 def _owners(per_host: int) -> dict:
     """Device -> its emulated host, with `per_host` devices per host (helpers.topology's rule)."""
-    return {d: i // per_host for i, d in enumerate(jax.devices())}
+    return {d: topology.emulated_host_of(d, per_host) for d in jax.devices()}
 
 
 def _slice_text(index: Index, shape: tuple[int, ...]) -> str:

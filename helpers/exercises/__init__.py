@@ -10,7 +10,8 @@ from helpers.exercises.core import (  # noqa: F401  (the public API)
     Exercise, Kernel, Mistake, NotAttempted, Outcome, Verdict, all_ids, call_learner, check, get, hint, judge,
     reference, register, solution, verdict,
 )
-from helpers.exercises.kinds import ProgramExercise, Rule, Slot, SpecExercise, ValueExercise  # noqa: F401
+from helpers.exercises.kinds import DrillExercise, ProgramExercise, Slot, SpecExercise, ValueExercise  # noqa: F401
+from helpers.exercises.rules import CodeRule, ErrorRule, OutputRule, SpecRule, TrafficRule, ValueRule  # noqa: F401
 from helpers.exercises.processes import ProcessExercise  # noqa: F401
 
 for _module in pkgutil.iter_modules(__path__):  # each notebook's module registers its exercises

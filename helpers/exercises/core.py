@@ -156,6 +156,35 @@ class Exercise:
         return namespace[self.answer_name]
 
 
+class Memo:
+    """The engine's one cache: what a computation for an exercise gave, computed once per key (right
+    values, what known programs compute, traffic reports). Keys start with the exercise's id."""
+
+    def __init__(self) -> None:
+        self._values: dict[tuple, Any] = {}
+
+    def __contains__(self, key: tuple) -> bool:
+        return key in self._values
+
+    def __getitem__(self, key: tuple) -> Any:
+        return self._values[key]
+
+    def get(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """The value of `key`, from `compute()` the first time."""
+        if key not in self._values:
+            self._values[key] = compute()
+        return self._values[key]
+
+    def put(self, values: dict[tuple, Any]) -> None:
+        self._values.update(values)
+
+    def forget(self, drop: Callable[[tuple], bool]) -> None:
+        """Forget every key `drop(key)` is true for."""
+        for key in [k for k in self._values if drop(k)]:
+            del self._values[key]
+
+
+MEMO = Memo()
 _REGISTRY: dict[str, Exercise] = {}
 _hints_shown: dict[str, int] = {}
 
@@ -215,7 +244,7 @@ def _time_limit(seconds: float):
 _limit = threading.local()
 
 
-def _guarded(fn: Callable, *args: Any) -> Any:
+def guarded(fn: Callable, *args: Any) -> Any:
     """Run code that calls the learner's, within the time limit; NotImplementedError -> NotAttempted."""
     try:
         with _time_limit(getattr(_limit, "seconds", None)):
@@ -229,7 +258,7 @@ def call_learner(fn: Any, *args: Any, **kwargs: Any) -> Any:
     if not callable(fn):
         raise Mistake(f"expected a function, but got {describe(fn)}")
     try:
-        return _guarded(lambda: fn(*args, **kwargs))
+        return guarded(lambda: fn(*args, **kwargs))
     except (NotAttempted, Mistake, _TooSlow):
         raise
     except Exception as error:  # the learner's code failed: say how, in JAX's words

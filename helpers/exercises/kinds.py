@@ -26,7 +26,7 @@ import math
 import re
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
@@ -35,23 +35,11 @@ from jax.sharding import NamedSharding
 
 from helpers import hosts, progress_store
 from helpers.exercises import forms
-from helpers.exercises.core import Exercise, Message, Mistake, NotAttempted, _guarded, describe, explain, say
+from helpers.exercises.core import MEMO, Exercise, Message, Mistake, NotAttempted, guarded, describe, explain, say
 from helpers.exercises.forms import Form
-from helpers.layout import format_spec, sharding_text
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A family of mistakes: `when(...)` is true for its members, `say` is their message.
-
-    `example` is a member that no earlier entry of the catalogue catches; the tests check that
-    it earns this rule's message (so a rule can never be dead or shadowed). In a value exercise
-    it may be a function of the right value, such as `alone(i)`.
-    """
-
-    when: Callable[..., bool]
-    say: Message
-    example: Any = None
+from helpers.exercises.rules import CodeRule, ErrorRule, OutputRule, SpecRule, TrafficRule, ValueRule, of_kind
+from helpers.layout import format_spec, placement, sharding_text
+from helpers.traffic import hosts_along, traffic
 
 
 def entry(i: int, *values: Any) -> Callable[[Any], bool]:
@@ -74,16 +62,13 @@ def _same(a: Any, b: Any) -> bool:
     return a == b or close(a, b, rtol=1e-6, atol=1e-6)
 
 
-def _named(value: Any, wrong: Mapping[Any, Message], rules: tuple[Rule, ...], same: Callable) -> str | None:
+def _named(value: Any, wrong: Mapping[Any, Message], rules: tuple[ValueRule | SpecRule, ...], same: Callable) -> str | None:
     """The message of the first catalogue entry `value` falls under: a known wrong value (`same` as
     it), else a rule; None when it is none of them."""
     for known, message in wrong.items():
         if same(value, known):
             return say(message, value)
     return next((say(r.say, value) for r in rules if r.when(value)), None)
-
-
-_right_values: dict[str, Any] = {}
 
 
 # ----------------------------------------------------------------------------- values
@@ -95,14 +80,15 @@ class ValueExercise(Exercise):
     form: Form
     right: Callable[[], Any]
     wrong: Mapping[Any, Message] = field(default_factory=dict)
-    rules: tuple[Rule, ...] = ()
+    rules: tuple[ValueRule, ...] = ()
     otherwise: Message = "not quite; read the prompt again, then count once more"
+
+    def __post_init__(self):
+        of_kind(ValueRule, self.rules, f"{self.id}: rules")
 
     def right_value(self) -> Any:
         """The right value, computed once."""
-        if self.id not in _right_values:
-            _right_values[self.id] = self.right()
-        return _right_values[self.id]
+        return MEMO.get(("right", self.id), self.right)
 
     def judge(self, answer: Any) -> None:
         value = self.form(answer)
@@ -148,18 +134,6 @@ class DrillExercise(ValueExercise):
 
 # ----------------------------------------------------------------------------- specs
 
-def placement(mesh, spec, shape: tuple[int, ...]) -> dict[int, tuple] | None:
-    """Device id -> the (start, stop) it holds along each dimension, from JAX; None if JAX refuses,
-    or if the spec has more entries than the array has dimensions (device_put refuses that)."""
-    if len(spec) > len(shape):
-        return None
-    try:
-        index_map = NamedSharding(mesh, spec).devices_indices_map(tuple(shape))
-    except Exception:  # JAX rejects the spec for this mesh or shape
-        return None
-    return {d.id: tuple(s.indices(n)[:2] for s, n in zip(idx, shape)) for d, idx in index_map.items()}
-
-
 def normal_spec(spec) -> tuple:
     """A spec's entries without trailing Nones, 1-tuples as names: P('a', None) -> ('a',)."""
     entries = [e[0] if isinstance(e, tuple) and len(e) == 1 else e for e in spec]
@@ -196,9 +170,12 @@ class Slot:
     shape: tuple[int, ...]
     right: Any
     wrong: Mapping[Any, Message] = field(default_factory=dict)
-    rules: tuple[Rule, ...] = ()
+    rules: tuple[SpecRule, ...] = ()
     otherwise: Message = "this spec does not place the data as asked; compare its picture with the prompt"
     label: str = ""
+
+    def __post_init__(self):
+        of_kind(SpecRule, self.rules, f"the rules of Slot {self.label or self.right}")
 
     def judge(self, mesh, spec) -> None:
         """Return when `spec` places the data like the right spec; else the mistake it makes, with
@@ -365,7 +342,7 @@ def equations(fn: Callable, *args: Any, about: str = "how it computes them") -> 
     a structural check cannot see `about` it, so it must not pass.
     """
     try:
-        jaxpr = _guarded(jax.make_jaxpr(fn), *args).jaxpr
+        jaxpr = guarded(jax.make_jaxpr(fn), *args).jaxpr
     except (NotAttempted, Mistake):
         raise
     except Exception as error:
@@ -432,11 +409,14 @@ class ProgramExercise(Exercise):
     run: Callable[[Callable, Any], Any]
     wrong: Mapping[str, Message] = field(default_factory=dict)
     meshes: tuple[tuple[int, ...], ...] = ((2, 4), (2, 2))
-    errors: tuple[Rule, ...] = ()
-    families: tuple[Rule, ...] = ()
-    checks: tuple[Rule, ...] = ()
+    errors: tuple[ErrorRule, ...] = ()
+    families: tuple[OutputRule, ...] = ()
+    checks: tuple[CodeRule, ...] = ()
     otherwise: Message = "your function computes something else than the prompt asks"
-    _outputs: ClassVar[dict[tuple, Any]] = {}  # (id, source, layout) -> what that program computed
+    def __post_init__(self):
+        for kind, rules, name in ((ErrorRule, self.errors, "errors"), (OutputRule, self.families, "families"),
+                                  (CodeRule, self.checks, "checks")):
+            of_kind(kind, rules, f"{self.id}: {name}")
 
     def judge(self, answer: Any) -> None:
         answer = self.screen(answer)
@@ -484,7 +464,7 @@ class ProgramExercise(Exercise):
     def output_of_answer(self, fn: Callable, mesh) -> Any:
         """What the learner's function computes on `mesh`; an exception it raises is Raised."""
         try:
-            return _guarded(self.run, fn, mesh)
+            return guarded(self.run, fn, mesh)
         except (NotAttempted, Mistake):
             raise
         except Exception as error:  # the reference ran on the same inputs: the answer raised this
@@ -492,10 +472,8 @@ class ProgramExercise(Exercise):
 
     def output_of_source(self, source: str, layout: tuple[int, ...]) -> Any:
         """What a catalogued program (or the reference) computes on this layout, computed once."""
-        key = (self.id, source, layout)
-        if key not in self._outputs:
-            self._outputs[key] = self.output_of_answer(self.run_source(source), self.make_case(layout))
-        return self._outputs[key]
+        return MEMO.get((self.id, "output", source, layout),
+                        lambda: self.output_of_answer(self.run_source(source), self.make_case(layout)))
 
     def catalogue(self) -> list[tuple[Any, str]]:
         """Wrong programs, then the examples of the rules; a program runs only when its message is
@@ -516,3 +494,46 @@ class ProgramExercise(Exercise):
                 return self._case(layout, got, want)
         return None
 
+
+@dataclass(frozen=True, kw_only=True)
+class PuzzleExercise(ProgramExercise):
+    """A program exercise whose right numbers must also come from the right collectives.
+
+    `program(body, mesh)` returns (the shard_map to compile, its input); `baseline(mesh)` is the
+    traffic report the rules compare with (nb13: the flat psum's). Once the numbers are right, the
+    `traffic` rules are tried in order on the first mesh, and a mistake shows the learner's traffic.
+    """
+
+    program: Callable
+    baseline: Callable[[Any], Any]
+    traffic: tuple[TrafficRule, ...] = ()
+
+    def __post_init__(self):
+        super().__post_init__()
+        of_kind(TrafficRule, self.traffic, f"{self.id}: traffic")
+
+    def traffic_of(self, body: Callable, mesh) -> Any:
+        """What the shard_map of `body` sends, by the cost model of helpers.traffic."""
+        fn, x = self.program(body, mesh)
+        return traffic(fn, x, host_of=hosts_along(mesh))
+
+    def _flat(self, mesh) -> Any:
+        return MEMO.get((self.id, "baseline", mesh.devices.shape), lambda: self.baseline(mesh))
+
+    def judge(self, answer: Any) -> None:
+        super().judge(answer)
+        if not self.traffic:
+            return
+        mesh = self.make_case(self.meshes[0])
+        yours, flat = self.traffic_of(answer, mesh), self._flat(mesh)
+        for rule in self.traffic:
+            if rule.when(yours, flat):
+                raise Mistake(say(rule.say, yours, flat), yours.text())
+
+    def catalogue(self) -> list[tuple[Any, str]]:
+        mesh = self.make_case(self.meshes[0])
+        reports = {rule.example: MEMO.get((self.id, "traffic", rule.example, mesh.devices.shape),
+                                          lambda rule=rule: self.traffic_of(self.run_source(rule.example), mesh))
+                   for rule in self.traffic}
+        return super().catalogue() + [(rule.example, say(rule.say, reports[rule.example], self._flat(mesh)))
+                                      for rule in self.traffic]

@@ -6,7 +6,8 @@ import numpy as np
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, call_learner, describe, register
-from helpers.exercises.kinds import RETURNED_NONE, ProgramExercise, Rule, placed
+from helpers.exercises.kinds import RETURNED_NONE, ProgramExercise, placed
+from helpers.exercises.rules import CodeRule, ErrorRule, OutputRule
 from helpers.exercises.processes import ProcessExercise
 from helpers.layout import format_spec
 
@@ -58,18 +59,18 @@ def masked_mean(values, mask):
             "(a zero row's error is not zero): multiply by the mask before summing",
     },
     errors=(
-        Rule(lambda raw: "gather indexing" in raw, example=(
+        ErrorRule(lambda raw: "gather indexing" in raw, example=(
             "def masked_mean(values, mask):\n    return values[mask == 1].mean()\n"),
             say="values[...] picks some rows of an array split over the devices, and JAX refuses to guess "
                 "how to split the rows it picks (ShardingTypeError). No need to pick them: multiply by the "
                 "mask, so a padding row adds 0, and divide by jnp.sum(mask)"),
-        Rule(lambda raw: "unbound axis name" in raw, example=(
+        ErrorRule(lambda raw: "unbound axis name" in raw, example=(
             "def masked_mean(values, mask):\n"
             "    return jax.lax.psum(jnp.sum(values * mask), 'device') / jax.lax.psum(jnp.sum(mask), 'device')\n"),
             say="masked_mean gets global arrays, outside any shard_map, so there is no axis to psum over: "
                 "jnp.sum of a global array already adds the rows of every device"),
     ),
-    families=(Rule(_not_one_number, example="def masked_mean(values, mask):\n    return values * mask / jnp.sum(mask)\n",
+    families=(OutputRule(_not_one_number, example="def masked_mean(values, mask):\n    return values * mask / jnp.sum(mask)\n",
                    say=_one_number),),
     otherwise=lambda case: (f"on {case.devices} devices your function returned {[round(float(v), 4) for v in case.got]} "
                             "for three padded data sets, not the means of their real rows, "
@@ -157,7 +158,7 @@ def eval_rows(num_records, num_hosts, local_devices):
             "rounding down loses records: host 0 holds 501 of the 1001 records, more rows than you "
             "give it. Round the share up, and then up to a multiple of local_devices",
     },
-    errors=(Rule(lambda raw: "padded_rows" in raw, example=(
+    errors=(ErrorRule(lambda raw: "padded_rows" in raw, example=(
         "def eval_rows(num_records, num_hosts, local_devices):\n"
         "    return padded_rows(num_records, num_hosts, local_devices)\n"),
         say="the check runs your function in processes that have no padded_rows: write the "
@@ -295,7 +296,7 @@ def targets_for(abstract_state, mesh):
         "                        nnx_model.state_shardings(mesh), abstract_state)\n",
     ), _what_it_does),
     errors=(
-        Rule(lambda raw: "pytree structure error" in raw, example=(
+        ErrorRule(lambda raw: "pytree structure error" in raw, example=(
             "def targets_for(abstract_state, mesh):\n"
             "    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),\n"
             "                        abstract_state, nnx_model.state_shardings(mesh))\n"),
@@ -303,18 +304,18 @@ def targets_for(abstract_state, mesh):
                 "each array is inside an nnx variable, under .value; in state_shardings(mesh) each sharding "
                 "stands where that variable is. Pair the leaves instead: zip jax.tree.leaves of both, then "
                 "jax.tree.unflatten(jax.tree.structure(abstract_state), targets)"),
-        Rule(lambda raw: "only valid for values of rank at least" in raw, example=(
+        ErrorRule(lambda raw: "only valid for values of rank at least" in raw, example=(
             "def targets_for(abstract_state, mesh):\n"
             "    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, "
             "P('device'))), abstract_state)\n"),
             say="one sharding for every leaf does not fit them all: the step counters have shape (), with no "
                 "dimension to split. Give each leaf its own sharding, from nnx_model.state_shardings(mesh)"),
-        Rule(lambda raw: "context mesh cannot be empty" in raw, example=_per_leaf(
+        ErrorRule(lambda raw: "context mesh cannot be empty" in raw, example=_per_leaf(
             "jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s.spec)"),
             say="a PartitionSpec alone does not say which devices: give each target the NamedSharding "
                 "itself (sharding=s), which carries the mesh"),
     ),
-    checks=(Rule(_uses_restore_targets, example=(
+    checks=(CodeRule(_uses_restore_targets, example=(
         "def targets_for(abstract_state, mesh):\n"
         "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh))\n"),
         say="your targets are right, but stack_ckpt.restore_targets built them: build one "

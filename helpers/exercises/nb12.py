@@ -6,7 +6,8 @@ from pathlib import Path
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Rule, ValueExercise
+from helpers.exercises.kinds import ValueExercise
+from helpers.exercises.rules import ErrorRule, ValueRule
 from helpers.exercises.processes import ProcessExercise
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
@@ -20,9 +21,9 @@ def _hung(case) -> str:
             "every host must make the same collectives, in the same order")
 
 
-def _any_hang(example: str) -> Rule:
+def _any_hang(example: str) -> ErrorRule:
     """A rule for every run that hangs in a way the catalogue does not name; `example` does."""
-    return Rule(lambda raw: raw.startswith("the run hung"), example=example, say=_hung)
+    return ErrorRule(lambda raw: raw.startswith("the run hung"), example=example, say=_hung)
 
 
 _SETUP = "from jax.experimental import multihost_utils\n"
@@ -169,7 +170,7 @@ register(ProcessExercise(
                  '    if jax.process_index() == 0:\n'
                  '        multihost_utils.sync_global_devices("counting")\n'
                  '    return 1\n'),
-            Rule(lambda raw: "'NoneType'" in raw, example=(
+            ErrorRule(lambda raw: "'NoneType'" in raw, example=(
                 'def steps_together(my_batches):\n'
                 '    print(int(multihost_utils.process_allgather(np.int32(my_batches)).min()))\n'),
                 say="steps_together returns None: return the number of steps every host runs, an int "
@@ -211,11 +212,11 @@ register(ValueExercise(
         (4, 1): "that is (step, host): give the host first, then the step",
     },
     rules=(
-        Rule(lambda a: a[0] not in (0, 1, 2), example=(3, 4),
+        ValueRule(lambda a: a[0] not in (0, 1, 2), example=(3, 4),
              say="the run has 3 hosts: 0, 1 and 2"),
-        Rule(lambda a: a[0] in (0, 2), example=(0, 4),
+        ValueRule(lambda a: a[0] in (0, 2), example=(0, 4),
              say=lambda a: f"host {a[0]} is one of the hosts that wait, not the one they wait for"),
-        Rule(lambda a: a[0] == 1, example=(1, 5),
+        ValueRule(lambda a: a[0] == 1, example=(1, 5),
              say="the host is right; now the step: the last loss hosts 0 and 2 print is of step 3"),
     ),
     otherwise="read the three hosts' output again: which host printed something the others did not, "

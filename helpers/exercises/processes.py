@@ -13,7 +13,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from helpers.exercises.core import PRELUDE, Mistake, NotAttempted, describe, say
+from helpers.exercises.core import MEMO, PRELUDE, Mistake, NotAttempted, describe, say
 from helpers.exercises.kinds import ProgramExercise, Raised
 
 
@@ -139,8 +139,8 @@ class ProcessExercise(ProgramExercise):
         try:
             super().judge(answer)
         finally:  # the learner's outputs are kept for this judgement only
-            for key in [k for k in self._outputs if k[0] == self.id and k[1] not in self._known()]:
-                del self._outputs[key]
+            known = self._known()
+            MEMO.forget(lambda key: key[:2] == (self.id, "output") and key[2] not in known)
 
     def _known(self) -> tuple[str, ...]:
         return (self.solution, *self.wrong, *(r.example for r in self.errors + self.families + self.checks))
@@ -153,13 +153,13 @@ class ProcessExercise(ProgramExercise):
 
     def output_of_source(self, source: str, layout) -> Any:
         """What a program printed on this layout; known programs run once (together, if so declared)."""
-        if (self.id, source, layout) not in self._outputs:
+        if (self.id, "output", source, layout) not in MEMO:
             known = self._known()
-            self._outputs.update(self._launch(known if self.together and source in known else (source,), layout))
-        return self._outputs[(self.id, source, layout)]
+            MEMO.put(self._launch(known if self.together and source in known else (source,), layout))
+        return MEMO[(self.id, "output", source, layout)]
 
     def _launch(self, sources: tuple[str, ...], layout) -> dict:
-        """{(id, source, layout): output} for every source on `layout` (on every layout, with `on`)."""
+        """{(id, "output", source, layout): output} for every source on `layout` (on every layout, with `on`)."""
         from helpers.launch import run
 
         layouts = self.meshes if self.on else (layout,)
@@ -170,7 +170,7 @@ class ProcessExercise(ProgramExercise):
         num_hosts, per_host = self.on or layout
         result = run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
                      stall=self.stall)
-        keys = [(self.id, s, l) for s in sources for l in layouts]
+        keys = [(self.id, "output", s, l) for s in sources for l in layouts]
         if not result.ok:
             return dict.fromkeys(keys, failure(result))
         printed = []
@@ -186,7 +186,7 @@ class ProcessExercise(ProgramExercise):
             for j, each in enumerate(layouts):
                 got = [every[i][j] for every in printed]
                 error = next(((h, g) for h, g in enumerate(got) if isinstance(g, str)), None)
-                outputs[(self.id, source, each)] = (Raised(f"{error[1]} on host {error[0]}", error[1]) if error
+                outputs[(self.id, "output", source, each)] = (Raised(f"{error[1]} on host {error[0]}", error[1]) if error
                                                     else tuple(got))
         return outputs
 
