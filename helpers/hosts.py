@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
 from helpers import topology
@@ -431,9 +432,8 @@ def _every_device_buffer(x: jax.Array) -> tuple[list, bool]:
     local = [(s.device, np.asarray(s.data)) for s in mine]
     if x.is_fully_addressable or jax.process_count() == 1:
         return local, x.is_fully_addressable
-    from jax.experimental import multihost_utils  # a collective: every process must call
 
-    counts = multihost_utils.process_allgather(np.array([len(mine)]))
+    counts = multihost_utils.process_allgather(np.array([len(mine)]))  # a collective: every process calls it
     if len(set(np.ravel(counts).tolist())) != 1:
         return local, False
     ids = np.ravel(multihost_utils.process_allgather(np.array([d.id for d, _ in local])))

@@ -17,6 +17,12 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from helpers import topology
+
 HostOf = Callable[[Any], int]
 Index = tuple[tuple[int, int], ...]  # (start, stop) for each array dimension
 
@@ -145,8 +151,6 @@ def mesh_label(mesh) -> str:
 
 def mesh_text(mesh, *, host_of: HostOf | None = None) -> str:
     """The mesh as a deterministic text grid: each cell is 'device id (host)'."""
-    import numpy as np
-
     mesh = check_mesh(mesh)
     host = host_function(host_of)
     devs = np.asarray(mesh.devices, dtype=object)
@@ -224,8 +228,6 @@ def sharding_layout(x_or_shape, mesh=None, spec=None, *, host_of: HostOf | None 
     """
     shape, mesh, spec = _resolve(x_or_shape, mesh, spec)
     _validate(shape, mesh, spec)
-    import jax
-    from jax.sharding import NamedSharding
 
     try:
         raw = NamedSharding(mesh, spec).devices_indices_map(shape)
@@ -258,8 +260,6 @@ def placement(mesh, spec, shape: tuple[int, ...]) -> dict[int, Index] | None:
     """Device id -> the (start, stop) it holds along each dimension, from JAX's devices_indices_map;
     None when JAX refuses the spec, or when it has more entries than the array has dimensions
     (device_put refuses that). The one place the course turns JAX's placement into numbers."""
-    from jax.sharding import NamedSharding
-
     if len(spec) > len(shape):
         return None
     try:
@@ -281,14 +281,10 @@ def _normalize(index, shape) -> Index:
 def host_function(host_of: HostOf | None) -> HostOf:
     if host_of is not None:
         return host_of
-    from helpers.topology import host_of as default
-
-    return default
+    return topology.host_of
 
 
 def check_mesh(mesh):
-    from jax.sharding import Mesh
-
     if not isinstance(mesh, Mesh):
         raise ValueError(
             f"expected a jax.sharding.Mesh, got {type(mesh).__name__}; build one with "
@@ -298,8 +294,6 @@ def check_mesh(mesh):
 
 
 def _resolve(x_or_shape, mesh, spec):
-    from jax.sharding import NamedSharding, PartitionSpec
-
     if hasattr(x_or_shape, "sharding") and hasattr(x_or_shape, "shape"):
         if mesh is not None or spec is not None:
             raise ValueError(

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
+import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
@@ -58,8 +61,6 @@ def device_style(position: int) -> dict:
 
 
 def _positions() -> dict:
-    import jax
-
     return {d: i for i, d in enumerate(jax.devices())}
 
 
@@ -73,7 +74,6 @@ class _Painter:
 
     def __init__(self, width: float, height: float, *, pyplot: bool):
         if pyplot:  # pyplot wakes Jupyter's inline backend so a returned figure displays
-            import matplotlib.pyplot as plt
 
             self.fig = plt.figure(figsize=(width, height))
             plt.close(self.fig)
@@ -144,8 +144,6 @@ def _key(p: _Painter, y: float, text: str) -> None:
 # ----------------------------------------------------------------------------- mesh
 def _mesh_panels(devs, names):
     """(title, 2-D block of devices, row axis name, column axis name) for each panel."""
-    import numpy as np
-
     if devs.ndim == 0:
         return [(None, devs.reshape(1, 1), None, None)]
     if devs.ndim == 1:
@@ -162,8 +160,6 @@ class _MeshPlan:
     HEAD, FOOT = 0.45, 0.35
 
     def __init__(self, mesh, host_of: HostOf, max_cell: float = 1.15):
-        import numpy as np
-
         self.mesh = check_mesh(mesh)
         devs = np.asarray(mesh.devices, dtype=object)
         self.panels = _mesh_panels(devs, list(mesh.axis_names))

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from helpers.exercises.core import MEMO, PRELUDE, Mistake, NotAttempted, describe, say
 from helpers.exercises.kinds import ProgramExercise, Raised
+from helpers.launch import run
 
 
 def _function_def(source: str, name: str) -> ast.FunctionDef | None:
@@ -160,8 +161,6 @@ class ProcessExercise(ProgramExercise):
 
     def _launch(self, sources: tuple[str, ...], layout) -> dict:
         """{(id, "output", source, layout): output} for every source on `layout` (on every layout, with `on`)."""
-        from helpers.launch import run
-
         layouts = self.meshes if self.on else (layout,)
         prelude = PRELUDE + self.setup + "\n"
         script = (_TOGETHER.format(driver=self.driver, sources=repr(list(sources)), layouts=repr(layouts),
