@@ -446,7 +446,7 @@ def test_no_reference_function_returns_none(ex_id):
 
     exercise, returned_none = exercises.get(ex_id), []
     reference = _noting_none(exercise.run_source(exercise.solution), returned_none)
-    exercise.output_of_answer(reference, exercise.make_case(exercise.meshes[0]))
+    exercise.runner.output(exercise, reference, exercise.meshes[0])
     assert returned_none and not any(returned_none)
 
 

@@ -392,6 +392,42 @@ def _shape_difference(got: Any, want: Any) -> tuple[str, tuple, tuple] | None:
     return None
 
 
+class InKernel:
+    """How a program exercise runs a program in this kernel: `run(fn, mesh)` on the course mesh of each
+    layout. A runner (this one, or `processes.RealProcesses`) says what a rule's `case.mesh` is, which
+    answers it takes, and what a program computes on a layout."""
+
+    def __init__(self, run: Callable[[Callable, Any], Any]):
+        self.run = run
+
+    def mesh(self, layout: tuple[int, ...]):
+        """What a rule's `case.mesh` is on this layout: the course mesh of this shape."""
+        return course_mesh(layout)
+
+    def screen(self, exercise: "ProgramExercise", answer: Any) -> Any:
+        """The answer in the form `output` takes, or a Mistake about its type."""
+        if not callable(answer):
+            raise Mistake(f"expected a function {exercise.answer_name}(...), but got {describe(answer)}")
+        return answer
+
+    def output(self, exercise: "ProgramExercise", fn: Callable, layout: tuple[int, ...]) -> Any:
+        """What the learner's function computes on this layout; an exception it raises is Raised."""
+        try:
+            return guarded(self.run, fn, self.mesh(layout))
+        except (NotAttempted, Mistake):
+            raise
+        except Exception as error:  # the reference ran on the same inputs: the answer raised this
+            return Raised(explain(error), str(error))
+
+    def known(self, exercise: "ProgramExercise", source: str, layout: tuple[int, ...]) -> Any:
+        """What a catalogued program (or the reference) computes on this layout, computed once."""
+        return MEMO.get((exercise.id, "output", source, layout),
+                        lambda: self.output(exercise, exercise.run_source(source), layout))
+
+    def judged(self, exercise: "ProgramExercise") -> None:
+        """After a judgement (nothing of the learner's is kept here)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProgramExercise(Exercise):
     """A function judged by what it computes, against the reference and catalogued wrong programs.
@@ -404,28 +440,49 @@ class ProgramExercise(Exercise):
     structural rules tried once the outputs are right (when(fn, mesh)). Rules carry an example
     program (source) for the tests.
     Messages are text or functions of the case (case.mesh, case.devices, case.got, case.want).
+    `runner` runs the programs: in this kernel (`InKernel(run)`), or in real processes (ProcessExercise).
     """
 
-    run: Callable[[Callable, Any], Any]
+    run: Callable[[Callable, Any], Any] | None = None  # required, unless the runner is another
     wrong: Mapping[str, Message] = field(default_factory=dict)
     meshes: tuple[tuple[int, ...], ...] = ((2, 4), (2, 2))
     errors: tuple[ErrorRule, ...] = ()
     families: tuple[OutputRule, ...] = ()
     checks: tuple[CodeRule, ...] = ()
     otherwise: Message = "your function computes something else than the prompt asks"
+
     def __post_init__(self):
         for kind, rules, name in ((ErrorRule, self.errors, "errors"), (OutputRule, self.families, "families"),
                                   (CodeRule, self.checks, "checks")):
             of_kind(kind, rules, f"{self.id}: {name}")
 
+    @property
+    def runner(self):
+        """How this exercise's programs run."""
+        if self.run is None:
+            raise TypeError(f"{self.id}: a program exercise needs run(fn, mesh)")
+        return InKernel(self.run)
+
+    def run_source(self, source: str) -> Any:
+        fn = super().run_source(source)
+        if callable(fn):  # exec'd code has no file its source could be read from
+            fn.__course_source__ = source
+        return fn
+
     def judge(self, answer: Any) -> None:
-        answer = self.screen(answer)
+        runner = self.runner
+        try:
+            self._judge(runner, runner.screen(self, answer))
+        finally:
+            runner.judged(self)
+
+    def _judge(self, runner, answer: Any) -> None:
         returned_none: list[bool] = []
         run = _noting_none(answer, returned_none) if callable(answer) else answer
-        case = self._first_difference(lambda layout: self.output_of_answer(run, self.make_case(layout)))
+        case = self._first_difference(lambda layout: runner.output(self, run, layout))
         if case is None:
             for rule in self.checks:
-                if rule.when(answer, self.make_case(self.meshes[0])):
+                if rule.when(answer, runner.mesh(self.meshes[0])):
                     raise Mistake(say(rule.say, self._case(self.meshes[0])))
             return
         for source, message in self.wrong.items():
@@ -447,39 +504,25 @@ class ProgramExercise(Exercise):
                           f"has shape {want}")
         raise Mistake(say(self.otherwise, case))
 
-    def screen(self, answer: Any) -> Any:
-        """The answer in the form `output_of_answer` takes, or a Mistake about its type."""
-        if not callable(answer):
-            raise Mistake(f"expected a function {self.answer_name}(...), but got {describe(answer)}")
-        return answer
-
     def _case(self, layout, got=None, want=None):
-        return types.SimpleNamespace(mesh=self.make_case(layout), devices=math.prod(layout), layout=layout,
+        return types.SimpleNamespace(mesh=self.runner.mesh(layout), devices=math.prod(layout), layout=layout,
                                      got=got, want=want)
-
-    def make_case(self, layout: tuple[int, ...]):
-        """The mesh of this shape (ProcessExercise: the (hosts, devices_per_host) itself)."""
-        return course_mesh(layout)
-
-    def output_of_answer(self, fn: Callable, mesh) -> Any:
-        """What the learner's function computes on `mesh`; an exception it raises is Raised."""
-        try:
-            return guarded(self.run, fn, mesh)
-        except (NotAttempted, Mistake):
-            raise
-        except Exception as error:  # the reference ran on the same inputs: the answer raised this
-            return Raised(explain(error), str(error))
 
     def output_of_source(self, source: str, layout: tuple[int, ...]) -> Any:
         """What a catalogued program (or the reference) computes on this layout, computed once."""
-        return MEMO.get((self.id, "output", source, layout),
-                        lambda: self.output_of_answer(self.run_source(source), self.make_case(layout)))
+        return self.runner.known(self, source, layout)
+
+    def _entries(self) -> list[tuple[str, Message]]:
+        return [*self.wrong.items(), *((r.example, r.say) for r in self.errors + self.families + self.checks)]
+
+    def known_sources(self) -> tuple[str, ...]:
+        """The reference and every catalogued program (the wrong ones, the rules' examples)."""
+        return (self.solution, *(source for source, _ in self._entries()))
 
     def catalogue(self) -> list[tuple[Any, str]]:
         """Wrong programs, then the examples of the rules; a program runs only when its message is
         a function of what it computed (a catalogue of real-process programs starts no process)."""
-        entries = [*self.wrong.items(), *((r.example, r.say) for r in self.errors + self.families + self.checks)]
-        return [(source, m if isinstance(m, str) else say(m, self._case_of(source))) for source, m in entries]
+        return [(source, m if isinstance(m, str) else say(m, self._case_of(source))) for source, m in self._entries()]
 
     def _case_of(self, source: str):
         """The case a catalogued program's message is about: where it first parts from the reference."""
@@ -524,14 +567,14 @@ class PuzzleExercise(ProgramExercise):
         super().judge(answer)
         if not self.traffic:
             return
-        mesh = self.make_case(self.meshes[0])
+        mesh = self.runner.mesh(self.meshes[0])
         yours, flat = self.traffic_of(answer, mesh), self._flat(mesh)
         for rule in self.traffic:
             if rule.when(yours, flat):
                 raise Mistake(say(rule.say, yours, flat), yours.text())
 
     def catalogue(self) -> list[tuple[Any, str]]:
-        mesh = self.make_case(self.meshes[0])
+        mesh = self.runner.mesh(self.meshes[0])
         reports = {rule.example: MEMO.get((self.id, "traffic", rule.example, mesh.devices.shape),
                                           lambda rule=rule: self.traffic_of(self.run_source(rule.example), mesh))
                    for rule in self.traffic}
