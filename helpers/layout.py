@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from helpers import topology
+from helpers import emulation
 
 HostOf = Callable[[Any], int]
 Index = tuple[tuple[int, int], ...]  # (start, stop) for each array dimension
@@ -281,7 +281,7 @@ def _normalize(index, shape) -> Index:
 def host_function(host_of: HostOf | None) -> HostOf:
     if host_of is not None:
         return host_of
-    return topology.host_of
+    return emulation.host_of
 
 
 def check_mesh(mesh):

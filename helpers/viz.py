@@ -216,7 +216,7 @@ def draw_mesh(mesh, *, host_of: HostOf | None = None) -> Figure:
     """The mesh as a grid of devices: id, owning host, host outlines, axis names and sizes.
 
     1-D and 2-D meshes are one grid; a 3-D mesh is one panel per index of its first axis.
-    `host_of` maps a device to its host (default: `helpers.topology.host_of`).
+    `host_of` maps a device to its host (default: `helpers.emulation.host_of`).
     """
     plan = _MeshPlan(mesh, host_function(host_of))
     p = _Painter(plan.width, plan.height, pyplot=True)

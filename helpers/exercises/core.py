@@ -20,7 +20,7 @@ from typing import Any, Callable, NamedTuple, Union
 import jax
 import numpy as np
 
-from helpers import progress_store, topology
+from helpers import emulation, progress_store
 from helpers.devices import backend_started
 
 PRELUDE = """\
@@ -100,9 +100,9 @@ class Kernel:
         return self._hosts_problem()
 
     def _hosts_problem(self) -> str | None:
-        if self.hosts is None or topology.num_hosts() == self.hosts:
+        if self.hosts is None or emulation.num_hosts() == self.hosts:
             return None
-        have = topology.num_hosts()
+        have = emulation.num_hosts()
         return (f"the kernel emulates {have} host{'s' * (have != 1)}, not {self.hosts}: run the "
                 f"notebook's first cell (emulate_hosts({self.hosts})), then this one")
 

@@ -16,7 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from helpers.layout import Index, format_spec, mesh_text, placement
-from helpers.topology import emulated_host_of
+from helpers.emulation import emulated_host_of
 
 DEVICES = 8
 

@@ -1,4 +1,4 @@
-"""Which host owns which device: real processes, or hosts emulated in one process.
+"""Hosts, emulated in one process or real: `emulate_hosts`, and which host owns which device.
 
 In a real multi-process run a device's host is its `process_index`. In one process the
 course *emulates* hosts: with H emulated hosts and D = device_count // H, emulated host h
