@@ -1,7 +1,8 @@
 """Every exercise of the course in one registry: `check`, `hint`, `solution`.
 
 In a notebook: `from helpers.exercises import check, hint, solution`. The kinds of exercise are
-in `helpers.exercises.kinds` and `.processes`; CONTRIBUTING.md ("Adding an exercise") shows one of each.
+in `helpers.exercises.kinds` and `.processes`, the kinds of rule in `.rules`; CONTRIBUTING.md
+("Adding an exercise") shows one of each.
 """
 import importlib
 import pkgutil
