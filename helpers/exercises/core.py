@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from helpers import emulation, progress_store
+from helpers.errors import ERROR_CHARS, explain, shorten  # noqa: F401  (ERROR_CHARS: the engine's bound)
 from helpers.devices import backend_started
 
 PRELUDE = """\
@@ -31,8 +32,6 @@ from jax import P
 from jax.sharding import Mesh, NamedSharding
 """
 TIME_LIMIT_S = 10.0
-ERROR_CHARS = 220  # the most of a learner's exception a verdict quotes
-_URL = re.compile(r"\(?\b(?:see|See|visit|For more information,? see)?:?\s*https?://\S+\)?\.?")  # a URL and its "see"
 
 Message = Union[str, Callable[..., str]]  # a message, or a function of the answer that writes one
 
@@ -263,31 +262,6 @@ def call_learner(fn: Any, *args: Any, **kwargs: Any) -> Any:
         raise
     except Exception as error:  # the learner's code failed: say how, in JAX's words
         raise Mistake(f"your function raised {explain(error)}") from None
-
-
-def explain(error: BaseException, limit: int = ERROR_CHARS) -> str:
-    """'Type: the informative sentence' of an exception, bounded, never cut mid-word, no URLs."""
-    name = type(error).__name__
-    if name == "TracerArrayConversionError":
-        return (f"{name}: numpy was called on a traced JAX array; inside a function that JAX traces "
-                "(jit, shard_map, grad), use jax.numpy (jnp) instead of numpy (np)")
-    paragraphs = [_URL.sub("", " ".join(p.split())).strip() for p in re.split(r"\n\s*\n", str(error))]
-    paragraphs = [p for p in paragraphs if p]
-    telling = [p for p in paragraphs if " but " in p]  # JAX's sentence that contrasts want and got
-    text = (telling or paragraphs or [""])[0]
-    return f"{name}: {shorten(text, limit)}".rstrip(": ")
-
-
-def shorten(text: str, limit: int = ERROR_CHARS) -> str:
-    """`text` cut to at most `limit` characters: after its last whole sentence when that keeps at
-    least half of it, else at a word boundary, ending with ' …'."""
-    if len(text) <= limit:
-        return text
-    sentences = text[: limit + 1].rsplit(". ", 1)[0]
-    if limit // 2 <= len(sentences) < limit:
-        return sentences + "."
-    cut = text[: limit - 2].rsplit(" ", 1)[0].rstrip(",;:")
-    return cut + " …"
 
 
 def describe(value: Any) -> str:

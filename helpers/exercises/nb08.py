@@ -214,6 +214,7 @@ register(ValueExercise(
 # ------------------------------------------------------------------ 08.4 a global result, on every host
 
 _MEAN_DRIVER = '''
+from helpers.errors import explain as _one_line  # a name the learner's code will not take
 from helpers.launch import initialize
 initialize()
 {answer}
@@ -232,7 +233,7 @@ for padding in (2, 3):  # two global batches; the last `padding` rows (all on th
     try:
         out.append(round(float(mean_error(errors, mask)), 5))
     except Exception as error:  # reported as this host's result, so the judge can name it
-        out.append(f"{type(error).__name__}: {str(error).splitlines()[0][:160]}")
+        out.append(_one_line(error))
 print(json.dumps(out))
 '''
 

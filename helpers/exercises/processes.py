@@ -13,9 +13,9 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from helpers import launch
 from helpers.exercises.core import MEMO, PRELUDE, Mistake, NotAttempted, describe, say
 from helpers.exercises.kinds import ProgramExercise, Raised
-from helpers.launch import run
 
 
 def _function_def(source: str, name: str) -> ast.FunctionDef | None:
@@ -52,6 +52,7 @@ def failure(result) -> Raised:
 
 # What each host of a `together` run executes: every source on every layout, through the driver's `output`.
 _TOGETHER = """\
+from helpers.errors import explain
 from helpers.launch import initialize
 
 initialize()
@@ -68,9 +69,8 @@ for source in {sources}:
         try:
             exec({prelude} + source, namespace)
             row.append(output(namespace, layout))
-        except Exception as error:  # the program raised: the first sentence of its error is its output
-            first = (str(error).splitlines() or [""])[0].split(". Expected")[0]
-            row.append(f"{{type(error).__name__}}: {{first[:200]}}")
+        except Exception as error:  # the program raised: its error, in one line, is its output
+            row.append(explain(error))
     out.append(row)
 print(json.dumps(out))
 """
@@ -142,7 +142,7 @@ class RealProcesses:
                                    prelude=repr(prelude))
                   if self.together else self.driver.replace("{answer}", prelude + sources[0]))
         num_hosts, per_host = self.on or layout
-        result = run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
+        result = launch.run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
                      stall=self.stall)
         keys = [(exercise.id, "output", s, l) for s in sources for l in layouts]
         if not result.ok:
