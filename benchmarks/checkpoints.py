@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 
 from benchmarks.measure import log, record, run_stack, slowest
-from benchmarks.report import fmt_bench, md_table
+from benchmarks.tables import fmt_bench, md_table
 
 KEY = "checkpoints"
 TITLE = "Orbax: saving and restoring the train state, 2 × 4 → 4 × 2"

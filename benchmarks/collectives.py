@@ -8,7 +8,7 @@ programs, counted in one process with 8 fake devices (`cost_model`, run by `run_
 from __future__ import annotations
 
 from benchmarks.measure import log, record, run_stack, run_worker, slowest
-from benchmarks.report import fmt_bench, md_table
+from benchmarks.tables import fmt_bench, md_table
 from helpers.allreduce import AXES, BODIES
 
 KEY = "collectives"

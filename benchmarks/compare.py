@@ -18,7 +18,7 @@ if str(ROOT) not in sys.path:  # run as `python benchmarks/compare.py`
 import pyperf  # noqa: E402
 
 from benchmarks.measure import RESULTS  # noqa: E402
-from benchmarks.report import fmt_s, md_table  # noqa: E402
+from benchmarks.tables import fmt_s, md_table  # noqa: E402
 
 
 def resolve(name: str) -> Path:

@@ -11,7 +11,7 @@ import json
 
 from benchmarks import train_step
 from benchmarks.measure import ROOT, log, record, run_worker
-from benchmarks.report import fmt_bench, fmt_s, md_table
+from benchmarks.tables import fmt_bench, fmt_s, md_table
 
 KEY = "course"
 TITLE = "What the course teaches, measured"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from benchmarks.measure import in_process_runner, log, run_worker
-from benchmarks.report import fmt_bench, fmt_s, md_table
+from benchmarks.tables import fmt_bench, fmt_s, md_table
 
 KEY = "explorer"
 TITLE = "Interactivity: the sharding explorer's redraw"
@@ -21,7 +21,7 @@ def bench_name(devices: int, kind: str) -> str:
 
 def worker(hosts: int, devices_per_host: int, renders: int) -> tuple[list, dict]:
     """Time ExplorerState.render: the first one, then `renders` redraws of each kind (pyperf)."""
-    from helpers.widgets import ExplorerState
+    from helpers.explorer import ExplorerState
 
     state = ExplorerState(hosts=hosts, devices_per_host=devices_per_host, shape=SHAPE,
                           spec=list(SPECS[-1]))

@@ -7,7 +7,7 @@ import statistics
 import time
 
 from benchmarks.measure import ROOT, log, record, run_worker
-from benchmarks.report import fmt_bench, fmt_s, md_table, times_text
+from benchmarks.tables import fmt_bench, fmt_s, md_table, times_text
 
 KEY = "launcher"
 TITLE = "The launcher: a real multi-process run, and how much of it is JAX start-up"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from benchmarks.measure import log, record
-from benchmarks.report import fmt_bench, fmt_ratio, fmt_s, md_table, times_text
+from benchmarks.tables import fmt_bench, fmt_ratio, fmt_s, md_table, times_text
 
 KEY = "learner"
 TITLE = "How long a learner waits: Run All, per notebook"

@@ -7,7 +7,7 @@ global batch, with `helpers.train.host_batch` (notebook 07) or `helpers.stack_da
 from __future__ import annotations
 
 from benchmarks.measure import log, record, run_stack, slowest
-from benchmarks.report import md_table
+from benchmarks.tables import md_table
 
 KEY = "loaders"
 TITLE = "Loading: Grain's per-host loader against notebook 07's numpy loader"

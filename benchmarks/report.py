@@ -19,73 +19,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks import runs
+from benchmarks import learner, runs, testsuite
+from benchmarks.measure import RESULTS, Results, overlay
+from benchmarks.sections import SECTIONS
+from benchmarks.tables import fmt_s, md_table
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT = ROOT / "BENCHMARKS.md"
 README = ROOT / "README.md"
 BLOCK_START, BLOCK_END = "<!-- bench:start -->", "<!-- bench:end -->"
 BENCH_BUDGET_S = 600  # `make bench` itself: under 10 minutes on a 2-core laptop
-
-
-# ---------------------------------------------------------------------------- text helpers
-
-def _unit(seconds: float) -> tuple[float, str]:
-    if seconds >= 1:
-        return 1.0, "s"
-    if seconds >= 1e-3:
-        return 1e3, "ms"
-    return 1e6, "µs"
-
-
-def _num(x: float) -> str:
-    return f"{x:.3g}" if abs(x) < 100 else f"{x:.0f}"
-
-
-def fmt_s(seconds: float) -> str:
-    """A duration with a readable unit: '12.3 s', '45.6 ms', '780 µs'."""
-    scale, unit = _unit(seconds)
-    return f"{_num(seconds * scale)} {unit}"
-
-
-def fmt_bench(bench, spread: str = "range") -> str:
-    """A pyperf benchmark as '12.3 s (11.9–13.0)': median, then min–max (or p95), one unit."""
-    if bench is None:
-        return "–"
-    values = bench.get_values()
-    scale, unit = _unit(bench.median())
-    head = f"{_num(bench.median() * scale)} {unit}"
-    if len(values) == 1:
-        return head
-    if spread == "p95":
-        return f"{head} (p95 {_num(bench.percentile(95) * scale)})"
-    return f"{head} ({_num(min(values) * scale)}–{_num(max(values) * scale)})"
-
-
-def fmt_ratio(ratios: list[float]) -> str:
-    """'1.90×' or '1.90× (1.80–2.00)': the median ratio and its range."""
-    if not ratios:
-        return "–"
-    ordered = sorted(ratios)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    head = f"{median:.2f}×"
-    return head if len(ratios) == 1 else f"{head} ({ordered[0]:.2f}–{ordered[-1]:.2f})"
-
-
-def times_text(n: int) -> str:
-    """'once', 'twice', '3 times'."""
-    return {1: "once", 2: "twice"}.get(n, f"{n} times")
-
-
-def md_table(headers: list[str], rows: list[list], align: str | None = None) -> str:
-    """A GitHub markdown table; `align` is one letter per column: l, r or c."""
-    align = align or "l" + "r" * (len(headers) - 1)
-    marks = {"l": "---", "r": "---:", "c": ":---:"}
-    cells = [[str(c).replace("|", "\\|").replace("\n", " ") for c in row] for row in rows]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(marks[a] for a in align) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in cells]
-    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- machine facts
@@ -245,8 +188,6 @@ def _minutes_row(what: str, budget_s: float, seconds: float) -> list[str]:
 
 def readme_block(results) -> str:
     """The README's short Benchmarks section: the budgets next to the measured values."""
-    from benchmarks import learner, testsuite
-    from benchmarks.run import SECTIONS
 
     facts = results.facts
     rows = learner.readme_rows(results)
@@ -308,8 +249,6 @@ def write(results, sections, output: Path = OUTPUT, readme: bool = True) -> bool
 
 def main(argv: list[str]) -> int:
     """Re-render BENCHMARKS.md (and the README block) from saved runs, without measuring."""
-    from benchmarks.measure import RESULTS, Results, overlay
-    from benchmarks.run import SECTIONS
 
     if argv[:1] in (["-h"], ["--help"]):
         print(__doc__.strip())

@@ -30,12 +30,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python benchmarks/run.py`
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import (checkpoints, collectives, course, explorer, launcher,  # noqa: E402
-                        learner, loaders, report, restarts, runs, testsuite)
+from benchmarks import report, runs  # noqa: E402
 from benchmarks.measure import RESULTS, Results, WrongProgram, log  # noqa: E402
+from benchmarks.sections import SECTIONS  # noqa: E402
+from benchmarks.tables import fmt_s  # noqa: E402
 
-SECTIONS = [learner, testsuite, explorer, launcher, course, checkpoints, loaders, collectives,
-            restarts]
 ORDER = ["learner", "explorer", "launcher", "course", "checkpoints", "loaders",
          "collectives", "restarts"]  # what `make bench` measures, in this order
 APART = [runs.TESTS]  # measured only when named (`make bench-tests`), after the rest
@@ -122,12 +121,12 @@ def main(argv: list[str] | None = None) -> int:
             skipped[key] = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
         number = SECTIONS.index(section) + 1
         results.facts["spent"][str(number)] = time.perf_counter() - t
-        log(f"section {key} took {report.fmt_s(results.facts['spent'][str(number)])}")
+        log(f"section {key} took {fmt_s(results.facts['spent'][str(number)])}")
         save()
     results.facts["duration"] = time.perf_counter() - start
     readme = save(readme=not opts.no_readme)
     log(f"wrote {opts.output} and {opts.results_dir / stamp}.json in "
-        f"{report.fmt_s(results.facts['duration'])}"
+        f"{fmt_s(results.facts['duration'])}"
         + (", and the Benchmarks block of README.md" if readme else ""))
     if full and results.facts["duration"] > report.BENCH_BUDGET_S:
         log(f"OVER BUDGET: `make bench` should take at most {report.BENCH_BUDGET_S // 60} min")

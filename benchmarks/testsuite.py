@@ -11,7 +11,7 @@ import sys
 import time
 
 from benchmarks.measure import ROOT, log, record
-from benchmarks.report import fmt_bench, fmt_s, md_table, times_text
+from benchmarks.tables import fmt_bench, fmt_s, md_table, times_text
 
 KEY = "tests"
 TITLE = "The test suite"

@@ -1,14 +1,15 @@
-"""Emulate several hosts in one process: build the global array a real multi-host run would.
+"""What hosts build from their host-local data, emulated in one process: the global array a real
+multi-host run would build (the emulated hosts themselves: `helpers.emulation`).
 
 With one process `jax.make_array_from_process_local_data` is just `device_put`, so the
 host-local semantics never show. The functions here take one numpy array per emulated host
-(host h owns `jax.devices()[h*D:(h+1)*D]`, the rule of `helpers.topology`) and build, with
+(host h owns `jax.devices()[h*D:(h+1)*D]`, the rule of `helpers.emulation`) and build, with
 `jax.make_array_from_single_device_arrays`, exactly the per-device buffers that a real
 multi-process run would hold, following JAX 0.10.2's own algorithm host by host. That
 includes "replicas" that disagree when hosts pass different data for a replicated axis.
 Building an array changes no global state: host h's devices are worked out from the number
 of arrays passed. To make `host_of` and the pictures agree, emulate the same number of hosts
-(`helpers.topology.emulate_hosts`, or the `emulated_hosts` context manager in judges and tests).
+(`helpers.emulation.emulate_hosts`, or the `emulated_hosts` context manager in judges and tests).
 """
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from typing import Any, Sequence
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
-from helpers import topology
+from helpers import emulation
 from helpers.layout import format_index, format_spec
 
 __all__ = [
@@ -75,12 +77,12 @@ def _claim_hosts(num_hosts: int) -> int:
             f"evenly into {num_hosts} hosts. Pass one array per host for a host count that "
             f"divides {count} (e.g. {fits})."
         )
-    current = topology.num_hosts()
+    current = emulation.num_hosts()
     if current not in (1, num_hosts):
         raise ValueError(
             f"you passed data for {num_hosts} hosts, but this notebook emulates {current} "
             f"hosts (emulate_hosts({current})). Pass one array per host ({current} arrays), "
-            f"or call helpers.topology.emulate_hosts({num_hosts}) first."
+            f"or call helpers.emulation.emulate_hosts({num_hosts}) first."
         )
     return count // num_hosts
 
@@ -116,8 +118,8 @@ def _check_rank(sharding: Sharding, ndim: int) -> None:
 
 
 def _owners(per_host: int) -> dict:
-    """Device -> its emulated host, with `per_host` devices per host (helpers.topology's rule)."""
-    return {d: i // per_host for i, d in enumerate(jax.devices())}
+    """Device -> its emulated host, with `per_host` devices per host (helpers.emulation's rule)."""
+    return {d: emulation.emulated_host_of(d, per_host) for d in jax.devices()}
 
 
 def _slice_text(index: Index, shape: tuple[int, ...]) -> str:
@@ -431,9 +433,8 @@ def _every_device_buffer(x: jax.Array) -> tuple[list, bool]:
     local = [(s.device, np.asarray(s.data)) for s in mine]
     if x.is_fully_addressable or jax.process_count() == 1:
         return local, x.is_fully_addressable
-    from jax.experimental import multihost_utils  # a collective: every process must call
 
-    counts = multihost_utils.process_allgather(np.array([len(mine)]))
+    counts = multihost_utils.process_allgather(np.array([len(mine)]))  # a collective: every process calls it
     if len(set(np.ravel(counts).tolist())) != 1:
         return local, False
     ids = np.ravel(multihost_utils.process_allgather(np.array([d.id for d, _ in local])))
@@ -471,10 +472,10 @@ def replica_report(x: jax.Array) -> ReplicaReport:
                 if v.shape == value.shape and np.array_equal(
                         v, value, equal_nan=value.dtype.kind in "fc"):
                     devs.append(device.id)
-                    hosts.append(topology.host_of(device))
+                    hosts.append(emulation.host_of(device))
                     break
             else:
-                groups.append(([device.id], [topology.host_of(device)], value))
+                groups.append(([device.id], [emulation.host_of(device)], value))
         if len(groups) > 1:
             index = placement[holders[k][0][0]]
             disagreements.append(SliceDisagreement(

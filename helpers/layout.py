@@ -17,6 +17,12 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from helpers import emulation
+
 HostOf = Callable[[Any], int]
 Index = tuple[tuple[int, int], ...]  # (start, stop) for each array dimension
 
@@ -59,7 +65,7 @@ class ShardingLayout:
 
     def text(self) -> str:
         """The deterministic text form (what `sharding_text` returns)."""
-        lines = [f"shape {_shape_str(self.shape)}, {format_spec(self.spec)}, mesh {mesh_label(self.mesh)}"]
+        lines = [f"shape {shape_text(self.shape)}, {format_spec(self.spec)}, mesh {mesh_label(self.mesh)}"]
         for host in sorted(set(self.hosts.values())):
             items = [
                 f"dev {d.id} {format_index(self.placement[d], self.shape)}"
@@ -77,9 +83,9 @@ class ShardingLayout:
         reps = sorted({len(t.devices) for t in self.tiles})
         nhosts = sorted({len({self.hosts[d] for d in t.devices}) for t in self.tiles})
         all_hosts = len(set(self.hosts.values()))
-        tile_shape = _shape_str(tuple(b - a for a, b in self.tiles[0].index))
+        tile_shape = shape_text(tuple(b - a for a, b in self.tiles[0].index))
         ndev = len(self.placement)
-        host_word = _plural(all_hosts, "host")
+        host_word = plural(all_hosts, "host")
         if n == 1:
             what = "the whole scalar" if not self.shape else "the whole array"
             if ndev == 1:
@@ -145,14 +151,12 @@ def mesh_label(mesh) -> str:
 
 def mesh_text(mesh, *, host_of: HostOf | None = None) -> str:
     """The mesh as a deterministic text grid: each cell is 'device id (host)'."""
-    import numpy as np
-
-    mesh = _check_mesh(mesh)
-    host = _host_function(host_of)
+    mesh = check_mesh(mesh)
+    host = host_function(host_of)
     devs = np.asarray(mesh.devices, dtype=object)
     hosts = {host(d) for d in devs.flat}
     lines = [
-        f"mesh {mesh_label(mesh)}: {_plural(devs.size, 'device')} on {_plural(len(hosts), 'host')}; "
+        f"mesh {mesh_label(mesh)}: {plural(devs.size, 'device')} on {plural(len(hosts), 'host')}; "
         f'each cell is "device id (host)"'
     ]
     names = list(mesh.axis_names)
@@ -200,11 +204,11 @@ def _wrap(head: str, items: list[str]) -> list[str]:
     return lines
 
 
-def _shape_str(shape: tuple[int, ...]) -> str:
+def shape_text(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
@@ -224,19 +228,17 @@ def sharding_layout(x_or_shape, mesh=None, spec=None, *, host_of: HostOf | None 
     """
     shape, mesh, spec = _resolve(x_or_shape, mesh, spec)
     _validate(shape, mesh, spec)
-    import jax
-    from jax.sharding import NamedSharding
 
     try:
         raw = NamedSharding(mesh, spec).devices_indices_map(shape)
     except Exception as err:  # anything the checks above missed: JAX's words, no traceback
         raise ValueError(
-            f"JAX cannot place shape {_shape_str(shape)} with {format_spec(spec)} on mesh "
+            f"JAX cannot place shape {shape_text(shape)} with {format_spec(spec)} on mesh "
             f"{mesh_label(mesh)}: {err}"
         ) from None
     position = {d: i for i, d in enumerate(jax.devices())}
     placement = {d: _normalize(idx, shape) for d, idx in raw.items()}
-    host = _host_function(host_of)
+    host = host_function(host_of)
     hosts = {d: host(d) for d in placement}
     groups: dict[Index, list] = {}
     for d in sorted(placement, key=position.__getitem__):
@@ -254,6 +256,19 @@ def sharding_text(x_or_shape, mesh=None, spec=None, *, host_of: HostOf | None = 
     return sharding_layout(x_or_shape, mesh, spec, host_of=host_of).text()
 
 
+def placement(mesh, spec, shape: tuple[int, ...]) -> dict[int, Index] | None:
+    """Device id -> the (start, stop) it holds along each dimension, from JAX's devices_indices_map;
+    None when JAX refuses the spec, or when it has more entries than the array has dimensions
+    (device_put refuses that). The one place the course turns JAX's placement into numbers."""
+    if len(spec) > len(shape):
+        return None
+    try:
+        index_map = NamedSharding(mesh, spec).devices_indices_map(tuple(shape))
+    except Exception:  # JAX rejects the spec for this mesh or shape
+        return None
+    return {d.id: _normalize(idx, shape) for d, idx in index_map.items()}
+
+
 def _normalize(index, shape) -> Index:
     out = []
     for sl, n in zip(index, shape):
@@ -263,17 +278,13 @@ def _normalize(index, shape) -> Index:
     return tuple(out)
 
 
-def _host_function(host_of: HostOf | None) -> HostOf:
+def host_function(host_of: HostOf | None) -> HostOf:
     if host_of is not None:
         return host_of
-    from helpers.topology import host_of as default
-
-    return default
+    return emulation.host_of
 
 
-def _check_mesh(mesh):
-    from jax.sharding import Mesh
-
+def check_mesh(mesh):
     if not isinstance(mesh, Mesh):
         raise ValueError(
             f"expected a jax.sharding.Mesh, got {type(mesh).__name__}; build one with "
@@ -283,8 +294,6 @@ def _check_mesh(mesh):
 
 
 def _resolve(x_or_shape, mesh, spec):
-    from jax.sharding import NamedSharding, PartitionSpec
-
     if hasattr(x_or_shape, "sharding") and hasattr(x_or_shape, "shape"):
         if mesh is not None or spec is not None:
             raise ValueError(
@@ -298,11 +307,11 @@ def _resolve(x_or_shape, mesh, spec):
                 "so it has no mesh and PartitionSpec to show. Place it on a mesh first: "
                 "x = jax.device_put(x, NamedSharding(mesh, P(...)))."
             )
-        return tuple(x_or_shape.shape), _check_mesh(sharding.mesh), sharding.spec
+        return tuple(x_or_shape.shape), check_mesh(sharding.mesh), sharding.spec
     shape = _to_shape(x_or_shape)
     if mesh is None:
         raise ValueError("with a shape, also pass mesh= (a jax.sharding.Mesh) and spec= (a PartitionSpec).")
-    mesh = _check_mesh(mesh)
+    mesh = check_mesh(mesh)
     if spec is None:
         spec = PartitionSpec()
     elif isinstance(spec, str):
@@ -377,7 +386,7 @@ def _validate(shape, mesh, spec) -> None:
     if len(entries) > len(shape):
         raise ValueError(
             f"{format_spec(spec)} has {len(entries)} entries but the array has "
-            f"{_plural(len(shape), 'dimension')} (shape {_shape_str(shape)}); give at most one "
+            f"{plural(len(shape), 'dimension')} (shape {shape_text(shape)}); give at most one "
             "entry per dimension (drop the extra ones)."
         )
     for dim, entry in enumerate(entries):

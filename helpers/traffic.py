@@ -45,6 +45,11 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Callable
 
+import jax
+import numpy as np
+
+from helpers import emulation
+
 HostOf = Callable[[Any], int]
 
 KINDS = ("all-reduce", "reduce-scatter", "all-gather", "all-to-all", "collective-permute")
@@ -207,15 +212,6 @@ class Traffic:
 
     __repr__ = __str__
 
-    def _repr_png_(self):
-        from helpers.traffic_viz import draw_traffic
-
-        import io
-
-        buffer = io.BytesIO()
-        draw_traffic(self).savefig(buffer, format="png", dpi=80)
-        return buffer.getvalue()
-
 
 def compare(reports: dict[str, Traffic]) -> str:
     """A table of several programs' traffic: collectives, bytes inside and across hosts.
@@ -375,8 +371,6 @@ def replica_groups(rest: str, size: int) -> list[list[int]]:
     `size` participants. Mesh axes, what `jax.jit` on a mesh emits: `mesh['a'=2,'b'=4] {'b'}`
     (see `_mesh_axes_groups`).
     """
-    import numpy as np
-
     mesh = _MESH_GROUPS.search(rest)
     if mesh:
         return _mesh_axes_groups(mesh, size)
@@ -403,8 +397,6 @@ def _mesh_axes_groups(match: re.Match, size: int) -> list[list[int]]:
     device that differs only along the axes in braces, listed with the first-named axis major.
     A sub-axis `'a':(k)m` is the m-sized factor of axis 'a' after a major factor of size k.
     """
-    import numpy as np
-
     axes = [(m["name"], int(m["size"])) for m in _MESH_AXIS.finditer(match["axes"])]
     names, sizes = [name for name, _ in axes], [n for _, n in axes]
     if math.prod(sizes) != size:
@@ -527,16 +519,12 @@ def autodiff_pass(op_name: str) -> str:
 def compile_program(fn: Callable, *args: Any) -> Any:
     """`jax.jit(fn).lower(*args).compile()`: the program XLA will run (a jitted `fn` as it is,
     with its own `out_shardings`)."""
-    import jax
-
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     return jitted.lower(*args).compile()
 
 
 def device_assignment(compiled: Any) -> list:
     """The devices of a compiled program, in logical-id order (position k runs partition k)."""
-    import jax
-
     if jax.process_count() > 1:
         raise ValueError("traffic is counted in one process (emulated hosts); this is a multi-process run")
     return list(compiled.runtime_executable().local_devices())
@@ -550,8 +538,6 @@ def collectives(fn: Callable, *args: Any) -> list[Collective]:
 
 def hosts_along(mesh, axis: str = "host") -> HostOf:
     """A host_of function that reads a device's host from its position along a mesh axis."""
-    import numpy as np
-
     if axis not in mesh.axis_names:
         raise ValueError(f"the mesh has no axis {axis!r}; its axes are {tuple(mesh.axis_names)}")
     where = list(mesh.axis_names).index(axis)
@@ -567,11 +553,10 @@ def hosts_along(mesh, axis: str = "host") -> HostOf:
 def traffic(fn: Callable, *args: Any, host_of: HostOf | None = None) -> Traffic:
     """Bytes that `jax.jit(fn)(*args)` moves across hosts and inside hosts, by the cost model.
 
-    `host_of` maps a device to its host (default: `helpers.topology.host_of`, the emulated
+    `host_of` maps a device to its host (default: `helpers.emulation.host_of`, the emulated
     hosts); `hosts_along(mesh)` reads it from a mesh's 'host' axis instead.
     """
-    if host_of is None:
-        from helpers.topology import host_of
+    host_of = host_of or emulation.host_of
     found = collectives(fn, *args)
     devices = {d for c in found for g in c.groups for d in g} | {d for c in found for p in c.pairs for d in p}
     return Traffic(tuple(found), {d: host_of(d) for d in devices})

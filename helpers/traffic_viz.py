@@ -10,6 +10,8 @@ thicker across hosts; an arc's width grows with its bytes.
 """
 from __future__ import annotations
 
+import jax
+import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
@@ -23,17 +25,12 @@ _ROW_H, _WIDTH = 1.55, 7.8
 
 def _order(report: Traffic) -> list:
     """The report's devices, grouped by host, then in jax.devices() order."""
-    import jax
-
     position = {d: i for i, d in enumerate(jax.devices())}
     return sorted(report.hosts, key=lambda d: (report.hosts[d], position[d]))
 
 
 def draw_traffic(report: Traffic, *, title: str | None = None) -> Figure:
     """One row per collective: arcs for the transfers, red where they cross hosts."""
-    import jax
-    import matplotlib.pyplot as plt
-
     folded = report.folded()  # an unrolled loop is one row, 'x7'
     shown = folded[:MAX_PANELS]
     rows = max(1, len(shown))

@@ -16,6 +16,11 @@ playing with the explorer does not pile up open figures.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import jax
+import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.collections import LineCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
@@ -33,7 +38,7 @@ from helpers.layout import (  # noqa: F401  (re-exported: one import for the not
     sharding_layout,
     sharding_text,
 )
-from helpers.layout import _check_mesh, _host_function, _plural, _shape_str
+from helpers.layout import check_mesh, host_function, plural, shape_text
 
 OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999")
 MAX_WIDTH = 7.8  # inches: fits JupyterLab's default notebook width
@@ -56,8 +61,6 @@ def device_style(position: int) -> dict:
 
 
 def _positions() -> dict:
-    import jax
-
     return {d: i for i, d in enumerate(jax.devices())}
 
 
@@ -71,7 +74,6 @@ class _Painter:
 
     def __init__(self, width: float, height: float, *, pyplot: bool):
         if pyplot:  # pyplot wakes Jupyter's inline backend so a returned figure displays
-            import matplotlib.pyplot as plt
 
             self.fig = plt.figure(figsize=(width, height))
             plt.close(self.fig)
@@ -142,8 +144,6 @@ def _key(p: _Painter, y: float, text: str) -> None:
 # ----------------------------------------------------------------------------- mesh
 def _mesh_panels(devs, names):
     """(title, 2-D block of devices, row axis name, column axis name) for each panel."""
-    import numpy as np
-
     if devs.ndim == 0:
         return [(None, devs.reshape(1, 1), None, None)]
     if devs.ndim == 1:
@@ -160,9 +160,7 @@ class _MeshPlan:
     HEAD, FOOT = 0.45, 0.35
 
     def __init__(self, mesh, host_of: HostOf, max_cell: float = 1.15):
-        import numpy as np
-
-        self.mesh = _check_mesh(mesh)
+        self.mesh = check_mesh(mesh)
         devs = np.asarray(mesh.devices, dtype=object)
         self.panels = _mesh_panels(devs, list(mesh.axis_names))
         self.hosts = {d: host_of(d) for d in devs.flat}
@@ -183,8 +181,8 @@ class _MeshPlan:
 
     def draw(self, p: _Painter, y0: float, positions: dict) -> None:
         hosts = len(set(self.hosts.values()))
-        p.text(0.2, y0 + 0.25, f"mesh {mesh_label(self.mesh)}: {_plural(len(self.hosts), 'device')} "
-               f"on {_plural(hosts, 'host')}", size=11, ha="left")
+        p.text(0.2, y0 + 0.25, f"mesh {mesh_label(self.mesh)}: {plural(len(self.hosts), 'device')} "
+               f"on {plural(hosts, 'host')}", size=11, ha="left")
         _key(p, y0 + self.height - 0.17, "colour = device · thick outline = one host's devices")
         big = self.cell >= 0.7
         fmt = "dev {d}\nhost {h}" if big else "d{d}\nh{h}"
@@ -218,9 +216,9 @@ def draw_mesh(mesh, *, host_of: HostOf | None = None) -> Figure:
     """The mesh as a grid of devices: id, owning host, host outlines, axis names and sizes.
 
     1-D and 2-D meshes are one grid; a 3-D mesh is one panel per index of its first axis.
-    `host_of` maps a device to its host (default: `helpers.topology.host_of`).
+    `host_of` maps a device to its host (default: `helpers.emulation.host_of`).
     """
-    plan = _MeshPlan(mesh, _host_function(host_of))
+    plan = _MeshPlan(mesh, host_function(host_of))
     p = _Painter(plan.width, plan.height, pyplot=True)
     plan.draw(p, 0, _positions())
     return p.fig
@@ -236,7 +234,7 @@ class _ShardingPlan:
         self.rank = len(shape)
         if self.rank > 3:
             raise ValueError(f"draw_sharding draws arrays of up to 3 dimensions; this one has shape "
-                             f"{_shape_str(shape)}. Use sharding_text for the placement.")
+                             f"{shape_text(shape)}. Use sharding_text for the placement.")
         digits = len(str(max(shape[-2:-1] or (0,))))  # row tick labels
         self.left = 0.35 + 0.07 * digits if self.rank >= 2 else 0.3
         inner = MAX_WIDTH - self.left - 0.3
@@ -269,7 +267,7 @@ class _ShardingPlan:
 
     def draw(self, p: _Painter, y0: float) -> None:
         lay = self.layout
-        p.text(0.2, y0 + 0.25, f"shape {_shape_str(lay.shape)}, {format_spec(lay.spec)}, "
+        p.text(0.2, y0 + 0.25, f"shape {shape_text(lay.shape)}, {format_spec(lay.spec)}, "
                f"mesh {mesh_label(lay.mesh)}", size=11, ha="left")
         p.text(0.2, y0 + 0.53, lay.summary(), size=8.5, ha="left", color="#333333")
         _key(p, y0 + self.height - 0.17, "colour = device · each tile names its device and host"
@@ -368,6 +366,22 @@ _BADGE_MAX = [(0.8, 0.46), (1.2, 0.28), (0.56, 0.42), (0.66, 0.24), (0.42, 0.3)]
 _BADGE_GAP, _GROUP_PAD, _GROUP_GAP, _MARGIN = 0.06, 0.045, 0.09, 0.06
 
 
+class _Candidate(NamedTuple):
+    """One arrangement `_badge_plan` weighs: its score (lower is better), then its sizes and label."""
+
+    score: tuple | None
+    fmt: int
+    bw: float
+    bh: float
+    cols: int
+    gcols: int
+    grows: int
+    rows: int
+    text: str | None
+    top: float
+    left: float
+
+
 class _BadgePlan:
     """Where the badges and the 'N copies' label go inside a w x h tile (inches from its corner)."""
 
@@ -414,15 +428,16 @@ def _badge_plan(w: float, h: float, copies: int, groups: list[int]) -> _BadgePla
                     continue
                 fmt = next(i for i, (mw, mh) in enumerate(_BADGE_MIN) if bw >= mw and bh >= mh)
                 score = (fmt + cost, rows, gcols if grows > 1 or rows > 1 else 0, order, -min(bw, bh))
-                if best is None or score < best[0]:
-                    best = (score, fmt, bw, bh, cols, gcols, grows, rows, text, top, left)
+                if best is None or score < best.score:
+                    best = _Candidate(score, fmt, bw, bh, cols, gcols, grows, rows, text, top, left)
     if best is None:  # a sliver of a tile: tiny badges, no label
         cols = m
         bw = max(0.02, (w - n * (2 * _GROUP_PAD + _GROUP_GAP) - (m - 1) * n * _BADGE_GAP) / (n * m))
         bh = max(0.02, h - 2 * _GROUP_PAD - 0.02)
-        best = (None, len(_LABELS) - 1, bw, bh, cols, n, 1, 1, None, 0.0, 0.0)
-    _, fmt, bw, bh, cols, gcols, grows, rows, text, top, left = best
-    bw, bh = min(bw, _BADGE_MAX[fmt][0]), min(bh, _BADGE_MAX[fmt][1])
+        best = _Candidate(None, len(_LABELS) - 1, bw, bh, cols, n, 1, 1, None, 0.0, 0.0)
+    fmt, cols, gcols, grows, rows = best.fmt, best.cols, best.gcols, best.grows, best.rows
+    text, top, left = best.text, best.top, best.left
+    bw, bh = min(best.bw, _BADGE_MAX[fmt][0]), min(best.bh, _BADGE_MAX[fmt][1])
     gw = cols * bw + (cols - 1) * _BADGE_GAP + 2 * _GROUP_PAD
     gh = rows * bh + (rows - 1) * _BADGE_GAP + 2 * _GROUP_PAD
     bx = gcols * gw + (gcols - 1) * _GROUP_GAP  # the whole block of badges

@@ -8,7 +8,7 @@ from helpers.devices import use_fake_devices
 
 use_fake_devices(8)
 
-from benchmarks import (checkpoints, collectives, compare, course, explorer,  # noqa: E402
+from benchmarks import (checkpoints, collectives, compare, course, explorer, tables,  # noqa: E402
                         learner, loaders, measure, report, restarts, run, runs, testsuite,
                         train_step)
 from tools import course_table  # noqa: E402
@@ -25,15 +25,15 @@ def _results(**sections) -> measure.Results:
 
 
 def test_markdown_table_and_number_formats():
-    table = report.md_table(["a", "b|c"], [["x", 1], ["y\nz", "p|q"]], "lr")
+    table = tables.md_table(["a", "b|c"], [["x", 1], ["y\nz", "p|q"]], "lr")
     assert table.splitlines() == ["| a | b|c |", "|---|---:|", "| x | 1 |", "| y z | p\\|q |"]
-    assert report.fmt_s(12.345) == "12.3 s" and report.fmt_s(0.0456) == "45.6 ms"
-    assert report.fmt_s(0.00078) == "780 µs"
+    assert tables.fmt_s(12.345) == "12.3 s" and tables.fmt_s(0.0456) == "45.6 ms"
+    assert tables.fmt_s(0.00078) == "780 µs"
     bench = measure.record("x", [0.010, 0.012, 0.030])
-    assert report.fmt_bench(bench) == "12 ms (10–30)"
-    assert report.fmt_bench(bench, "p95").startswith("12 ms (p95 ")
-    assert report.fmt_bench(measure.record("y", [2.0])) == "2 s"
-    assert report.fmt_ratio([1.5, 2.0, 2.5]) == "2.00× (1.50–2.50)"
+    assert tables.fmt_bench(bench) == "12 ms (10–30)"
+    assert tables.fmt_bench(bench, "p95").startswith("12 ms (p95 ")
+    assert tables.fmt_bench(measure.record("y", [2.0])) == "2 s"
+    assert tables.fmt_ratio([1.5, 2.0, 2.5]) == "2.00× (1.50–2.50)"
 
 
 def test_pytest_output_is_read():

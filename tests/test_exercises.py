@@ -13,7 +13,7 @@ from helpers.exercises import core, forms
 from helpers.exercises.kinds import ProgramExercise, SpecExercise, ValueExercise, close, placement, same_spec
 from helpers.exercises.processes import ProcessExercise
 from tools.nbrun import course_notebooks, exercise_id, read
-from helpers.topology import emulated_hosts
+from helpers.emulation import emulated_hosts
 
 IDS = exercises.all_ids()
 GARBAGE = [None, 3, "P('host')", [], {"a": 1}, object(), (lambda *a, **k: 1 / 0), float("nan"),
@@ -321,7 +321,7 @@ def test_a_step_that_logs_its_loss_inside_fails_the_structural_checks(capsys):
 
 def test_a_verdict_ends_with_one_stop(monkeypatch, capsys):
     for message, shown in (("is it?", "is it? (hint"), ("it is.", "it is. (hint"), ("it is", "it is. (hint")):
-        monkeypatch.setattr(core, "judge", lambda *a, **k: core.Outcome("mistake", message))
+        monkeypatch.setattr(core, "judge_exercise", lambda *a, **k: core.Outcome(core.Status.MISTAKE, message))
         exercises.check(IDS[0], 1)
         assert shown in capsys.readouterr().out
 
@@ -366,9 +366,9 @@ def _column_sums(**rules) -> ProgramExercise:
 
 
 def test_a_function_that_prints_instead_of_returning_is_told_so(capsys):
-    from helpers.exercises.kinds import Rule
+    from helpers.exercises.rules import OutputRule
 
-    reads_numbers = Rule(lambda case: case.got[0] < 0, "your sums are negative",
+    reads_numbers = OutputRule(lambda case: case.got[0] < 0, "your sums are negative",
                          "def sums(x):\n    return -x.sum(axis=0)\n")
     for exercise in (_column_sums(), _column_sums(id="99.5", families=(reads_numbers,))):  # no family reads None
         with pytest.raises(core.Mistake, match="^your function returns None: return the result"):
@@ -381,9 +381,9 @@ def test_a_result_of_the_wrong_shape_is_named_by_its_shape():
     assert str(raised.value) == "on 8 devices your result has shape (24,), but the prompt's result has shape (5,)"
     with pytest.raises(core.Mistake, match=r"^on 8 devices your result\[1\] has shape \(24,\)"):
         _column_sums(id="99.3", run=lambda fn, mesh: (1, fn(jax.numpy.ones((3 * mesh.size, 5))))).judge(lambda x: x.sum(axis=1))
-    from helpers.exercises.kinds import Rule
+    from helpers.exercises.rules import OutputRule
 
-    family = Rule(lambda case: True, "a family of this exercise", "def sums(x):\n    return x\n")
+    family = OutputRule(lambda case: True, "a family of this exercise", "def sums(x):\n    return x\n")
     with pytest.raises(core.Mistake, match="^a family of this exercise$"):
         _column_sums(id="99.4", families=(family,)).judge(lambda x: x.sum(axis=1))
 
@@ -446,7 +446,7 @@ def test_no_reference_function_returns_none(ex_id):
 
     exercise, returned_none = exercises.get(ex_id), []
     reference = _noting_none(exercise.run_source(exercise.solution), returned_none)
-    exercise.output_of_answer(reference, exercise.make_case(exercise.meshes[0]))
+    exercise.runner.output(exercise, reference, exercise.meshes[0])
     assert returned_none and not any(returned_none)
 
 
@@ -461,9 +461,9 @@ def test_a_spec_that_lists_axes_as_dimensions_is_told_to_group_them(capsys):
 
 
 def test_a_verdict_cut_short_gets_no_stop_after_the_ellipsis(monkeypatch, capsys):
-    monkeypatch.setattr(core, "judge", lambda *a, **k: core.Outcome("mistake", "a long message cut …"))
+    monkeypatch.setattr(core, "judge_exercise", lambda *a, **k: core.Outcome(core.Status.MISTAKE, "a long message cut …"))
     core.check("01.1", object())
-    assert "cut …. " not in capsys.readouterr().out
+    assert "cut … (hint" in capsys.readouterr().out
 
 
 def test_describe_does_not_repeat_a_type_name_its_repr_starts_with():
@@ -472,3 +472,12 @@ def test_describe_does_not_repeat_a_type_name_its_repr_starts_with():
             return "State({0: {}})"
 
     assert core.describe(State()) == "State({0: {}})"
+
+
+def test_a_rule_of_another_kind_is_refused_by_name():
+    from helpers.exercises.rules import ErrorRule, OutputRule
+
+    wrong_kind = ErrorRule(lambda text: True, "a family", "def sums(x):\n    return x\n")
+    with pytest.raises(TypeError, match=r"^99.6: families takes OutputRules \(when\(case\)"):
+        _column_sums(id="99.6", families=(wrong_kind,))
+    assert _column_sums(id="99.7", families=(OutputRule(lambda case: True, "a family"),))

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import launch, topology
+from helpers import emulation, launch
 
 # Shared by both sides: meshes are built from jax.devices() positions, which are the same in
 # a real 2 x 4 run (process 0's devices first) and in one process with 8 devices.
@@ -113,7 +113,7 @@ print("RESULT " + json.dumps(run_cases(build)))
 
 EMU_DRIVER = r'''
 from helpers import hosts
-from helpers.topology import emulate_hosts
+from helpers.emulation import emulate_hosts
 
 emulate_hosts(2)  # as the notebooks' first cell does: building an array does not set it
 
@@ -224,7 +224,7 @@ def eight():
 
     if jax.device_count() != 8:
         pytest.skip("needs the 8 fake devices that conftest.py sets up")
-    with topology.emulated_hosts(1):
+    with emulation.emulated_hosts(1):
         yield jax
 
 
@@ -269,7 +269,7 @@ def test_host_count_must_match_the_emulated_hosts(eight):
 
     from helpers import hosts
 
-    with topology.emulated_hosts(4), pytest.raises(ValueError, match=r"data for 2 hosts, but this notebook emulates 4"):
+    with emulation.emulated_hosts(4), pytest.raises(ValueError, match=r"data for 2 hosts, but this notebook emulates 4"):
         hosts.make_array_from_process_local_data(_sharding(P("host")), [np.zeros(4)] * 2)
 
 
@@ -333,9 +333,9 @@ def test_replica_report_names_the_disagreeing_devices_and_hosts(eight):
 
     x = hosts.make_array_from_process_local_data(_sharding(P("device")),
                                                  [np.arange(4.0), 100 + np.arange(4.0)])
-    with topology.emulated_hosts(2):  # building x left the emulated host count alone
+    with emulation.emulated_hosts(2):  # building x left the emulated host count alone
         report = hosts.replica_report(x)
-    assert topology.num_hosts() == 1
+    assert emulation.num_hosts() == 1
     assert not report.consistent
     assert str(report) == repr(report)
     assert str(report).splitlines()[:4] == [

@@ -16,7 +16,7 @@ from helpers.practice import KINDS, drill, drill_form, drills  # noqa: E402
 from helpers.practice import mistakes as families  # noqa: E402
 from helpers.practice.form import DrillSession  # noqa: E402
 from helpers.practice.parse import parse_answer  # noqa: E402
-from helpers.practice.question import Wrong  # noqa: E402
+from helpers.exercises.core import Mistake  # noqa: E402
 from helpers.practice.scenario import Scenario, host_blocks  # noqa: E402
 
 QUESTIONS = 1000
@@ -39,12 +39,13 @@ def test_thousand_questions_accept_their_answer_name_each_mistake_and_survive_ga
     family_count, kind_count = collections.Counter(), collections.Counter()
     for q in questions:
         kind_count[q.kind] += 1
-        assert q.judge(q.answer)[0], q.prompt
+        assert q.judge(q.answer).passed, q.prompt
         for mistake in q.mistakes:
             family_count[mistake.family] += 1
-            assert q.judge(mistake.answer) == (False, mistake.message), (q.prompt, mistake)
+            assert q.judge(mistake.answer)[:2] == ("mistake", mistake.message), (q.prompt, mistake)
         for junk in GARBAGE:
-            passed, message = q.judge(junk)
+            outcome = q.judge(junk)
+            passed, message = outcome.passed, outcome.message
             assert passed is False and message, (q.prompt, junk)
             assert "could not be checked" not in message, (q.prompt, junk, message)
     assert set(kind_count) == set(KINDS) and min(kind_count.values()) > QUESTIONS / 10
@@ -147,10 +148,10 @@ def test_a_hand_worked_tuple_order_mistake():
     assert q.answer == right
     assert right != reversed_order or device in (0, 7)
     if right != reversed_order:
-        passed, message = q.judge(reversed_order)
-        assert not passed and "the order inside ('device', 'host') matters" in message
-    passed, message = q.judge((right[0], right[1] + 1))
-    assert not passed and "stop is one past" in message
+        outcome = q.judge(reversed_order)
+        assert not outcome.passed and "the order inside ('device', 'host') matters" in outcome.message
+    outcome = q.judge((right[0], right[1] + 1))
+    assert not outcome.passed and "stop is one past" in outcome.message
 
 
 def test_host_blocks_follow_the_examples_of_jax_local_to_global_shape():
@@ -168,11 +169,11 @@ def test_check_prints_one_line_and_returns_a_truthy_result(capsys, tmp_path, mon
     store = tmp_path / "progress.json"
     monkeypatch.setenv("COURSE_PROGRESS_FILE", str(store))
     q = drill(5)
-    assert q.check(...) == False  # noqa: E712 (a Result, like exercises.check's Verdict)
-    assert capsys.readouterr().out.startswith("⏳ drill 5: not attempted")
+    assert q.check(...) == False  # noqa: E712 (a Verdict, as exercises.check returns)
+    assert capsys.readouterr().out.startswith("⏳ drill 5 not attempted")
     assert q.check(q.answer)
     out = capsys.readouterr().out
-    assert out.startswith("✅ drill 5: right") and out.count("\n") == 1
+    assert out.startswith("✅ drill 5 right: ") and out.count("\n") == 1
     assert not q.check("garbage")
     out = capsys.readouterr().out
     assert out.startswith("❌ drill 5 not yet") and out.count("\n") == 1
@@ -206,7 +207,7 @@ def test_parse_answer_reads_literals_and_specs(text, value):
 
 @pytest.mark.parametrize("text", ["", "__import__('os').system('true')", "P(x=1)", "open('f')", "(1,"])
 def test_parse_answer_refuses_anything_else(text):
-    with pytest.raises(Wrong):
+    with pytest.raises(Mistake):
         parse_answer(text)
 
 
@@ -214,8 +215,8 @@ def test_session_checks_typed_answers_and_moves_on():
     session = DrillSession(seed=3)
     q = session.question
     text = repr(q.answer) if q.kind != "spec" else str(q.answer)
-    assert session.submit(text)[0]
-    assert session.submit("nonsense")[0] is False
+    assert session.submit(text).passed
+    assert session.submit("nonsense").passed is False
     assert session.next().seed == 4 and session.seed == 4
     assert session.go_to(9, "copies").kind == "copies"
     assert "answer: " in session.reveal()

@@ -8,7 +8,7 @@ import pytest
 from helpers import exercises, launch
 from helpers.exercises import ProcessExercise
 from helpers.exercises.processes import STALL_SECONDS
-from helpers.topology import emulated_hosts
+from helpers.emulation import emulated_hosts
 
 PROCESS_IDS = [i for i in exercises.all_ids() if isinstance(exercises.get(i), ProcessExercise)]
 # What each exercise's function returns once past the hang (the kernel's precheck of 11.2 wants a whole number).

@@ -479,9 +479,3 @@ def test_the_hierarchical_all_reduce_sends_fewer_bytes_across_hosts_than_the_fla
     assert hier.across_hosts == 2 * (hosts - 1) * nbytes  # D rings of H, each hop 2(H-1)/H * B/D
     assert hier.across_hosts < flat.across_hosts
     assert hier.busiest_device_across() < flat.busiest_device_across()
-
-
-def test_a_report_draws_itself_in_a_notebook():
-    hosts = {d: d.id // 4 for d in D}
-    report = T.Traffic((T.Collective("all-reduce", "a", "psum", 64, (tuple(D),)),), hosts)
-    assert report._repr_png_().startswith(b"\x89PNG")

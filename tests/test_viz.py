@@ -18,7 +18,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import FancyBboxPatch, Rectangle  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from helpers import topology  # noqa: E402
+from helpers import emulation  # noqa: E402
 from helpers.viz import (  # noqa: E402
     MAX_WIDTH,
     device_style,
@@ -76,7 +76,7 @@ _ITEM = re.compile(r"dev (\d+) (\[[^\]]*\]|\(scalar\))")
 @pytest.fixture
 def two_hosts():
     """Emulate 2 hosts for one test, then put the previous setting back."""
-    with topology.emulated_hosts(2):
+    with emulation.emulated_hosts(2):
         yield
 
 
@@ -112,7 +112,7 @@ def test_text_reports_exactly_what_jax_places(two_hosts, mesh_name, shape, spec)
     text = sharding_text(shape, mesh, spec)
     placement, hosts = _parse(text, shape)
     assert placement == expected
-    assert hosts == {d.id: topology.host_of(d) for d in mesh.devices.flat}
+    assert hosts == {d.id: emulation.host_of(d) for d in mesh.devices.flat}
     layout = sharding_layout(shape, mesh, spec)
     assert {d.id: idx for d, idx in layout.placement.items()} == expected
     copies = {}

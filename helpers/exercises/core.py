@@ -14,12 +14,14 @@ import threading
 import types
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Callable, NamedTuple, Union
 
 import jax
 import numpy as np
 
-from helpers import topology
+from helpers import emulation, progress_store
+from helpers.errors import ERROR_CHARS, explain, shorten  # noqa: F401  (ERROR_CHARS: the engine's bound)
 from helpers.devices import backend_started
 
 PRELUDE = """\
@@ -30,8 +32,6 @@ from jax import P
 from jax.sharding import Mesh, NamedSharding
 """
 TIME_LIMIT_S = 10.0
-ERROR_CHARS = 220  # the most of a learner's exception a verdict quotes
-_URL = re.compile(r"\(?\b(?:see|See|visit|For more information,? see)?:?\s*https?://\S+\)?\.?")  # a URL and its "see"
 
 Message = Union[str, Callable[..., str]]  # a message, or a function of the answer that writes one
 
@@ -52,12 +52,25 @@ class _TooSlow(BaseException):  # not an Exception: no `except Exception` may sw
     pass
 
 
-class Outcome(NamedTuple):
-    """A judgement: status 'pass' | 'not-attempted' | 'mistake' | 'set-up', a message, a detail."""
+class Status(StrEnum):
+    """How a judgement ended."""
 
-    status: str
+    PASS = "pass"
+    NOT_ATTEMPTED = "not-attempted"
+    MISTAKE = "mistake"
+    SET_UP = "set-up"  # the kernel lacks the notebook's set-up: not the answer's fault
+
+
+class Outcome(NamedTuple):
+    """A judgement: its status, a message, and a detail (a few lines showing what the answer did)."""
+
+    status: Status
     message: str
     detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASS
 
 
 @dataclass(frozen=True)
@@ -86,9 +99,9 @@ class Kernel:
         return self._hosts_problem()
 
     def _hosts_problem(self) -> str | None:
-        if self.hosts is None or topology.num_hosts() == self.hosts:
+        if self.hosts is None or emulation.num_hosts() == self.hosts:
             return None
-        have = topology.num_hosts()
+        have = emulation.num_hosts()
         return (f"the kernel emulates {have} host{'s' * (have != 1)}, not {self.hosts}: run the "
                 f"notebook's first cell (emulate_hosts({self.hosts})), then this one")
 
@@ -103,7 +116,7 @@ class Exercise:
     solution: str
     hints: tuple[str, ...]
     setup: str = ""  # source the notebook has run before the exercise cell (for reference/tests)
-    kernel: Kernel = Kernel()
+    kernel: Kernel | None = Kernel()  # None: judged in any kernel (a drill makes its own mesh)
 
     def judge(self, answer: Any) -> None:
         """Return when `answer` is right; raise Mistake (or NotAttempted) when it is not."""
@@ -113,6 +126,28 @@ class Exercise:
         """(known wrong answer, the exact message it earns): what the tests iterate."""
         return []
 
+    @property
+    def label(self) -> str:
+        """How a verdict line names the exercise."""
+        return self.id
+
+    def praise(self, answer: Any) -> str:
+        """The message of a pass."""
+        return f"correct: {self.title}"
+
+    def unattempted(self) -> str:
+        """The message for `...`, the untouched answer."""
+        return "not attempted yet: edit the exercise cell above, run it, then run this cell again"
+
+    def help(self) -> str:
+        """What a mistake's verdict line points to."""
+        return f"hint('{self.id}') helps"
+
+    def record(self, passed: bool) -> None:
+        """Keep a checked answer in the learner's progress (an exercise: its pass)."""
+        if passed:
+            progress_store.record_exercise(self.id)
+
     def run_source(self, source: str) -> Any:
         """Run `source` after the prelude and setup; return the answer it defines."""
         namespace: dict[str, Any] = {}
@@ -120,6 +155,35 @@ class Exercise:
         return namespace[self.answer_name]
 
 
+class Memo:
+    """The engine's one cache: what a computation for an exercise gave, computed once per key (right
+    values, what known programs compute, traffic reports). Keys start with the exercise's id."""
+
+    def __init__(self) -> None:
+        self._values: dict[tuple, Any] = {}
+
+    def __contains__(self, key: tuple) -> bool:
+        return key in self._values
+
+    def __getitem__(self, key: tuple) -> Any:
+        return self._values[key]
+
+    def get(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """The value of `key`, from `compute()` the first time."""
+        if key not in self._values:
+            self._values[key] = compute()
+        return self._values[key]
+
+    def put(self, values: dict[tuple, Any]) -> None:
+        self._values.update(values)
+
+    def forget(self, drop: Callable[[tuple], bool]) -> None:
+        """Forget every key `drop(key)` is true for."""
+        for key in [k for k in self._values if drop(k)]:
+            del self._values[key]
+
+
+MEMO = Memo()
 _REGISTRY: dict[str, Exercise] = {}
 _hints_shown: dict[str, int] = {}
 
@@ -179,7 +243,7 @@ def _time_limit(seconds: float):
 _limit = threading.local()
 
 
-def _guarded(fn: Callable, *args: Any) -> Any:
+def guarded(fn: Callable, *args: Any) -> Any:
     """Run code that calls the learner's, within the time limit; NotImplementedError -> NotAttempted."""
     try:
         with _time_limit(getattr(_limit, "seconds", None)):
@@ -193,36 +257,11 @@ def call_learner(fn: Any, *args: Any, **kwargs: Any) -> Any:
     if not callable(fn):
         raise Mistake(f"expected a function, but got {describe(fn)}")
     try:
-        return _guarded(lambda: fn(*args, **kwargs))
+        return guarded(lambda: fn(*args, **kwargs))
     except (NotAttempted, Mistake, _TooSlow):
         raise
     except Exception as error:  # the learner's code failed: say how, in JAX's words
         raise Mistake(f"your function raised {explain(error)}") from None
-
-
-def explain(error: BaseException, limit: int = ERROR_CHARS) -> str:
-    """'Type: the informative sentence' of an exception, bounded, never cut mid-word, no URLs."""
-    name = type(error).__name__
-    if name == "TracerArrayConversionError":
-        return (f"{name}: numpy was called on a traced JAX array; inside a function that JAX traces "
-                "(jit, shard_map, grad), use jax.numpy (jnp) instead of numpy (np)")
-    paragraphs = [_URL.sub("", " ".join(p.split())).strip() for p in re.split(r"\n\s*\n", str(error))]
-    paragraphs = [p for p in paragraphs if p]
-    telling = [p for p in paragraphs if " but " in p]  # JAX's sentence that contrasts want and got
-    text = (telling or paragraphs or [""])[0]
-    return f"{name}: {shorten(text, limit)}".rstrip(": ")
-
-
-def shorten(text: str, limit: int = ERROR_CHARS) -> str:
-    """`text` cut to at most `limit` characters: after its last whole sentence when that keeps at
-    least half of it, else at a word boundary, ending with ' …'."""
-    if len(text) <= limit:
-        return text
-    sentences = text[: limit + 1].rsplit(". ", 1)[0]
-    if limit // 2 <= len(sentences) < limit:
-        return sentences + "."
-    cut = text[: limit - 2].rsplit(" ", 1)[0].rstrip(",;:")
-    return cut + " …"
 
 
 def describe(value: Any) -> str:
@@ -257,30 +296,33 @@ def say(message: Message, *args: Any) -> str:
 # ----------------------------------------------------------------------------- verdicts
 
 def judge(exercise_id: str, answer: Any, time_limit: float = TIME_LIMIT_S) -> Outcome:
-    """Judge an answer; the one place a pass is decided. Never raises."""
-    exercise = get(exercise_id)
+    """Judge an answer to a registered exercise. Never raises."""
+    return judge_exercise(get(exercise_id), answer, time_limit)
+
+
+def judge_exercise(exercise: Exercise, answer: Any, time_limit: float = TIME_LIMIT_S) -> Outcome:
+    """Judge an answer to any exercise (a drill too); the one place a pass is decided. Never raises."""
     if answer is Ellipsis:
-        return Outcome("not-attempted", "not attempted yet: edit the exercise cell above, run it, then run this "
-                                        "cell again")
-    problem = exercise.kernel.problem()
+        return Outcome(Status.NOT_ATTEMPTED, exercise.unattempted())
+    problem = exercise.kernel.problem() if exercise.kernel is not None else None
     if problem:
-        return Outcome("set-up", problem)
+        return Outcome(Status.SET_UP, problem)
     _limit.seconds = time_limit
     try:
         exercise.judge(answer)
     except NotAttempted:
-        return Outcome("not-attempted", "not attempted yet: your function still raises NotImplementedError")
+        return Outcome(Status.NOT_ATTEMPTED, "not attempted yet: your function still raises NotImplementedError")
     except Mistake as mistake:
-        return Outcome("mistake", str(mistake), mistake.detail)
+        return Outcome(Status.MISTAKE, str(mistake), mistake.detail)
     except _TooSlow:
-        return Outcome("mistake", f"your answer took more than {time_limit:g} s to check; look for a "
-                                  "loop that never ends")
+        return Outcome(Status.MISTAKE, f"your answer took more than {time_limit:g} s to check; look for a "
+                                       "loop that never ends")
     except Exception as error:  # the judge itself failed: not the learner's fault
-        return Outcome("mistake", f"this answer could not be checked ({explain(error)}); compare its "
-                                  "form with the prompt")
+        return Outcome(Status.MISTAKE, f"this answer could not be checked ({explain(error)}); compare its "
+                                       "form with the prompt")
     finally:
         _limit.seconds = None
-    return Outcome("pass", f"correct: {exercise.title}")
+    return Outcome(Status.PASS, exercise.praise(answer))
 
 
 def verdict(exercise_id: str, answer: Any, time_limit: float = TIME_LIMIT_S) -> tuple[str, str]:
@@ -290,13 +332,14 @@ def verdict(exercise_id: str, answer: Any, time_limit: float = TIME_LIMIT_S) -> 
 
 
 class Verdict:
-    """What `check` returns: truthy when the answer passed, equal to True or False.
+    """What `check` returns: truthy when the answer passed, equal to True or False; `message` is the
+    verdict's message.
 
     It shows nothing in a notebook, because `check` has already printed the verdict line.
     """
 
-    def __init__(self, passed: bool):
-        self.passed = passed
+    def __init__(self, passed: bool, message: str = ""):
+        self.passed, self.message = passed, message
 
     def __bool__(self) -> bool:
         return self.passed
@@ -317,26 +360,40 @@ class Verdict:
 def check(exercise_id: str, answer: Any) -> Verdict:
     """Print a one-line verdict for `answer` (a spec mistake adds what the answer did)."""
     try:
-        get(exercise_id)
+        exercise = get(exercise_id)
     except UnknownExercise as error:
         print(f"❓ {error}")
         return Verdict(False)
-    status, message, detail = judge(exercise_id, answer)
-    if status == "pass":
-        print(f"✅ {exercise_id} {message}")
-        from helpers.progress import record_exercise
+    return check_exercise(exercise, answer)
 
-        record_exercise(exercise_id)
-    elif status == "not-attempted":
-        print(f"⏳ {exercise_id} {message}")
-    elif status == "set-up":
-        print(f"⚠️ {exercise_id} cannot be checked yet: {message}")
+
+def check_exercise(exercise: Exercise, answer: Any) -> Verdict:
+    """Judge `answer` (a drill's too), print its verdict line and keep it in the learner's progress."""
+    outcome = judge_exercise(exercise, answer)
+    show(exercise, outcome)
+    if outcome.status in (Status.PASS, Status.MISTAKE):
+        exercise.record(outcome.passed)
+    return Verdict(outcome.passed, outcome.message)
+
+
+def show(exercise: Exercise, outcome: Outcome) -> None:
+    """Print a verdict line: the one way every verdict is shown."""
+    status, message, detail = outcome
+    if status is Status.PASS:
+        print(f"✅ {exercise.label} {message}")
+    elif status is Status.NOT_ATTEMPTED:
+        print(f"⏳ {exercise.label} {message}")
+    elif status is Status.SET_UP:
+        print(f"⚠️ {exercise.label} cannot be checked yet: {message}")
     else:
-        stop = "" if message.endswith((".", "?", "!", "…")) else "."
-        print(f"❌ {exercise_id} not yet: {message}{stop} (hint('{exercise_id}') helps)")
+        print(f"❌ {exercise.label} not yet: {message}{stop(message)} ({exercise.help()})")
         if detail:
             print("   your answer does this:\n" + "\n".join("   " + line for line in detail.splitlines()))
-    return Verdict(status == "pass")
+
+
+def stop(message: str) -> str:
+    """The full stop a message needs to end a sentence ('' when it has one)."""
+    return "" if message.endswith((".", "?", "!", "…")) else "."
 
 
 def hint(exercise_id: str) -> None:

@@ -160,18 +160,18 @@ def text(like: str) -> Form:
     return form
 
 
-def span(like: str) -> Form:
-    """Rows start..stop-1 as (start, stop): a pair, a slice or a range with step 1."""
+def span(like: str, word: str = "rows") -> Form:
+    """Rows (or columns: `word`) start..stop-1 as (start, stop): a pair, a slice or a range with step 1."""
     def form(answer: Any) -> tuple[int, int]:
         if isinstance(answer, (slice, range)):
             if answer.step not in (None, 1):
-                raise Mistake("the rows of one tile are consecutive: give a step of 1 (or none)")
+                raise Mistake(f"the {word} of one tile are consecutive: give a step of 1 (or none)")
             answer = (answer.start, answer.stop)
         given = answer
         if not isinstance(answer, (np.ndarray, jax.Array)) or answer.ndim == 1:  # np.array([6, 8]) too
             answer = _plain(answer)
         if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-            raise Mistake(f"expected the rows as (start, stop), like {like}, but got {describe(given)}")
+            raise Mistake(f"expected the {word} as (start, stop), like {like}, but got {describe(given)}")
         if not all(map(_is_whole, answer)):
             raise Mistake(f"expected two whole numbers (start, stop), but got {describe(given)}")
         return int(answer[0]), int(answer[1])

@@ -11,6 +11,7 @@
   (as source) run on judge-made inputs, on several meshes with different device counts; a
   learner's output that differs from the reference gets the message of the wrong program
   whose output it matches. `checks` add structural rules (uses shard_map, is jitted...).
+- `DrillExercise`: a generated value question (helpers.practice), judged like a `ValueExercise`.
 - `ProcessExercise` (in `helpers.exercises.processes`): a program judged by what real
   processes print when they run it.
 
@@ -25,32 +26,20 @@ import math
 import re
 import types
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, Callable, Mapping
 
 import jax
 import numpy as np
 from jax import P
 from jax.sharding import NamedSharding
 
-from helpers import hosts
+from helpers import hosts, progress_store
 from helpers.exercises import forms
-from helpers.exercises.core import Exercise, Message, Mistake, NotAttempted, _guarded, describe, explain, say
+from helpers.exercises.core import MEMO, Exercise, Message, Mistake, NotAttempted, guarded, describe, explain, say
 from helpers.exercises.forms import Form
-from helpers.layout import format_spec, sharding_text
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A family of mistakes: `when(...)` is true for its members, `say` is their message.
-
-    `example` is a member that no earlier entry of the catalogue catches; the tests check that
-    it earns this rule's message (so a rule can never be dead or shadowed). In a value exercise
-    it may be a function of the right value, such as `alone(i)`.
-    """
-
-    when: Callable[..., bool]
-    say: Message
-    example: Any = None
+from helpers.exercises.rules import CodeRule, ErrorRule, OutputRule, SpecRule, TrafficRule, ValueRule, of_kind
+from helpers.layout import format_spec, placement, sharding_text
+from helpers.traffic import hosts_along, traffic
 
 
 def entry(i: int, *values: Any) -> Callable[[Any], bool]:
@@ -73,16 +62,13 @@ def _same(a: Any, b: Any) -> bool:
     return a == b or close(a, b, rtol=1e-6, atol=1e-6)
 
 
-def _named(value: Any, wrong: Mapping[Any, Message], rules: tuple[Rule, ...], same: Callable) -> str | None:
+def _named(value: Any, wrong: Mapping[Any, Message], rules: tuple[ValueRule | SpecRule, ...], same: Callable) -> str | None:
     """The message of the first catalogue entry `value` falls under: a known wrong value (`same` as
     it), else a rule; None when it is none of them."""
     for known, message in wrong.items():
         if same(value, known):
             return say(message, value)
     return next((say(r.say, value) for r in rules if r.when(value)), None)
-
-
-_right_values: dict[str, Any] = {}
 
 
 # ----------------------------------------------------------------------------- values
@@ -94,14 +80,15 @@ class ValueExercise(Exercise):
     form: Form
     right: Callable[[], Any]
     wrong: Mapping[Any, Message] = field(default_factory=dict)
-    rules: tuple[Rule, ...] = ()
+    rules: tuple[ValueRule, ...] = ()
     otherwise: Message = "not quite; read the prompt again, then count once more"
+
+    def __post_init__(self):
+        of_kind(ValueRule, self.rules, f"{self.id}: rules")
 
     def right_value(self) -> Any:
         """The right value, computed once."""
-        if self.id not in _right_values:
-            _right_values[self.id] = self.right()
-        return _right_values[self.id]
+        return MEMO.get(("right", self.id), self.right)
 
     def judge(self, answer: Any) -> None:
         value = self.form(answer)
@@ -114,19 +101,38 @@ class ValueExercise(Exercise):
                 + [(example, say(r.say, example)) for r, example in zip(self.rules, examples)])
 
 
+@dataclass(frozen=True, kw_only=True)
+class DrillExercise(ValueExercise):
+    """A generated question (helpers.practice): a value exercise that no notebook registers. Its pass
+    says what the right answer means, and every checked answer counts in the learner's drills."""
+
+    kind: str
+    seed: int
+    example: str  # what an answer looks like, for `...`
+    meaning: Callable[[Any], str]  # a right answer -> what it means
+    answer_name: str = "answer"
+    solution: str = ""
+    hints: tuple[str, ...] = ()
+    kernel: None = None  # a drill builds its own mesh, and says so when JAX has too few devices
+
+    @property
+    def label(self) -> str:
+        return f"drill {self.seed}"
+
+    def praise(self, answer: Any) -> str:
+        return f"right: {self.meaning(answer)}"
+
+    def unattempted(self) -> str:
+        return f"not attempted yet: replace ... with your answer, like {self.example}"
+
+    def help(self) -> str:
+        return "explain() on this drill shows the answer"
+
+    def record(self, passed: bool) -> None:
+        progress_store.record_drill(self.kind, self.seed, passed)
+
+
 # ----------------------------------------------------------------------------- specs
-
-def placement(mesh, spec, shape: tuple[int, ...]) -> dict[int, tuple] | None:
-    """Device id -> the (start, stop) it holds along each dimension, from JAX; None if JAX refuses,
-    or if the spec has more entries than the array has dimensions (device_put refuses that)."""
-    if len(spec) > len(shape):
-        return None
-    try:
-        index_map = NamedSharding(mesh, spec).devices_indices_map(tuple(shape))
-    except Exception:  # JAX rejects the spec for this mesh or shape
-        return None
-    return {d.id: tuple(s.indices(n)[:2] for s, n in zip(idx, shape)) for d, idx in index_map.items()}
-
 
 def normal_spec(spec) -> tuple:
     """A spec's entries without trailing Nones, 1-tuples as names: P('a', None) -> ('a',)."""
@@ -164,9 +170,12 @@ class Slot:
     shape: tuple[int, ...]
     right: Any
     wrong: Mapping[Any, Message] = field(default_factory=dict)
-    rules: tuple[Rule, ...] = ()
+    rules: tuple[SpecRule, ...] = ()
     otherwise: Message = "this spec does not place the data as asked; compare its picture with the prompt"
     label: str = ""
+
+    def __post_init__(self):
+        of_kind(SpecRule, self.rules, f"the rules of Slot {self.label or self.right}")
 
     def judge(self, mesh, spec) -> None:
         """Return when `spec` places the data like the right spec; else the mistake it makes, with
@@ -334,7 +343,7 @@ def equations(fn: Callable, *args: Any, about: str = "how it computes them") -> 
     a structural check cannot see `about` it, so it must not pass.
     """
     try:
-        jaxpr = _guarded(jax.make_jaxpr(fn), *args).jaxpr
+        jaxpr = guarded(jax.make_jaxpr(fn), *args).jaxpr
     except (NotAttempted, Mistake):
         raise
     except Exception as error:
@@ -384,6 +393,42 @@ def _shape_difference(got: Any, want: Any) -> tuple[str, tuple, tuple] | None:
     return None
 
 
+class InKernel:
+    """How a program exercise runs a program in this kernel: `run(fn, mesh)` on the course mesh of each
+    layout. A runner (this one, or `processes.RealProcesses`) says what a rule's `case.mesh` is, which
+    answers it takes, and what a program computes on a layout."""
+
+    def __init__(self, run: Callable[[Callable, Any], Any]):
+        self.run = run
+
+    def mesh(self, layout: tuple[int, ...]):
+        """What a rule's `case.mesh` is on this layout: the course mesh of this shape."""
+        return course_mesh(layout)
+
+    def screen(self, exercise: "ProgramExercise", answer: Any) -> Any:
+        """The answer in the form `output` takes, or a Mistake about its type."""
+        if not callable(answer):
+            raise Mistake(f"expected a function {exercise.answer_name}(...), but got {describe(answer)}")
+        return answer
+
+    def output(self, exercise: "ProgramExercise", fn: Callable, layout: tuple[int, ...]) -> Any:
+        """What the learner's function computes on this layout; an exception it raises is Raised."""
+        try:
+            return guarded(self.run, fn, self.mesh(layout))
+        except (NotAttempted, Mistake):
+            raise
+        except Exception as error:  # the reference ran on the same inputs: the answer raised this
+            return Raised(explain(error), str(error))
+
+    def known(self, exercise: "ProgramExercise", source: str, layout: tuple[int, ...]) -> Any:
+        """What a catalogued program (or the reference) computes on this layout, computed once."""
+        return MEMO.get((exercise.id, "output", source, layout),
+                        lambda: self.output(exercise, exercise.run_source(source), layout))
+
+    def judged(self, exercise: "ProgramExercise") -> None:
+        """After a judgement (nothing of the learner's is kept here)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProgramExercise(Exercise):
     """A function judged by what it computes, against the reference and catalogued wrong programs.
@@ -396,25 +441,49 @@ class ProgramExercise(Exercise):
     structural rules tried once the outputs are right (when(fn, mesh)). Rules carry an example
     program (source) for the tests.
     Messages are text or functions of the case (case.mesh, case.devices, case.got, case.want).
+    `runner` runs the programs: in this kernel (`InKernel(run)`), or in real processes (ProcessExercise).
     """
 
-    run: Callable[[Callable, Any], Any]
+    run: Callable[[Callable, Any], Any] | None = None  # required, unless the runner is another
     wrong: Mapping[str, Message] = field(default_factory=dict)
     meshes: tuple[tuple[int, ...], ...] = ((2, 4), (2, 2))
-    errors: tuple[Rule, ...] = ()
-    families: tuple[Rule, ...] = ()
-    checks: tuple[Rule, ...] = ()
+    errors: tuple[ErrorRule, ...] = ()
+    families: tuple[OutputRule, ...] = ()
+    checks: tuple[CodeRule, ...] = ()
     otherwise: Message = "your function computes something else than the prompt asks"
-    _outputs: ClassVar[dict[tuple, Any]] = {}  # (id, source, layout) -> what that program computed
+
+    def __post_init__(self):
+        for kind, rules, name in ((ErrorRule, self.errors, "errors"), (OutputRule, self.families, "families"),
+                                  (CodeRule, self.checks, "checks")):
+            of_kind(kind, rules, f"{self.id}: {name}")
+
+    @property
+    def runner(self):
+        """How this exercise's programs run."""
+        if self.run is None:
+            raise TypeError(f"{self.id}: a program exercise needs run(fn, mesh)")
+        return InKernel(self.run)
+
+    def run_source(self, source: str) -> Any:
+        fn = super().run_source(source)
+        if callable(fn):  # exec'd code has no file its source could be read from
+            fn.__course_source__ = source
+        return fn
 
     def judge(self, answer: Any) -> None:
-        answer = self.screen(answer)
+        runner = self.runner
+        try:
+            self._judge(runner, runner.screen(self, answer))
+        finally:
+            runner.judged(self)
+
+    def _judge(self, runner, answer: Any) -> None:
         returned_none: list[bool] = []
         run = _noting_none(answer, returned_none) if callable(answer) else answer
-        case = self._first_difference(lambda layout: self.output_of_answer(run, self.make_case(layout)))
+        case = self._first_difference(lambda layout: runner.output(self, run, layout))
         if case is None:
             for rule in self.checks:
-                if rule.when(answer, self.make_case(self.meshes[0])):
+                if rule.when(answer, runner.mesh(self.meshes[0])):
                     raise Mistake(say(rule.say, self._case(self.meshes[0])))
             return
         for source, message in self.wrong.items():
@@ -436,41 +505,25 @@ class ProgramExercise(Exercise):
                           f"has shape {want}")
         raise Mistake(say(self.otherwise, case))
 
-    def screen(self, answer: Any) -> Any:
-        """The answer in the form `output_of_answer` takes, or a Mistake about its type."""
-        if not callable(answer):
-            raise Mistake(f"expected a function {self.answer_name}(...), but got {describe(answer)}")
-        return answer
-
     def _case(self, layout, got=None, want=None):
-        return types.SimpleNamespace(mesh=self.make_case(layout), devices=math.prod(layout), layout=layout,
+        return types.SimpleNamespace(mesh=self.runner.mesh(layout), devices=math.prod(layout), layout=layout,
                                      got=got, want=want)
-
-    def make_case(self, layout: tuple[int, ...]):
-        """The mesh of this shape (ProcessExercise: the (hosts, devices_per_host) itself)."""
-        return course_mesh(layout)
-
-    def output_of_answer(self, fn: Callable, mesh) -> Any:
-        """What the learner's function computes on `mesh`; an exception it raises is Raised."""
-        try:
-            return _guarded(self.run, fn, mesh)
-        except (NotAttempted, Mistake):
-            raise
-        except Exception as error:  # the reference ran on the same inputs: the answer raised this
-            return Raised(explain(error), str(error))
 
     def output_of_source(self, source: str, layout: tuple[int, ...]) -> Any:
         """What a catalogued program (or the reference) computes on this layout, computed once."""
-        key = (self.id, source, layout)
-        if key not in self._outputs:
-            self._outputs[key] = self.output_of_answer(self.run_source(source), self.make_case(layout))
-        return self._outputs[key]
+        return self.runner.known(self, source, layout)
+
+    def _entries(self) -> list[tuple[str, Message]]:
+        return [*self.wrong.items(), *((r.example, r.say) for r in self.errors + self.families + self.checks)]
+
+    def known_sources(self) -> tuple[str, ...]:
+        """The reference and every catalogued program (the wrong ones, the rules' examples)."""
+        return (self.solution, *(source for source, _ in self._entries()))
 
     def catalogue(self) -> list[tuple[Any, str]]:
         """Wrong programs, then the examples of the rules; a program runs only when its message is
         a function of what it computed (a catalogue of real-process programs starts no process)."""
-        entries = [*self.wrong.items(), *((r.example, r.say) for r in self.errors + self.families + self.checks)]
-        return [(source, m if isinstance(m, str) else say(m, self._case_of(source))) for source, m in entries]
+        return [(source, m if isinstance(m, str) else say(m, self._case_of(source))) for source, m in self._entries()]
 
     def _case_of(self, source: str):
         """The case a catalogued program's message is about: where it first parts from the reference."""
@@ -485,3 +538,46 @@ class ProgramExercise(Exercise):
                 return self._case(layout, got, want)
         return None
 
+
+@dataclass(frozen=True, kw_only=True)
+class PuzzleExercise(ProgramExercise):
+    """A program exercise whose right numbers must also come from the right collectives.
+
+    `program(body, mesh)` returns (the shard_map to compile, its input); `baseline(mesh)` is the
+    traffic report the rules compare with (nb13: the flat psum's). Once the numbers are right, the
+    `traffic` rules are tried in order on the first mesh, and a mistake shows the learner's traffic.
+    """
+
+    program: Callable
+    baseline: Callable[[Any], Any]
+    traffic: tuple[TrafficRule, ...] = ()
+
+    def __post_init__(self):
+        super().__post_init__()
+        of_kind(TrafficRule, self.traffic, f"{self.id}: traffic")
+
+    def traffic_of(self, body: Callable, mesh) -> Any:
+        """What the shard_map of `body` sends, by the cost model of helpers.traffic."""
+        fn, x = self.program(body, mesh)
+        return traffic(fn, x, host_of=hosts_along(mesh))
+
+    def _flat(self, mesh) -> Any:
+        return MEMO.get((self.id, "baseline", mesh.devices.shape), lambda: self.baseline(mesh))
+
+    def judge(self, answer: Any) -> None:
+        super().judge(answer)
+        if not self.traffic:
+            return
+        mesh = self.runner.mesh(self.meshes[0])
+        yours, flat = self.traffic_of(answer, mesh), self._flat(mesh)
+        for rule in self.traffic:
+            if rule.when(yours, flat):
+                raise Mistake(say(rule.say, yours, flat), yours.text())
+
+    def catalogue(self) -> list[tuple[Any, str]]:
+        mesh = self.runner.mesh(self.meshes[0])
+        reports = {rule.example: MEMO.get((self.id, "traffic", rule.example, mesh.devices.shape),
+                                          lambda rule=rule: self.traffic_of(self.run_source(rule.example), mesh))
+                   for rule in self.traffic}
+        return super().catalogue() + [(rule.example, say(rule.say, reports[rule.example], self._flat(mesh)))
+                                      for rule in self.traffic]

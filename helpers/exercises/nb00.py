@@ -7,7 +7,8 @@ import numpy as np
 from helpers.devices import DEVICE_COUNT_FLAG
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Message, Mistake, describe, register, say
-from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise
+from helpers.exercises.kinds import ProgramExercise, ValueExercise
+from helpers.exercises.rules import OutputRule, ValueRule
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 _RUN_KEYS = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
@@ -53,11 +54,11 @@ def _what_a_process_reads(host_env, mesh) -> tuple[dict, ...]:
     return tuple(views)
 
 
-def _family(test, message: Message, example: str) -> Rule:
+def _family(test, message: Message, example: str) -> OutputRule:
     """A rule on the hosts' views: `test(view)` holds for some host; `message` is about the first such view."""
     def first(case):
         return next((v for v in case.got if test(v)), None)
-    return Rule(lambda case: first(case) is not None, lambda case: say(message, first(case)), example)
+    return OutputRule(lambda case: first(case) is not None, lambda case: say(message, first(case)), example)
 
 
 def _host_env(devices: str, ids: str = "str(host_id)", port: str = "port") -> str:
@@ -194,10 +195,10 @@ register(ValueExercise(
         (16, 31, 32): "jax.device_count() is 8, so reshape(8, -1) makes 8 blocks of 8 rows, not 4 of 16",
     },
     rules=(
-        Rule(lambda v: v[1] - v[0] + 1 != BATCH // (HOSTS * PER_HOST), example=(8, 16, 48),
+        ValueRule(lambda v: v[1] - v[0] + 1 != BATCH // (HOSTS * PER_HOST), example=(8, 16, 48),
              say="reshape(jax.device_count(), -1) makes blocks of 64 / 8 = 8 rows; first and last are both "
                  "included"),
-        Rule(lambda v: v[0] != 8, example=(0, 7, 48),
+        ValueRule(lambda v: v[0] != 8, example=(0, 7, 48),
              say="host 1 takes block jax.process_index() = 1, counted from 0"),
     ),
     otherwise="host 1's rows are right, but count again how many rows the 2 hosts leave out",

@@ -9,8 +9,9 @@ from jax.sharding import Mesh
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, describe, register
-from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise, alone
-from helpers.topology import host_of
+from helpers.exercises.kinds import ProgramExercise, ValueExercise, alone
+from helpers.exercises.rules import OutputRule, ValueRule
+from helpers.emulation import host_of
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 
@@ -95,39 +96,39 @@ def build_mesh(devices, num_hosts):
     run=_built,
     meshes=((2, 4), (4, 2), (3, 2)),
     families=(
-        Rule(lambda case: case.got[0] == "grid", example=_build("np.array(devices).reshape(num_hosts, -1)"),
+        OutputRule(lambda case: case.got[0] == "grid", example=_build("np.array(devices).reshape(num_hosts, -1)"),
              say=lambda case: f"build_mesh returned the device grid ({case.got[1]}), not a mesh: wrap it as "
                               "Mesh(grid, ('host', 'device')) to give its axes names"),
-        Rule(lambda case: case.got[0] != "mesh", example=_build("list(devices)"),
+        OutputRule(lambda case: case.got[0] != "mesh", example=_build("list(devices)"),
              say=lambda case: f"build_mesh should return a jax.sharding.Mesh, but returned {case.got[1]}"),
-        Rule(lambda case: sorted(case.got[1]) == ["device", "host"] and case.got[1] != ("host", "device"),
+        OutputRule(lambda case: sorted(case.got[1]) == ["device", "host"] and case.got[1] != ("host", "device"),
              example=_build('Mesh(np.array(devices).reshape(num_hosts, -1), ("device", "host"))'),
              say=lambda case: f"your mesh's axes are named {case.got[1]}: the first axis should run over the "
                               "hosts and be called 'host', the second over each host's devices ('device')"),
-        Rule(lambda case: case.got[1] != ("host", "device"),
+        OutputRule(lambda case: case.got[1] != ("host", "device"),
              example=_build('Mesh(np.array(devices).reshape(num_hosts, -1), ("hosts", "devices"))'),
              say=lambda case: f"your mesh's axes are named {case.got[1]}; the course calls them ('host', 'device')"),
-        Rule(lambda case: np.shape(case.got[2]) == case.layout[::-1],
+        OutputRule(lambda case: np.shape(case.got[2]) == case.layout[::-1],
              example=_build('Mesh(np.array(devices).reshape(-1, num_hosts), ("host", "device"))'),
              say=lambda case: f"{_where(case)} your mesh has shape {np.shape(case.got[2])}: the 'host' axis has "
                               f"{case.layout[1]} entries but there are {case.layout[0]} hosts; reshape to "
                               "(num_hosts, devices per host), hosts first"),
-        Rule(lambda case: np.shape(case.got[2]) != case.layout,
+        OutputRule(lambda case: np.shape(case.got[2]) != case.layout,
              example=_build('Mesh(np.array(devices).reshape(1, -1), ("host", "device"))'),
              say=lambda case: f"{_where(case)} your mesh has shape {np.shape(case.got[2])}, but a (host, device) mesh "
                               f"needs {case.layout}: one row per host, one column per device of a host"),
-        Rule(_sorts, example=_build('Mesh(np.array(sorted(devices, key=lambda d: d.id)).reshape(num_hosts, -1), '
+        OutputRule(_sorts, example=_build('Mesh(np.array(sorted(devices, key=lambda d: d.id)).reshape(num_hosts, -1), '
                                     '("host", "device"))'),
              say=lambda case: f"{_where(case)} your mesh holds devices {case.got[2]}, in id order, but the devices "
                               f"you were given come in the order {_given_ids(case)}: keep that order, do not sort "
                               "them. The list comes host by host, whatever the devices' ids"),
-        Rule(lambda case: sorted(d for row in case.got[2] for d in row) != sorted(_given_ids(case))
+        OutputRule(lambda case: sorted(d for row in case.got[2] for d in row) != sorted(_given_ids(case))
              or case.got[2] == _in_id_order(_given(case.mesh), case.layout[0]),  # from jax.devices()
              example=_build('jax.make_mesh((num_hosts, len(devices) // num_hosts), ("host", "device"))'),
              say=lambda case: f"{_where(case)} your mesh holds devices {case.got[2]}, but the devices you were "
                               f"given are {_given_ids(case)}: build the mesh from the `devices` argument, "
                               "not from jax.devices() (with jax.make_mesh, pass devices=devices)"),
-        Rule(lambda case: _mixed_row(case) is not None,
+        OutputRule(lambda case: _mixed_row(case) is not None,
              example=_build('Mesh(np.array(devices).reshape(-1, num_hosts).T, ("host", "device"))'),
              say=lambda case: "{} row host={} of your mesh holds devices {}, which belong to hosts {}: each row must "
                               "be one host's devices. reshape(num_hosts, -1) keeps them together; a .T or "
@@ -170,11 +171,11 @@ register(ValueExercise(
             "reshape(2, 4).T, then reshape(2, 4) again",
     },
     rules=(
-        Rule(lambda cells: any(map(_off_mesh, cells)), example=frozenset({(1, 0), (3, 0), (1, 1), (3, 1)}),
+        ValueRule(lambda cells: any(map(_off_mesh, cells)), example=frozenset({(1, 0), (3, 0), (1, 1), (3, 1)}),
              say=lambda cells: f"the mesh has 2 rows (host=0, 1) and 4 columns (device=0..3), so "
                                f"{min(filter(_off_mesh, cells))} is not a cell; write (host index, device index), "
                                "row first"),
-        Rule(lambda cells: len(cells) != 4, example=frozenset({(0, 1), (0, 3), (1, 1)}),
+        ValueRule(lambda cells: len(cells) != 4, example=frozenset({(0, 1), (0, 3), (1, 1)}),
              say=lambda cells: f"host 1 owns 4 devices (4, 5, 6, 7), so 4 cells, but you gave {len(cells)}"),
     ),
     otherwise=lambda cells: (f"cell {min(cells - _host1_cells())} does not hold one of host 1's devices "
@@ -229,9 +230,9 @@ _WHY = {
 }
 
 
-def _about(letter: str) -> Rule:
+def _about(letter: str) -> ValueRule:
     """The mistake about mesh `letter`; its example gets that mesh wrong and every other right."""
-    return Rule(lambda chosen: (letter in chosen) != (letter in _following()),
+    return ValueRule(lambda chosen: (letter in chosen) != (letter in _following()),
                 lambda chosen: _WHY[letter] if letter in chosen else f"you left out {letter}: {_WHY[letter]}",
                 alone(letter))
 
@@ -292,7 +293,7 @@ register(ValueExercise(
         ((0, 1), (2, 3)): "those are the ids of the mesh's devices; give the host that owns each one instead",
     },
     rules=(
-        Rule(lambda rows: any(h not in (0, 1) for row in rows for h in row), example=((0, 1), (4, 5)),
+        ValueRule(lambda rows: any(h not in (0, 1) for row in rows for h in row), example=((0, 1), (4, 5)),
              say=lambda rows: f"there are 2 hosts, numbered 0 and 1: {max(h for row in rows for h in row)} is a "
                               "device id, not a host number. Give the host that owns each device"),
     ),

@@ -5,7 +5,8 @@ from jax import P
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Rule, Slot, SpecExercise, ValueExercise, course_mesh, normal_spec, placement
+from helpers.exercises.kinds import Slot, SpecExercise, ValueExercise, course_mesh, normal_spec, placement
+from helpers.exercises.rules import SpecRule, ValueRule
 from helpers.layout import format_spec, sharding_layout
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -64,22 +65,22 @@ register(ValueExercise(
     wrong={(1, 2, 4, 8): "those are the numbers of tiles (distinct blocks), not of copies: P() makes 1 tile "
                          "that all 8 devices hold"},
     rules=(
-        Rule(lambda c: all(got == want - 1 for got, want in zip(c, _copies())),
+        ValueRule(lambda c: all(got == want - 1 for got, want in zip(c, _copies())),
              example=lambda right: tuple(n - 1 for n in right),
              say="each of your counts is one short: you counted the copies beyond the first. Count every device "
                  "that holds the tile, the first one too (P('device', 'host') leaves each tile on 1 device)"),
-        Rule(lambda c: c[1] == 2 and c[2] == 4, example=(8, 2, 4, 1),
+        ValueRule(lambda c: c[1] == 2 and c[2] == 4, example=(8, 2, 4, 1),
              say="you swapped the axis sizes: 'host' has 2 entries and 'device' 4. P(None, 'host') leaves "
                  "'device' unused, so each tile is copied on 4 devices, one host's"),
-        Rule(lambda c: c[0] == 1, example=(1, 4, 2, 1),
+        ValueRule(lambda c: c[0] == 1, example=(1, 4, 2, 1),
              say="P() splits nothing: the whole array is one tile, and every one of the 8 devices holds a copy"),
-        Rule(lambda c: c[1] == 8, example=(8, 8, 2, 1),
+        ValueRule(lambda c: c[1] == 8, example=(8, 8, 2, 1),
              say="P(None, 'host') does use a mesh axis: 'host' splits dimension 1 (the columns). Only 'device' "
                  "is unused, so each tile has 4 copies; which dimension an axis splits does not change the count"),
-        Rule(lambda c: c[2] in (8, 1), example=(8, 4, 8, 1),
+        ValueRule(lambda c: c[2] in (8, 1), example=(8, 4, 8, 1),
              say="P('device', None) is P('device') with the None spelled out: 'device' splits the rows, 'host' "
                  "is unused, so each tile is on 2 devices, one per host"),
-        Rule(lambda c: c[3] != 1, example=(8, 4, 2, 2),
+        ValueRule(lambda c: c[3] != 1, example=(8, 4, 2, 2),
              say="P('device', 'host') uses both mesh axes, so no axis is left to copy along: each tile is on "
                  "exactly 1 device"),
     ),
@@ -115,7 +116,7 @@ register(SpecExercise(
                                    "first in the tuple",
             P(): "P() copies the whole batch onto every device: all 8 would compute on the same 16 rows",
         },
-        rules=(Rule(lambda spec: len(normal_spec(spec)) > 1, example=P(None, ("host", "device")),
+        rules=(SpecRule(lambda spec: len(normal_spec(spec)) > 1, example=P(None, ("host", "device")),
                     say=lambda spec: f"{format_spec(spec)} splits dimension 1 (the 8 features of each example), "
                                      "so a device holds only part of each row; keep whole rows and split "
                                      "dimension 0, the batch"),),

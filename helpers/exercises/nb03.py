@@ -10,8 +10,9 @@ from helpers import hosts
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import (
-    Rule, Slot, SpecExercise, ValueExercise, alone, course_mesh, from_hosts, normal_spec, placement,
+    Slot, SpecExercise, ValueExercise, alone, course_mesh, from_hosts, normal_spec, placement,
 )
+from helpers.exercises.rules import SpecRule, ValueRule
 from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -51,20 +52,20 @@ register(ValueExercise(
     wrong={(_LOCAL,) * 4: "that is the shape each host passes, not the global one: with P(('host', 'device')) the "
                           "two hosts' 16 rows are different rows, so the global array has 32"},
     rules=(
-        Rule(lambda shapes: any(len(s) != 2 for s in shapes), example=((32,), (32, 4), (16, 4), (16, 4)),
+        ValueRule(lambda shapes: any(len(s) != 2 for s in shapes), example=((32,), (32, 4), (16, 4), (16, 4)),
              say="each host passes a 2-D batch, so every global shape has 2 numbers: (rows, features)"),
-        Rule(lambda shapes: any(s[1] != _LOCAL[1] for s in shapes), example=((32, 8), (32, 4), (16, 4), (16, 4)),
+        ValueRule(lambda shapes: any(s[1] != _LOCAL[1] for s in shapes), example=((32, 8), (32, 4), (16, 4), (16, 4)),
              say="none of these specs splits dimension 1, so the 4 features stay 4"),
-        Rule(lambda shapes: _STACKED in _rows(shapes)[2:], example=((32, 4),) * 4,
+        ValueRule(lambda shapes: _STACKED in _rows(shapes)[2:], example=((32, 4),) * 4,
              say=lambda shapes: f"{format_spec(_SHAPE_SPECS[2 if _rows(shapes)[2] == _STACKED else 3])} does not "
                                 "name 'host', so it says both hosts hold the SAME rows: JAX takes the two batches "
                                 "as copies and does not stack them. The global array keeps 16 rows"),
-        Rule(lambda shapes: max(_rows(shapes)[:2]) > _STACKED or _rows(shapes)[2] > _ALONE,
+        ValueRule(lambda shapes: max(_rows(shapes)[:2]) > _STACKED or _rows(shapes)[2] > _ALONE,
              example=((128, 4), (32, 4), (64, 4), (16, 4)),
              say="JAX does not multiply by the number of devices: each host passes its WHOLE part, and JAX "
                  "multiplies by how many hosts hold different rows (2 when 'host' splits the rows, "
                  "1 when it does not)"),
-        Rule(lambda shapes: _rows(shapes)[1] == _ALONE, example=((32, 4), (16, 4), (16, 4), (16, 4)),
+        ValueRule(lambda shapes: _rows(shapes)[1] == _ALONE, example=((32, 4), (16, 4), (16, 4), (16, 4)),
              say="P('host') splits the rows over the hosts: host 0's 16 rows and host 1's 16 rows are different "
                  "rows of the global array, 32 in all (each copied on the 4 devices of its host)"),
     ),
@@ -125,12 +126,12 @@ register(SpecExercise(
                  "the same 8 rows: the global batch has 8 rows, not 16, and the copies disagree",
         },
         rules=(
-            Rule(lambda spec: len(spec) > 2, example=P(None, None, "host"),
+            SpecRule(lambda spec: len(spec) > 2, example=P(None, None, "host"),
                  say=lambda spec: f"{format_spec(spec)} has {len(spec)} entries, but the batch has 2 dimensions"),
-            Rule(lambda spec: bool(_unknown_axes(spec)), example=P("hosts"),
+            SpecRule(lambda spec: bool(_unknown_axes(spec)), example=P("hosts"),
                  say=lambda spec: "the mesh's axes are 'device' and 'host'; "
                                   f"{_unknown_axes(spec)[0]!r} is not one of them"),
-            Rule(lambda spec: len(normal_spec(spec)) > 1, example=P(None, ("device", "host")),
+            SpecRule(lambda spec: len(normal_spec(spec)) > 1, example=P(None, ("device", "host")),
                  say=lambda spec: f"{format_spec(spec)} splits dimension 1, the 3 features of each example; keep "
                                   "whole examples and split dimension 0, the batch"),
         ),
@@ -184,7 +185,7 @@ register(ValueExercise(
     solution="hla2ga_accepts = (True, True, False, True)  # only C splits a host's devices into pieces",
     form=forms.booleans(4, like="(True, False, True, False)", what="one per mesh A to D"),
     right=_accepts,
-    rules=tuple(Rule(lambda v, i=i: v[i] != _accepts()[i], f"mesh {'ABCD'[i]}: {_MESH_WHY[i]}",
+    rules=tuple(ValueRule(lambda v, i=i: v[i] != _accepts()[i], f"mesh {'ABCD'[i]}: {_MESH_WHY[i]}",
                      example=alone(i))
                 for i in range(4)),
     hints=(

@@ -9,7 +9,8 @@ import numpy as np
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Rule, ValueExercise, alone, entry
+from helpers.exercises.kinds import ValueExercise, alone, entry
+from helpers.exercises.rules import ValueRule
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 
@@ -61,7 +62,7 @@ register(ValueExercise(
         (True,) * 5: "pmap never checks that copies agree: out_axes=0 hands back each device's own result, and two "
                      "entries are updated from each device's own batch",
     },
-    rules=tuple(Rule(lambda v, i=i: v[i] != _equal_after_step()[i], why,
+    rules=tuple(ValueRule(lambda v, i=i: v[i] != _equal_after_step()[i], why,
                      example=alone(i))
                 for i, why in enumerate(_WHY)),
     hints=(
@@ -88,16 +89,16 @@ register(ValueExercise(
                         like="((8, 2), (3,))", of="shapes"),
     right=_g_shapes,
     rules=(
-        Rule(entry(0, (8, 5, 2)), example=((8, 5, 2), ()),
+        ValueRule(entry(0, (8, 5, 2)), example=((8, 5, 2), ()),
              say="out_axes=1 puts the device axis in position 1 of the first output, not in front"),
-        Rule(entry(0, (5, 2), (2,)), example=((5, 2), ()),
+        ValueRule(entry(0, (5, 2), (2,)), example=((5, 2), ()),
              say="the device axis does not vanish: out_axes=1 puts it back, in position 1"),
-        Rule(entry(0, (5, 8, 3)), example=((5, 8, 3), ()),
+        ValueRule(entry(0, (5, 8, 3)), example=((5, 8, 3), ()),
              say="each device computes a @ w: its a is (5, 3) and w is (3, 2), so its result is (5, 2)"),
-        Rule(lambda s: s[0] != _g_shapes()[0], example=((5, 16, 2), ()),
+        ValueRule(lambda s: s[0] != _g_shapes()[0], example=((5, 16, 2), ()),
              say=lambda s: f"the first output is not {s[0]}: each device's a @ w is (5, 2), and out_axes=1 "
                            "inserts the 8 devices as axis 1"),
-        Rule(entry(1, (8,)), example=((5, 8, 2), (8,)),
+        ValueRule(entry(1, (8,)), example=((5, 8, 2), (8,)),
              say="out_axes=None returns ONE copy of a value the devices agree on, with no device axis: the psum "
                  "is a scalar"),
     ),
@@ -131,27 +132,27 @@ register(ValueExercise(
                         like="(1.0, [0, 1], (2,))", what="(total[0], index.tolist(), total.shape)", of="values"),
     right=_host1,
     rules=(
-        Rule(entry(0, 21.0), example=(21.0, (2.0, 3.0), (2,)),
+        ValueRule(entry(0, 21.0), example=(21.0, (2.0, 3.0), (2,)),
              say="21 is host 1's own sum (10 + 11); pmap's psum spans the devices of ALL hosts, so it also adds "
                  "the other hosts' values"),
-        Rule(entry(0, 1.0), example=(1.0, (2.0, 3.0), (2,)),
+        ValueRule(entry(0, 1.0), example=(1.0, (2.0, 3.0), (2,)),
              say="1 is host 0's sum only; psum adds the values of all 8 devices on all 4 hosts"),
-        Rule(entry(0, 52.0), example=(52.0, (4.0, 5.0, 6.0, 7.0), (4,)),
+        ValueRule(entry(0, 52.0), example=(52.0, (4.0, 5.0, 6.0, 7.0), (4,)),
              say="52 is the total of the 2-host run in the next cells; here 4 hosts pass 2 values each: add 0, 1, "
                  "10, 11, 20, 21, 30, 31"),
-        Rule(lambda v: v[0] != _host1()[0], example=(100.0, (2.0, 3.0), (2,)),
+        ValueRule(lambda v: v[0] != _host1()[0], example=(100.0, (2.0, 3.0), (2,)),
              say=lambda v: f"psum gives {v[0]:g}? Add up all 8 devices' values: host h passes 10h and 10h + 1"),
-        Rule(entry(1, (0.0, 1.0)), example=(124.0, (0.0, 1.0), (2,)),
+        ValueRule(entry(1, (0.0, 1.0)), example=(124.0, (0.0, 1.0), (2,)),
              say="axis_index counts devices across all hosts: host 0's devices are 0 and 1, so host 1's are 2 and 3"),
-        Rule(lambda v: len(v[1]) != PER_HOST and v[2] == (PER_HOST,), example=(124.0, (2.0,), (2,)),
+        ValueRule(lambda v: len(v[1]) != PER_HOST and v[2] == (PER_HOST,), example=(124.0, (2.0,), (2,)),
              say=lambda v: f"index has one position per local device of host 1, 2 of them, but your list has "
                            f"{len(v[1])}"),
-        Rule(lambda v: v[1] != _host1()[1], example=(124.0, (4.0, 5.0), (2,)),
+        ValueRule(lambda v: v[1] != _host1()[1], example=(124.0, (4.0, 5.0), (2,)),
              say=lambda v: f"host 1's axis_index is not {[int(i) if i == int(i) else i for i in v[1]]}: positions "
                            "run 0-7 over the hosts in order, 2 devices per host"),
-        Rule(entry(2, (8,)), example=(124.0, (2.0, 3.0), (8,)),
+        ValueRule(entry(2, (8,)), example=(124.0, (2.0, 3.0), (8,)),
              say="pmap's outputs are host-local: host 1 gets one row per LOCAL device, not 8"),
-        Rule(entry(2, (4,)), example=(124.0, (2.0, 3.0), (4,)),
+        ValueRule(entry(2, (4,)), example=(124.0, (2.0, 3.0), (4,)),
              say="host 1 has 2 local devices in this run (4 hosts x 2), so it passes and gets back 2 rows, not 4"),
     ),
     otherwise=lambda v: f"total.shape is not {v[2]}: host 1 passed 2 values and gets one psum per local device",

@@ -11,8 +11,9 @@ from jax import P
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, register
 from helpers.exercises.kinds import (
-    ProgramExercise, Rule, Slot, SpecExercise, ValueExercise, axes_apart, course_mesh, lacks, placed, varying_over,
+    ProgramExercise, Slot, SpecExercise, ValueExercise, axes_apart, course_mesh, lacks, placed, varying_over,
 )
+from helpers.exercises.rules import CodeRule, ErrorRule, SpecRule, ValueRule
 from helpers.layout import format_spec, sharding_text
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -56,7 +57,7 @@ register(ValueExercise(
         _W8: "those are the inputs; the psum adds each device's value to its counterpart's on the other host",
     },
     rules=(
-        Rule(lambda sums: not np.allclose(sums[:4], sums[4:]), example=lambda right: (*right[:7], right[7] + 1),
+        ValueRule(lambda sums: not np.allclose(sums[:4], sums[4:]), example=lambda right: (*right[:7], right[7] + 1),
              say=lambda sums: f"{_first_wrong_sum(sums)}, so both hosts end with the same 4 values"),
     ),
     otherwise=_first_wrong_sum,
@@ -111,11 +112,11 @@ register(SpecExercise(
             P(None, "device"): "that spec puts the 4 rows side by side along dimension 1, shape (1, 8); stack "
                                "them along dimension 0 instead",
         },
-        rules=(Rule(lambda spec: len(spec) > len(_SUMS_BLOCK), example=P("device", None, None),
+        rules=(SpecRule(lambda spec: len(spec) > len(_SUMS_BLOCK), example=P("device", None, None),
                     say=lambda spec: f"out_specs={format_spec(spec)} has {len(spec)} entries, but each device's "
                                      "result is 2-D, f32[1, 2]: JAX refuses an out_specs longer than the result's "
                                      "rank"),
-               Rule(axes_apart, example=P("host", "device"),
+               SpecRule(axes_apart, example=P("host", "device"),
                     say=lambda spec: f"{format_spec(spec)} splits over two dimensions, a mesh axis on each: "
                                      "P('host', 'device') splits dimension 0 over 'host' and dimension 1 over "
                                      "'device' (one dimension over both is P(('host', 'device'))). After the psum "
@@ -210,18 +211,18 @@ def column_mean(x, mesh):
                          "the devices. The mean is one replicated result: out_specs=P()",
     },
     errors=(
-        Rule(_varying("host"), example=_column_mean('jax.lax.pmean(jnp.mean(b, axis=0), "device")'),
+        ErrorRule(_varying("host"), example=_column_mean('jax.lax.pmean(jnp.mean(b, axis=0), "device")'),
              say="your result still differs between hosts (check_vma refuses out_specs=P()): you reduced over "
                  "'device' only; reduce over both 'host' and 'device'"),
-        Rule(_varying("device"), example=_column_mean('jax.lax.pmean(jnp.mean(b, axis=0), "host")'),
+        ErrorRule(_varying("device"), example=_column_mean('jax.lax.pmean(jnp.mean(b, axis=0), "host")'),
              say="your result still differs between the devices of a host (check_vma refuses out_specs=P()): "
                  "you reduced over 'host' only; reduce over both axes"),
-        Rule(_varying(None), example=_column_mean("jnp.mean(b, axis=0)"),
+        ErrorRule(_varying(None), example=_column_mean("jnp.mean(b, axis=0)"),
              say="your result still differs from device to device, so check_vma refuses out_specs=P(): combine "
                  "the blocks with a collective over ('host', 'device')"),
     ),
     checks=(
-        Rule(lambda fn, mesh: lacks("shard_map", lambda x: fn(x, mesh), _batch(mesh)),
+        CodeRule(lambda fn, mesh: lacks("shard_map", lambda x: fn(x, mesh), _batch(mesh)),
              example="def column_mean(x, mesh):\n    return jnp.mean(x, axis=0)\n",
              say="the numbers are right, but your function does not use jax.shard_map; this exercise is about "
                  "writing the per-block body and the collective"),

@@ -11,8 +11,9 @@ from jax import P
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, describe, register
 from helpers.exercises.kinds import (
-    ProgramExercise, Rule, ValueExercise, course_mesh, entry, equations, placed, varying_over,
+    ProgramExercise, ValueExercise, course_mesh, entry, equations, placed, varying_over,
 )
+from helpers.exercises.rules import CodeRule, ErrorRule, OutputRule, ValueRule
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 DATA = ("host", "device")
@@ -30,7 +31,11 @@ _MISMATCH = re.compile(r"in_specs passed to shard_map: (P\(.*?\)) does not match
 
 # --------------------------------------------------------------------------- 06.1
 
-_PSUMS = ("psum(w, DATA)", "psum(x, 'device')", "psum(d, DATA)")
+_PSUMS = {  # each psum of the prompt, as the notebook writes it and as a shard_map body
+    "psum(w, DATA)": lambda w, d, x: jax.lax.psum(w, DATA),
+    "psum(x, 'device')": lambda w, d, x: jax.lax.psum(x, "device"),
+    "psum(d, DATA)": lambda w, d, x: jax.lax.psum(d, DATA),
+}
 _OUT_SPECS = (P(), P("host"), P())  # each psum's result varies over the axes it leaves out
 
 
@@ -38,7 +43,7 @@ def _device0_gets(psum: str, out_spec) -> float | None:
     """What device 0 gets from one of _PSUMS, run by JAX on the notebook's w (1.0 on every device), d (device d
     of each host holds d) and x (device k holds k); None when JAX refuses to trace it."""
     mesh = course_mesh((2, 4))
-    body = eval(f"lambda w, d, x: jax.lax.{psum}", {"jax": jax, "DATA": DATA})
+    body = _PSUMS[psum]
     inputs = (placed(mesh, jnp.float32(1.0), P()), placed(mesh, jnp.arange(4.0), P("device")),
               placed(mesh, jnp.arange(8.0)))
     try:
@@ -58,28 +63,28 @@ register(ValueExercise(
                           should_be="a number (what device 0 gets)"),
     right=lambda: tuple(map(_device0_gets, _PSUMS, _OUT_SPECS)),
     rules=(
-        Rule(entry(0, 1.0), example=(1.0, 6.0, None),
+        ValueRule(entry(0, 1.0), example=(1.0, 6.0, None),
              say="w's type has no {V:...}: it is the same on every device, but psum does not skip it. JAX makes it "
                  "vary first (the pvary above) and then adds every device's copy"),
-        Rule(entry(0, 2.0, 4.0), example=(4.0, 6.0, None),
+        ValueRule(entry(0, 2.0, 4.0), example=(4.0, 6.0, None),
              say="psum over DATA adds over both mesh axes: one copy of w from every device of both hosts"),
-        Rule(lambda v: v[0] is None, example=(None, 6.0, None),
+        ValueRule(lambda v: v[0] is None, example=(None, 6.0, None),
              say="JAX accepts psum(w, DATA): w varies over neither axis, so it is made to vary over both, and "
                  "then summed"),
-        Rule(entry(1, 28.0), example=(8.0, 28.0, None),
+        ValueRule(entry(1, 28.0), example=(8.0, 28.0, None),
              say="28 is the sum over all 8 devices; psum over 'device' alone adds the 4 devices of device 0's own "
                  "host"),
-        Rule(entry(1, 22.0), example=(8.0, 22.0, None),
+        ValueRule(entry(1, 22.0), example=(8.0, 22.0, None),
              say="22 is host 1's sum (4 + 5 + 6 + 7); device 0 is on host 0"),
-        Rule(entry(1, 0.0, None), example=(8.0, 0.0, None),
+        ValueRule(entry(1, 0.0, None), example=(8.0, 0.0, None),
              say="x varies over (host, device), so psum over 'device' is allowed and adds the x of the devices "
                  "along 'device': device 0 gets the sum over its host's 4 devices"),
-        Rule(lambda v: v[0] != 8.0, example=(3.0, 6.0, None),
+        ValueRule(lambda v: v[0] != 8.0, example=(3.0, 6.0, None),
              say=lambda v: f"device 0 does not get {v[0]:g} from psum(w, DATA): add w once for each device of "
                            "the mesh"),
-        Rule(lambda v: v[1] != 6.0, example=(8.0, 5.0, None),
+        ValueRule(lambda v: v[1] != 6.0, example=(8.0, 5.0, None),
              say=lambda v: f"device 0 does not get {v[1]:g} from psum(x, 'device'): add the x of host 0's devices"),
-        Rule(lambda v: v[2] is not None, example=(8.0, 6.0, 12.0),
+        ValueRule(lambda v: v[2] is not None, example=(8.0, 6.0, 12.0),
              say="d's type is {V:device}: it varies over 'device' but not over 'host'. A psum over both mixes an "
                  "axis d varies over with one it does not, and JAX refuses it while tracing (under check_vma)"),
     ),
@@ -136,9 +141,10 @@ _UPDATE = "params = jax.tree.map(lambda p, v: p - LR * v, params, velocity)"
 
 
 def _momentum(body: str, in_specs: str = "(P(), P(), P(DATA), P(DATA))", extra: str = "", update: str = _UPDATE,
-              returns: str = "jax.jit({})") -> str:
-    """A make_momentum_step with this body (up to the gradient); `returns` wraps its shard_map ({} is the call)."""
-    call = f"jax.shard_map(body, mesh=mesh, in_specs={in_specs}, out_specs=(P(), P(), P()){extra})"
+              returns: str = "jax.jit({})", mesh: str = "mesh") -> str:
+    """A make_momentum_step with this body (up to the gradient) whose shard_map runs on `mesh`; `returns` wraps
+    its shard_map ({} is the call)."""
+    call = f"jax.shard_map(body, mesh={mesh}, in_specs={in_specs}, out_specs=(P(), P(), P()){extra})"
     return f'''
 def make_momentum_step(mesh):
     def body(params, velocity, x, y):
@@ -155,6 +161,10 @@ _PMEAN_GRAD = '''        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
         grads = jax.lax.pmean(grads, DATA)
         loss = jax.lax.pmean(loss, DATA)'''
 _GRAD_PMEAN = '''        loss, grads = jax.value_and_grad(lambda p: jax.lax.pmean(loss_fn(p, x, y), DATA))(params)'''
+_GRAD_PSUM = '''        loss, grads = jax.value_and_grad(lambda p: jax.lax.psum(loss_fn(p, x, y), DATA))(params)'''
+_GRAD_PSUM_BY_8 = '''        loss, grads = jax.value_and_grad(lambda p: jax.lax.psum(loss_fn(p, x, y), DATA) / 8)(params)'''
+_PMEAN_GRAD_ONLY = '''        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        grads = jax.lax.pmean(grads, DATA)'''
 
 
 def _mismatch(error_text: str, host_placed: bool) -> bool:
@@ -188,11 +198,10 @@ def make_momentum_step(mesh):
                          "(P()) params is already summed over the devices, so the grad of each device's own loss "
                          f"adds up {case.devices} gradients (a pmean of it changes nothing). Take grad of the "
                          "pmean'd loss",
-        _momentum(_GRAD_PMEAN.replace("pmean", "psum")):
+        _momentum(_GRAD_PSUM):
             lambda case: f"your loss and gradient are {case.devices}x the true ones: psum adds up the "
                          f"{case.devices} devices' mean losses; average them with pmean",
-        _momentum(_GRAD_PMEAN.replace("jax.lax.pmean(loss_fn(p, x, y), DATA)",
-                                      "jax.lax.psum(loss_fn(p, x, y), DATA) / 8")):
+        _momentum(_GRAD_PSUM_BY_8):
             lambda case: f"right on 8 devices only: on this {case.devices}-device mesh your loss and gradient are "
                          "off, because you divide the psum by 8 whatever the mesh. jax.lax.pmean divides by the "
                          "mesh's device count",
@@ -202,61 +211,62 @@ def make_momentum_step(mesh):
             "pmean'd loss",
         _momentum(_GRAD_PMEAN, update="params = jax.tree.map(lambda p, g: p - LR * g, params, grads)"):
             "the velocity is right but the parameters are not: params = params - LR * velocity, with the NEW velocity",
-        _momentum(_PMEAN_GRAD.replace("        loss = jax.lax.pmean(loss, DATA)", ""), extra=", check_vma=False"):
+        _momentum(_PMEAN_GRAD_ONLY, extra=", check_vma=False"):
             "your loss is device 0's alone: pmean it over ('host', 'device') (check_vma=False let out_specs=P() "
             "return one device's value)",
     },
     errors=(
-        Rule(lambda text: "Received incompatible devices for jitted computation" in text,
+        ErrorRule(lambda text: "Received incompatible devices for jitted computation" in text,
              example="notebook_mesh = jax.make_mesh((2, 4), ('host', 'device'))\n"
-                     + _momentum(_GRAD_PMEAN).replace("mesh=mesh", "mesh=notebook_mesh"),
+                     + _momentum(_GRAD_PMEAN, mesh="notebook_mesh"),
              say="your step runs on another mesh than the one it is given (the notebook's global mesh?): the check "
                  "calls make_momentum_step(mesh) with meshes of its own, so build the shard_map with mesh=mesh, "
                  "the argument"),
-        Rule(lambda text: _mismatch(text, host_placed=True),
+        ErrorRule(lambda text: _mismatch(text, host_placed=True),
              example=_momentum(_GRAD_PMEAN, in_specs="(P(), P(), P('device'), P('device'))"),
              say=lambda case: "your in_specs {} does not match how the batch is placed, {}. On an Explicit mesh "
                               "shard_map checks in_specs instead of resharding: the batch's spec is "
                               "P(('host', 'device'))".format(*_MISMATCH.search(case.got.raw).groups())),
-        Rule(lambda text: _mismatch(text, host_placed=False),
+        ErrorRule(lambda text: _mismatch(text, host_placed=False),
              example=_momentum(_GRAD_PMEAN, in_specs="(P(), {'w': P('device'), 'b': P()}, P(DATA), P(DATA))"),
              say=lambda case: "your in_specs {} is given for an input that is replicated ({}): parameters and "
                               "optimizer state come in with P()".format(*_MISMATCH.search(case.got.raw).groups())),
-        Rule(lambda text: "rank 0" in text and "in_specs" in text,
+        ErrorRule(lambda text: "rank 0" in text and "in_specs" in text,
              example=_momentum(_GRAD_PMEAN, in_specs="(P(DATA), P(), P(DATA), P(DATA))"),
              say="an in_specs entry splits a scalar input: parameters and optimizer state are replicated, so their "
                  "in_specs is P()"),
-        Rule(lambda text: varying_over(text) is not None,
+        ErrorRule(lambda text: varying_over(text) is not None,
              example=_momentum('''        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
         grads = jax.lax.pmean(grads, DATA)'''),
              say="a result you return with out_specs=P() still differs between devices (check_vma refuses it): "
                  "average it over ('host', 'device') with pmean, e.g. the loss"),
     ),
     families=(
-        Rule(lambda case: case.devices != 8 and abs(_grad_ratio(case) - case.devices / 8) < 1e-3,
-             example=_momentum(_PMEAN_GRAD.replace("grads = jax.lax.pmean(grads, DATA)",
-                                                   "grads = jax.tree.map(lambda g: g / 8, grads)")),
-             say=lambda case: f"on this {case.devices}-device mesh your gradient is {case.devices}/8 of the true "
-                              "one: you divide by 8, a hard-coded device count that fits the 8-device mesh only. "
-                              "Count the devices of the mesh you are given (jax.lax.pmean does)"),
-        Rule(lambda case: abs(_grad_ratio(case) * case.devices - 1) < 1e-3,
+        OutputRule(lambda case: case.devices != 8 and abs(_grad_ratio(case) - case.devices / 8) < 1e-3,
+                   example=_momentum('''        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        grads = jax.tree.map(lambda g: g / 8, grads)
+        loss = jax.lax.pmean(loss, DATA)'''),
+                   say=lambda case: f"on this {case.devices}-device mesh your gradient is {case.devices}/8 of the true "
+                                    "one: you divide by 8, a hard-coded device count that fits the 8-device mesh only. "
+                                    "Count the devices of the mesh you are given (jax.lax.pmean does)"),
+        OutputRule(lambda case: abs(_grad_ratio(case) * case.devices - 1) < 1e-3,
              example=_momentum(_GRAD_PMEAN + "\n"
                                "        grads = jax.tree.map(lambda g: g / jax.lax.psum(1, DATA), grads)"),
              say=lambda case: f"your gradient is 1/{case.devices} of the true one: the grad of the pmean'd loss is "
                               "already the mean gradient; do not divide it again"),
     ),
     checks=(
-        Rule(lambda fn, mesh: _shard_maps(fn, mesh) == [],
+        CodeRule(lambda fn, mesh: _shard_maps(fn, mesh) == [],
              example=_momentum("        x, y = (jax.reshard(a, NamedSharding(mesh, P())) for a in (x, y))\n"
                                "        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)",
                                returns="jax.jit(body)"),
              say="the numbers are right, but your step does not use jax.shard_map; this exercise is the port to "
                  "shard_map"),
-        Rule(lambda fn, mesh: any(not e.params.get("check_vma", True) for e, _ in _shard_maps(fn, mesh) or []),
+        CodeRule(lambda fn, mesh: any(not e.params.get("check_vma", True) for e, _ in _shard_maps(fn, mesh) or []),
              example=_momentum(_PMEAN_GRAD, extra=", check_vma=False"),
              say="this passes only because check_vma is off (check_vma=False, as in pmap, where each device's "
                  "gradient is its own slice's); keep it on and take grad of the pmean'd loss"),
-        Rule(lambda fn, mesh: not all(jitted for _, jitted in _shard_maps(fn, mesh) or []),
+        CodeRule(lambda fn, mesh: not all(jitted for _, jitted in _shard_maps(fn, mesh) or []),
              example=_momentum(_GRAD_PMEAN, returns="{}"),
              say="the numbers are right, but the step is not jitted: wrap the shard_map in jax.jit, as the prompt "
                  "asks (a bare shard_map runs op by op)"),
@@ -339,7 +349,7 @@ def global_loss(params, x, y, mask):
             lambda case: f"your loss is 1/{case.devices} of the global mean: the two psums already give the sum "
                          "and the count over every device; do not divide by the number of devices again",
     },
-    errors=(Rule(lambda text: varying_over(text) is not None,
+    errors=(ErrorRule(lambda text: varying_over(text) is not None,
                  example=_loss("jnp.sum(err) / jax.lax.psum(jnp.sum(mask), DATA)"),
                  say="your loss still differs between devices, so out_specs=P() refuses it: both the sum of the "
                      "errors and the count of real rows must be summed over ('host', 'device') with psum"),),

@@ -11,8 +11,9 @@ from helpers import train
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import (
-    Rule, ValueExercise, course_mesh, entry, from_hosts, normal_spec, placed, placement, same_spec,
+    ValueExercise, course_mesh, entry, from_hosts, normal_spec, placed, placement, same_spec,
 )
+from helpers.exercises.rules import ValueRule
 from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -60,28 +61,28 @@ register(ValueExercise(
            "that is the step from the shard_map question the course started from: it runs, but P('device') claims "
            "every host has the same rows, so each host's copy trains on its own data"},
     rules=(
-        Rule(entry(0, P("device")), example=(P("device"), _BOTH),
+        ValueRule(entry(0, P("device")), example=(P("device"), _BOTH),
              say="P('device') types the batch as the same on every host, so JAX refuses one average over both axes "
                  "(section 5 shows JAX raising): the spec must change too"),
-        Rule(entry(0, P("host")), example=(P("host"), _BOTH),
+        ValueRule(entry(0, P("host")), example=(P("host"), _BOTH),
              say="P('host') gives each host's whole 128 rows to every one of its 4 devices: the 4 devices repeat "
                  "the same work instead of splitting it"),
-        Rule(entry(0, P(("device", "host"))), example=(P(("device", "host")), _BOTH),
+        ValueRule(entry(0, P(("device", "host"))), example=(P(("device", "host")), _BOTH),
              say="P(('device', 'host')) splits the rows 8 ways but device-major, so the global array interleaves "
                  "blocks of host 0 and host 1; list the axes in mesh order, host first"),
-        Rule(entry(0, P()), example=(P(), _BOTH),
+        ValueRule(entry(0, P()), example=(P(), _BOTH),
              say="P() replicates the batch: every device would claim to hold all rows, and every host to have the "
                  "same ones"),
-        Rule(lambda fix: len(normal_spec(fix[0])) > 1, example=(P("host", "device"), _BOTH),
+        ValueRule(lambda fix: len(normal_spec(fix[0])) > 1, example=(P("host", "device"), _BOTH),
              say=lambda fix: f"{format_spec(fix[0])} splits axis 1 (the {train.IN_DIM} features) too; every device "
                              "needs whole examples. Put both mesh axes in one tuple for axis 0"),
-        Rule(lambda fix: fix[0] != _data_parallel()[0], example=(P("chip"), _BOTH),
+        ValueRule(lambda fix: fix[0] != _data_parallel()[0], example=(P("chip"), _BOTH),
              say=lambda fix: f"{format_spec(fix[0])} does not give every device its own rows; split axis 0 over "
                              "both mesh axes"),
-        Rule(lambda fix: fix[1] == {"device"}, example=(P(("host", "device")), frozenset({"device"})),
+        ValueRule(lambda fix: fix[1] == {"device"}, example=(P(("host", "device")), frozenset({"device"})),
              say="the batch spec is right, but averaging over 'device' only leaves the two hosts with different "
                  "losses, and out_specs=P() then fails: average over every axis the batch is split over"),
-        Rule(lambda fix: fix[1] == {"host"}, example=(P(("host", "device")), frozenset({"host"})),
+        ValueRule(lambda fix: fix[1] == {"host"}, example=(P(("host", "device")), frozenset({"host"})),
              say="averaging over 'host' only leaves a host's 4 devices with different losses: average over every "
                  "axis the batch is split over"),
     ),
@@ -117,18 +118,18 @@ register(ValueExercise(
         (192, 224): "devices count from 0: device 5 is the sixth device, so it holds the sixth block of 32 rows",
     },
     rules=(
-        Rule(lambda r: r[1] - r[0] == 1, example=(5, 6),
+        ValueRule(lambda r: r[1] - r[0] == 1, example=(5, 6),
              say="each device holds a block of rows, not one row: 256 rows over 8 devices"),
-        Rule(lambda r: r in ((128, 256), (0, 256), (0, 128)), example=(128, 256),
+        ValueRule(lambda r: r in ((128, 256), (0, 256), (0, 128)), example=(128, 256),
              say="P(('host', 'device')) splits the 256 rows over all 8 devices, so each device holds 256 / 8 rows, "
                  "not a host's share or the whole batch"),
-        Rule(lambda r: r[1] - r[0] != _PER_DEVICE, example=(160, 190),
+        ValueRule(lambda r: r[1] - r[0] != _PER_DEVICE, example=(160, 190),
              say=lambda r: f"({r[0]}, {r[1]}) spans {r[1] - r[0]} rows; with 256 rows over 8 devices each device "
                            f"holds {_PER_DEVICE}"),
-        Rule(lambda r: r not in _blocks().values(), example=(150, 182),
+        ValueRule(lambda r: r not in _blocks().values(), example=(150, 182),
              say=lambda r: f"({r[0]}, {r[1]}) is no device's block: each device holds {_PER_DEVICE} rows that start at "
                            f"a multiple of {_PER_DEVICE}"),
-        Rule(lambda r: r in _blocks().values(), example=(128, 160),
+        ValueRule(lambda r: r in _blocks().values(), example=(128, 160),
              say=lambda r: f"({r[0]}, {r[1]}) is device {_owner(r)}'s block, not device 5's; devices take blocks in "
                            "mesh order: host 0's devices 0-3, then host 1's 4-7"),
     ),

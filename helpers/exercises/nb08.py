@@ -9,7 +9,8 @@ from jax import P
 from helpers import train
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, describe, register
-from helpers.exercises.kinds import ProgramExercise, Rule, ValueExercise, from_hosts
+from helpers.exercises.kinds import ProgramExercise, ValueExercise, from_hosts
+from helpers.exercises.rules import ErrorRule, OutputRule, ValueRule
 from helpers.exercises.processes import ProcessExercise
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
@@ -160,19 +161,19 @@ def load_my_rows(data_x, data_y, step, host, num_hosts, global_batch):
                          f"global_batch={case.devices} a step's rows run past the end of the {_ROWS}-row data set. "
                          "Take every row number modulo len(data_x)",
     },
-    errors=(Rule(lambda text: "out of bounds" in text or "IndexError" in text,
+    errors=(ErrorRule(lambda text: "out of bounds" in text or "IndexError" in text,
                  example=_loader("step * global_batch + host * per_host + np.arange(per_host)"),
                  say=f"your loader runs past the end of the {_ROWS}-row data set: wrap around to row 0 (row numbers "
                      "modulo len(data_x))"),),
     families=(
-        Rule(lambda case: not isinstance(case.got, str) and _over_read(case) is not None, say=_over_read_said,
+        OutputRule(lambda case: not isinstance(case.got, str) and _over_read(case) is not None, say=_over_read_said,
              example=_loader("(step * global_batch + np.arange(global_batch)) % len(data_x)",
                              ret="data_x[rows][host * per_host:(host + 1) * per_host], "
                                  "data_y[rows][host * per_host:(host + 1) * per_host]")),
-        Rule(lambda case: isinstance(case.got, str), say=lambda case: case.got,
+        OutputRule(lambda case: isinstance(case.got, str), say=lambda case: case.got,
              example=_loader("(step * global_batch + host * per_host + np.arange(per_host)) % len(data_x)",
                              ret="data_x[rows], data_y[rows[::-1]]")),
-        Rule(_read_wrong_count,
+        OutputRule(_read_wrong_count,
              example=_loader("(step * global_batch + host * per_host + np.arange(per_host + 1)) % len(data_x)"),
              say=_said("each host should read global_batch // num_hosts = {per_host} rows, not {got}")),
     ),
@@ -198,21 +199,21 @@ register(ValueExercise(
                         like="((3,), (2, 5))", of="shapes"),
     right=lambda: ((train.GLOBAL_BATCH,), (HOSTS, _MINE)),
     rules=(
-        Rule(lambda s: s[0] == (train.GLOBAL_BATCH // HOSTS,), example=((128,), (2, 97)),
+        ValueRule(lambda s: s[0] == (train.GLOBAL_BATCH // HOSTS,), example=((128,), (2, 97)),
              say="process_allgather(errors, tiled=True) returns the whole global array, (256,), on every host, not "
                  "this host's 128 errors"),
-        Rule(lambda s: s[0] == (HOSTS, train.GLOBAL_BATCH // HOSTS), example=((2, 128), (2, 97)),
+        ValueRule(lambda s: s[0] == (HOSTS, train.GLOBAL_BATCH // HOSTS), example=((2, 128), (2, 97)),
              say="errors is already one global array; tiled=True puts its shards back in their global places, "
                  "(256,), rather than one row per host"),
-        Rule(lambda s: s[0] == (train.GLOBAL_BATCH // 8,), example=((32,), (2, 97)),
+        ValueRule(lambda s: s[0] == (train.GLOBAL_BATCH // 8,), example=((32,), (2, 97)),
              say="a device's block has 32 errors, but process_allgather gathers all of them"),
-        Rule(lambda s: s[0] != (train.GLOBAL_BATCH,), example=((512,), (2, 97)),
+        ValueRule(lambda s: s[0] != (train.GLOBAL_BATCH,), example=((512,), (2, 97)),
              say=lambda s: f"{s[0]} is not the shape of the global errors array (one error per example of the "
                            "256-example batch)"),
-        Rule(lambda s: s[1] in ((HOSTS * _MINE,), (_MINE,)), example=((256,), (194,)),
+        ValueRule(lambda s: s[1] in ((HOSTS * _MINE,), (_MINE,)), example=((256,), (194,)),
              say="mine is a numpy array, each host's own data: without tiled=True, process_allgather stacks the "
                  "hosts' arrays along a new first axis, one row per host"),
-        Rule(lambda s: s[1] == (_MINE, HOSTS), example=((256,), (97, 2)),
+        ValueRule(lambda s: s[1] == (_MINE, HOSTS), example=((256,), (97, 2)),
              say="the new axis comes first: one row per host"),
     ),
     otherwise=lambda s: f"{s[1]} is not what stacking 2 hosts' 97 values gives",
@@ -257,6 +258,7 @@ register(ValueExercise(
 # ------------------------------------------------------------------ 08.4 a global result, on every host
 
 _MEAN_DRIVER = '''
+from helpers.errors import explain as _one_line  # a name the learner's code will not take
 from helpers.launch import initialize
 initialize()
 {answer}
@@ -275,7 +277,7 @@ for padding in (2, 3):  # two global batches; the last `padding` rows (all on th
     try:
         out.append(round(float(mean_error(errors, mask)), 5))
     except Exception as error:  # reported as this host's result, so the judge can name it
-        out.append(f"{type(error).__name__}: {str(error).splitlines()[0][:160]}")
+        out.append(_one_line(error))
 print(json.dumps(out))
 '''
 
@@ -318,9 +320,9 @@ def mean_error(errors, mask):
             "np.asarray(errors) fails on every host: the array spans devices of both processes, and a process can "
             "only read its own. Use jnp.sum on the global arrays, or process_allgather(..., tiled=True)",
     },
-    families=(Rule(lambda case: _raised(case) is not None, example=_mean("errors.mean_of_all()"),
+    families=(OutputRule(lambda case: _raised(case) is not None, example=_mean("errors.mean_of_all()"),
                    say=lambda case: "on host {}, your function raised {}".format(*_raised(case))),
-              Rule(lambda case: isinstance(case.got, tuple) and len({tuple(h) for h in case.got}) > 1,
+              OutputRule(lambda case: isinstance(case.got, tuple) and len({tuple(h) for h in case.got}) > 1,
                    example=_mean("float(np.mean(np.asarray(errors.addressable_data(0))))"),
                    say="the hosts printed different numbers: each read only part of the arrays. A global result "
                        "must be the same on every host: reduce the global arrays, or gather them first"),),

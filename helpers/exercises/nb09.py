@@ -14,8 +14,9 @@ from helpers import train
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, register
 from helpers.exercises.kinds import (
-    ProgramExercise, Raised, Rule, Slot, SpecExercise, ValueExercise, course_mesh, entry, equations, varying_over,
+    ProgramExercise, Raised, Slot, SpecExercise, ValueExercise, course_mesh, entry, equations, varying_over,
 )
+from helpers.exercises.rules import ErrorRule, OutputRule, ValueRule
 from helpers.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -145,23 +146,23 @@ def tp_forward(p, x):
             "the sum also runs over 'host', which adds host 0's rows to host 1's; sum over 'device' only",
     },
     errors=(
-        Rule(lambda text: text == _MISPLACED,
+        ErrorRule(lambda text: text == _MISPLACED,
              example=_tp(f'jax.lax.psum(jnp.tanh(x @ p["w1"] + p["b1"]), "device") @ p["w2"] + p["b2"]'),
              say="your psum is in the wrong place: the output is still each device's share, because what "
                  "you summed comes before the product with this device's rows of w2. Sum the partial "
                  "products hidden @ w2, once, after the second matmul; then add b2"),
-        Rule(lambda text: varying_over(text) is not None,
+        ErrorRule(lambda text: varying_over(text) is not None,
              example=_tp(f'{_PARTIAL} + p["b2"]'),
              say="JAX cannot tell that your output is the same on a host's 4 devices, as out_specs=P('host', None) "
                  "says: each device holds only its 4 hidden units' share of the result. Add the shares with "
                  "jax.lax.psum over 'device' (an all_gather's result still counts as varying over 'device')"),
-        Rule(lambda text: _RANK.search(text) is not None,
+        ErrorRule(lambda text: _RANK.search(text) is not None,
              example=_tp(f'(jax.lax.psum({_PARTIAL}, "device") + p["b2"])[:, 0]'),
              say=lambda case: "each device returns shape {} (rank {}), but out_specs=P('host', None) needs 2 "
                               "dimensions: return one row of predictions per row of x, shape (rows, 1), as "
                               "hidden @ w2 gives".format(*_rank_of(case.got.raw))),
     ),
-    families=(Rule(lambda case: case.got.shape != case.want.shape,
+    families=(OutputRule(lambda case: case.got.shape != case.want.shape,
                    example=_tp(f'jnp.tile(jax.lax.psum({_PARTIAL}, "device") + p["b2"], 2)'),
                    say=lambda case: f"the mapped output has shape {case.got.shape}, but the model gives "
                                     f"{case.want.shape}: return one prediction per row of this device's x block"),),
@@ -214,38 +215,38 @@ register(ValueExercise(
                           should_be="the text jax.typeof prints (a string)"),
     right=_right_types,
     rules=(
-        Rule(lambda v: "None" in v, example=("float32[256@host]", "float32[16@device]", "None"),
+        ValueRule(lambda v: "None" in v, example=("float32[256@host]", "float32[16@device]", "None"),
              say="where JAX refuses an expression, write None itself, without quotes: the text 'None' is not a type "
                  "jax.typeof prints"),
-        Rule(lambda v: any(t is not None and not t.startswith("float32[") for t in v),
+        ValueRule(lambda v: any(t is not None and not t.startswith("float32[") for t in v),
              example=("float16[256@host]", "float32[16@device]", None),
              say="h is float32, and so is each result: begin each type with float32[, as jax.typeof prints it"),
-        Rule(lambda v: v[0] == "float32[128@host]" or v[1] == "float32[4@device]",
+        ValueRule(lambda v: v[0] == "float32[128@host]" or v[1] == "float32[4@device]",
              example=("float32[128@host]", "float32[16@device]", None),
              say="a type shows the global shape: the size before @ is the whole array's (256 rows, 16 columns), "
                  "and the axis after @ splits it; one host's or device's share is not written"),
-        Rule(entry(0, "float32[256]"), example=("float32[256]", "float32[16@device]", None),
+        ValueRule(entry(0, "float32[256]"), example=("float32[256]", "float32[16@device]", None),
              say="summing over the columns adds across 'device' (JAX inserts that all-reduce), but the rows are "
                  "untouched: they keep their split over 'host'"),
-        Rule(entry(0, "float32[256@host,16@device]", "float32[256@host,1]", "float32[256@host,1@device]"),
+        ValueRule(entry(0, "float32[256@host,16@device]", "float32[256@host,1]", "float32[256@host,1@device]"),
              example=("float32[256@host,1]", "float32[16@device]", None),
              say="jnp.sum(h, axis=1) removes axis 1: the result has one dimension, the 256 rows"),
-        Rule(entry(0, "float32[256@(host,device)]", "float32[256@device]"),
+        ValueRule(entry(0, "float32[256@(host,device)]", "float32[256@device]"),
              example=("float32[256@(host,device)]", "float32[16@device]", None),
              say="a reduction does not move the rows to other devices: the 256 rows stay split over 'host' only"),
-        Rule(lambda v: v[0] is None, example=(None, "float32[16@device]", None),
+        ValueRule(lambda v: v[0] is None, example=(None, "float32[16@device]", None),
              say="JAX accepts jnp.sum(h, axis=1): a sum has no partner whose sharding could disagree"),
-        Rule(entry(1, "float32[16]"), example=("float32[256@host]", "float32[16]", None),
+        ValueRule(entry(1, "float32[16]"), example=("float32[256@host]", "float32[16]", None),
              say="summing over the rows adds across 'host'; the 16 columns keep their split over 'device'"),
-        Rule(entry(1, "float32[256@host]"), example=("float32[256@host]", "float32[256@host]", None),
+        ValueRule(entry(1, "float32[256@host]"), example=("float32[256@host]", "float32[256@host]", None),
              say="axis=0 sums over the rows: what is left are the 16 columns"),
-        Rule(lambda v: v[1] is None, example=("float32[256@host]", None, None),
+        ValueRule(lambda v: v[1] is None, example=("float32[256@host]", None, None),
              say="JAX accepts jnp.sum(h, axis=0): the sum over the 'host' split is one all-reduce"),
-        Rule(lambda v: v[0] != _right_types()[0], example=("float32[16@device]", "float32[16@device]", None),
+        ValueRule(lambda v: v[0] != _right_types()[0], example=("float32[16@device]", "float32[16@device]", None),
              say=lambda v: f"jnp.sum(h, axis=1) is not {v[0]}: it leaves h's 256 rows, with their split"),
-        Rule(lambda v: v[1] != _right_types()[1], example=("float32[256@host]", "float32[16@host]", None),
+        ValueRule(lambda v: v[1] != _right_types()[1], example=("float32[256@host]", "float32[16@host]", None),
              say=lambda v: f"jnp.sum(h, axis=0) is not {v[1]}: it leaves h's 16 columns, with their split"),
-        Rule(lambda v: v[2] is not None, example=("float32[256@host]", "float32[16@device]", "float32[256@host,1]"),
+        ValueRule(lambda v: v[2] is not None, example=("float32[256@host]", "float32[16@device]", "float32[256@host,1]"),
              say="h @ w2 adds over the 16 hidden units, which h and w2 both split over 'device'. The result could "
                  "stay as per-device partial sums or be summed, and Explicit mode does not guess: JAX refuses it "
                  "while tracing"),

@@ -13,7 +13,8 @@ from jax import P
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import RETURNED_NONE, Raised, Rule, Slot, SpecExercise, ValueExercise, course_mesh
+from helpers.exercises.kinds import RETURNED_NONE, Raised, Slot, SpecExercise, ValueExercise, course_mesh
+from helpers.exercises.rules import SpecRule, ValueRule
 from helpers.exercises.processes import ProcessExercise
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -53,13 +54,13 @@ register(ValueExercise(
         1.0: "the losses agree, but the state does not: the trapped gradient is 8 times too large, and nu "
              "stores what it sees",
     },
-    rules=(Rule(lambda v: abs(v - DEVICES ** 0.5) < 0.01, example=2.828,
+    rules=(ValueRule(lambda v: abs(v - DEVICES ** 0.5) < 0.01, example=2.828,
                 say="nu holds squares of the gradient, not square roots: AdamW takes the square root only when it "
                     "divides mu by it"),
-           Rule(lambda v: v <= 0, example=-64.0,
+           ValueRule(lambda v: v <= 0, example=-64.0,
                 say="nu is a running average of squares, never negative: the factor between two of them is "
                     "a positive number"),
-           Rule(lambda v: 0 < v < 1, example=0.125,
+           ValueRule(lambda v: 0 < v < 1, example=0.125,
                 say="a factor below 1 would make nu smaller; the trapped gradient is larger than the right one "
                     "(pmean of a gradient that JAX has already summed over 8 devices)"),),
     otherwise=lambda v: (f"{v:g} is not it: the gradient is 8 times too large (8 devices), and after one step "
@@ -86,11 +87,11 @@ def _splits_only_course_axes(spec) -> bool:
     return all(a in ("host", "device") for a in names)
 
 
-def _over_hosts(example) -> Rule:
+def _over_hosts(example) -> SpecRule:
     """Any other spec that names 'host' (a mistake the slot's table does not list); `example` is one."""
     def names_host(spec) -> bool:
         return any("host" in (e if isinstance(e, tuple) else (e,)) for e in spec if e is not None)
-    return Rule(names_host, example=example,
+    return SpecRule(names_host, example=example,
                 say="'host' appears in that spec, so the hosts split the moment: each host would hold only part "
                     "of it. The rule keeps a whole copy on every host: split over 'device' only")
 
@@ -131,7 +132,7 @@ register(SpecExercise(
             P(("host", "device"), None): _ACROSS_HOSTS,
             P("host", None): _HOST_ONLY,
             P(): _WHOLE,
-        }, rules=(Rule(lambda spec: _splits_only_course_axes(spec) and len(spec) == 2 and spec[1] is not None,
+        }, rules=(SpecRule(lambda spec: _splits_only_course_axes(spec) and len(spec) == 2 and spec[1] is not None,
                        example=P(None, "device"),
                        say="the second dimension has size 1: it cannot be split (JAX refuses). Split the "
                            "one that 4 divides, the 16 rows"),
@@ -139,7 +140,7 @@ register(SpecExercise(
         Slot(shape=(1,), right=P(), label="out.bias (1,)", wrong={
             P("device"): "one value cannot be split over 4 devices (JAX refuses): with no dimension that 4 "
                          "divides, the moment stays whole on every device, P()",
-        }, rules=(Rule(lambda spec: _splits_only_course_axes(spec) and len(spec) == 1 and spec[0] is not None,
+        }, rules=(SpecRule(lambda spec: _splits_only_course_axes(spec) and len(spec) == 1 and spec[0] is not None,
                        example=P("host"),
                        say="one value cannot be split (JAX refuses), over the hosts or the devices: with no "
                            "dimension that 4 divides, the moment stays whole on every device, P()"),)),

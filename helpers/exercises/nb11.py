@@ -6,7 +6,8 @@ import numpy as np
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, call_learner, describe, register
-from helpers.exercises.kinds import RETURNED_NONE, ProgramExercise, Rule
+from helpers.exercises.kinds import RETURNED_NONE, ProgramExercise, placed
+from helpers.exercises.rules import CodeRule, ErrorRule, OutputRule
 from helpers.exercises.processes import ProcessExercise
 from helpers.layout import format_spec
 
@@ -124,23 +125,23 @@ def masked_mean(values, mask):
             "what you do with the result, like printing it, may depend on jax.process_index()",
     },
     errors=(
-        Rule(lambda raw: "unbound axis name" in raw, example=(
+        ErrorRule(lambda raw: "unbound axis name" in raw, example=(
             "def masked_mean(values, mask):\n"
             "    return jax.lax.psum(jnp.sum(values * mask), 'device') / jax.lax.psum(jnp.sum(mask), 'device')\n"),
             say="masked_mean gets global arrays, outside any shard_map, so there is no axis to psum over: "
                 "jnp.sum of a global array already adds the rows of every device"),
-        Rule(lambda raw: "non-addressable" in raw, example=(
+        ErrorRule(lambda raw: "non-addressable" in raw, example=(
             "def masked_mean(values, mask):\n"
             "    return float(np.sum(np.asarray(values) * np.asarray(mask)) / np.sum(np.asarray(mask)))\n"),
             say="no host could read the array's numbers (np.asarray, float(), or indexing by a boolean mask, "
                 "which needs them): it spans the devices of both processes, and a process can read only its own "
                 "(notebook 03). No need to pick rows: multiply by the mask, so a padding row adds 0, and reduce "
                 "the global arrays with jnp, whose result every host can read"),
-        Rule(lambda raw: raw.startswith("the run hung"), example=_HOST_0_WAITS, say=lambda case: case.got.text),
+        ErrorRule(lambda raw: raw.startswith("the run hung"), example=_HOST_0_WAITS, say=lambda case: case.got.text),
     ),
-    families=(Rule(_not_one_number, example="def masked_mean(values, mask):\n    return values * mask / jnp.sum(mask)\n",
+    families=(OutputRule(_not_one_number, example="def masked_mean(values, mask):\n    return values * mask / jnp.sum(mask)\n",
                    say=_one_number),
-              Rule(_hosts_disagree, example=(
+              OutputRule(_hosts_disagree, example=(
                   "def masked_mean(values, mask):\n"
                   "    return jnp.sum(values * mask) / jnp.sum(mask) + jax.process_index()\n"),
                   say="the hosts returned different means: a global metric must be the same number on every host")),
@@ -253,7 +254,7 @@ def eval_rows(num_records, num_hosts, local_devices):
             "rounding down loses records: host 0 holds 501 of the 1001 records, more rows than you "
             "give it. Round the share up, and then up to a multiple of local_devices",
     },
-    errors=(Rule(lambda raw: "padded_rows" in raw, example=(
+    errors=(ErrorRule(lambda raw: "padded_rows" in raw, example=(
         "def eval_rows(num_records, num_hosts, local_devices):\n"
         "    return padded_rows(num_records, num_hosts, local_devices)\n"),
         say="the check runs your function in processes that have no padded_rows: write the "
@@ -388,7 +389,7 @@ def targets_for(abstract_state, mesh):
         "                        nnx_model.state_shardings(mesh), abstract_state)\n",
     ), _what_it_does),
     errors=(
-        Rule(lambda raw: "pytree structure error" in raw, example=(
+        ErrorRule(lambda raw: "pytree structure error" in raw, example=(
             "def targets_for(abstract_state, mesh):\n"
             "    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),\n"
             "                        abstract_state, nnx_model.state_shardings(mesh))\n"),
@@ -396,18 +397,18 @@ def targets_for(abstract_state, mesh):
                 "each array is inside an nnx variable, under .value; in state_shardings(mesh) each sharding "
                 "stands where that variable is. Pair the leaves instead: zip jax.tree.leaves of both, then "
                 "jax.tree.unflatten(jax.tree.structure(abstract_state), targets)"),
-        Rule(lambda raw: "only valid for values of rank at least" in raw, example=(
+        ErrorRule(lambda raw: "only valid for values of rank at least" in raw, example=(
             "def targets_for(abstract_state, mesh):\n"
             "    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(mesh, "
             "P('device'))), abstract_state)\n"),
             say="one sharding for every leaf does not fit them all: the step counters have shape (), with no "
                 "dimension to split. Give each leaf its own sharding, from nnx_model.state_shardings(mesh)"),
-        Rule(lambda raw: "context mesh cannot be empty" in raw, example=_per_leaf(
+        ErrorRule(lambda raw: "context mesh cannot be empty" in raw, example=_per_leaf(
             "jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s.spec)"),
             say="a PartitionSpec alone does not say which devices: give each target the NamedSharding "
                 "itself (sharding=s), which carries the mesh"),
     ),
-    checks=(Rule(_uses_restore_targets, example=(
+    checks=(CodeRule(_uses_restore_targets, example=(
         "def targets_for(abstract_state, mesh):\n"
         "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh))\n"),
         say="your targets are right, but stack_ckpt.restore_targets built them: build one "

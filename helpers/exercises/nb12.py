@@ -6,7 +6,8 @@ import re
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Rule, ValueExercise
+from helpers.exercises.kinds import ValueExercise
+from helpers.exercises.rules import ErrorRule, OutputRule, ValueRule
 from helpers.exercises.processes import ProcessExercise
 from helpers.files import course_file
 
@@ -16,9 +17,14 @@ MYSTERY = course_file("scripts/mystery_hang.py")
 
 # ------------------------------------------------------------- real runs that may hang
 
-def _any_hang(example: str) -> Rule:
+def _hung(case) -> str:
+    return (f"{case.got.text}. A host waited in a collective that another host did not call: "
+            "every host must make the same collectives, in the same order")
+
+
+def _any_hang(example: str) -> ErrorRule:
     """A rule for every run that hangs in a way the catalogue does not name; `example` does."""
-    return Rule(lambda raw: raw.startswith("the run hung"), example=example, say=lambda case: case.got.text)
+    return ErrorRule(lambda raw: raw.startswith("the run hung"), example=example, say=_hung)
 
 
 _SETUP = "from jax.experimental import multihost_utils\n"
@@ -114,7 +120,7 @@ register(ProcessExercise(
                  '        jnp.mean(x).block_until_ready()\n'
                  '    return None\n'),),
     families=(
-        Rule(lambda case: _host0_lines(case) and not all(isinstance(line, str) and not line.startswith("not a str")
+        OutputRule(lambda case: _host0_lines(case) and not all(isinstance(line, str) and not line.startswith("not a str")
                                                          for line in _host0_lines(case)),
              example='def log_line(step, x):\n'
                      '    mean = float(global_mean(x))\n'
@@ -122,7 +128,7 @@ register(ProcessExercise(
              say=lambda case: f"host 0 returned {str(_host0_lines(case)[0]).removeprefix('not a str: ')} at step 0, "
                               "not the line: return the str "
                               "f\"step {step}: mean {m:.2f}\" itself"),
-        Rule(lambda case: _host0_lines(case) and not all(_LINE.fullmatch(line) for line in _host0_lines(case)),
+        OutputRule(lambda case: _host0_lines(case) and not all(_LINE.fullmatch(line) for line in _host0_lines(case)),
              example='def log_line(step, x):\n'
                      '    mean = float(global_mean(x))\n'
                      '    return f"step {step}: mean {mean:.3f}" if jax.process_index() == 0 else None\n',
@@ -201,7 +207,7 @@ register(ProcessExercise(
                  '    if jax.process_index() == 0:\n'
                  '        multihost_utils.sync_global_devices("counting")\n'
                  '    return 1\n'),
-            Rule(lambda raw: "'NoneType'" in raw, example=(
+            ErrorRule(lambda raw: "'NoneType'" in raw, example=(
                 'def steps_together(my_batches):\n'
                 '    print(int(multihost_utils.process_allgather(np.int32(my_batches)).min()))\n'),
                 say="steps_together returns None: return the number of steps every host runs, an int "
@@ -243,11 +249,11 @@ register(ValueExercise(
         (4, 1): "that is (step, host): give the host first, then the step",
     },
     rules=(
-        Rule(lambda a: a[0] not in (0, 1, 2), example=(3, 4),
+        ValueRule(lambda a: a[0] not in (0, 1, 2), example=(3, 4),
              say="the run has 3 hosts: 0, 1 and 2"),
-        Rule(lambda a: a[0] in (0, 2), example=(0, 4),
+        ValueRule(lambda a: a[0] in (0, 2), example=(0, 4),
              say=lambda a: f"host {a[0]} is one of the hosts that wait, not the one they wait for"),
-        Rule(lambda a: a[0] == 1, example=(1, 5),
+        ValueRule(lambda a: a[0] == 1, example=(1, 5),
              say="the host is right; now the step: the last loss hosts 0 and 2 print is of step 3"),
     ),
     otherwise="read the three hosts' output again: which host printed something the others did not, "

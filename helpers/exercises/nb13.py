@@ -9,15 +9,15 @@ cross hosts compared with the flat psum.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import numpy as np
 from jax import P
 
-from helpers.exercises.core import Kernel, Mistake, get, register
-from helpers.exercises.kinds import ProgramExercise, Rule, course_mesh, placed
+from helpers.exercises.core import MEMO, Kernel, get, register
+from helpers.exercises.kinds import PuzzleExercise, course_mesh, placed
+from helpers.exercises.rules import ErrorRule, OutputRule, TrafficRule
 from helpers.traffic import format_bytes as _b, hosts_along, traffic
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -58,25 +58,10 @@ def _runner(program: Callable) -> Callable:
     return run
 
 
-def _report(program: Callable, body, mesh):
-    fn, x = program(body, mesh)
+def _flat_traffic(mesh):
+    """What the flat psum of the course's gradients sends: the traffic the puzzles compare with."""
+    fn, x = _allreduce_program(lambda block: jax.lax.psum(block, DATA), mesh)
     return traffic(fn, x, host_of=hosts_along(mesh))
-
-
-def _flat(block):
-    return jax.lax.psum(block, DATA)
-
-
-_known_reports: dict[tuple, Any] = {}
-
-
-def _known_report(program: Callable, source: str | None, mesh, exercise=None):
-    """The traffic of the flat psum (source None) or of a catalogued program, computed once per mesh."""
-    key = (program.__name__, source, mesh.devices.shape)
-    if key not in _known_reports:
-        body = _flat if source is None else exercise.run_source(source)
-        _known_reports[key] = _report(program, body, mesh)
-    return _known_reports[key]
 
 
 # ----------------------------------------------------------------------------- wrong sums
@@ -110,17 +95,17 @@ def _multiple(case) -> float | None:
     return k if np.allclose(ratios, k) and not np.isclose(k, 1) else None
 
 
-def _sum_families(name: str) -> tuple[Rule, ...]:
+def _sum_families(name: str) -> tuple[OutputRule, ...]:
     """Mistakes of any all-reduce puzzle, named from the numbers it computed."""
     return (
-        Rule(_shape_off,
+        OutputRule(_shape_off,
              lambda case: _shapes_told(case, 0, "a sum of blocks has one block's shape, (1, F)"),
              _body("return jnp.concatenate([block, block], axis=1)", name)),
-        Rule(lambda case: 0 < (_multiple(case) or 0) < 1,
+        OutputRule(lambda case: 0 < (_multiple(case) or 0) < 1,
              lambda case: f"your result is {_multiple(case):g} times the sum on the {case.devices}-device mesh: "
                           "you divide or average (pmean?) where a sum is asked",
              _body("return jax.lax.pmean(block, DATA)", name)),
-        Rule(lambda case: _multiple(case) is not None,
+        OutputRule(lambda case: _multiple(case) is not None,
              lambda case: f"your result is {_multiple(case):g} times the sum on the {case.devices}-device mesh: "
                           "some blocks are added more than once (or scaled)",
              _body("return 2 * jax.lax.psum(block, DATA)", name)),
@@ -132,36 +117,6 @@ SUM_OTHERWISE = ("your numbers are not the sum of every device's block: compare 
 
 
 # ----------------------------------------------------------------------------- traffic rules
-
-@dataclass(frozen=True, kw_only=True)
-class PuzzleExercise(ProgramExercise):
-    """A program exercise whose right numbers must also come from the right collectives.
-
-    `program(body, mesh)` returns (the shard_map to compile, its input); `traffic` rules are
-    tried in order on the first mesh, and a mistake shows the learner's traffic table.
-    """
-
-    program: Callable
-    traffic: tuple[Rule, ...] = ()  # when(yours, flat) on two traffic reports; say(yours, flat)
-
-    def judge(self, answer: Any) -> None:
-        super().judge(answer)
-        if not self.traffic:
-            return
-        mesh = self.make_case(self.meshes[0])
-        yours = _report(self.program, answer, mesh)
-        flat = _known_report(_allreduce_program, None, mesh)
-        for rule in self.traffic:
-            if rule.when(yours, flat):
-                raise Mistake(rule.say(yours, flat), yours.text())
-
-    def catalogue(self) -> list[tuple[Any, str]]:
-        mesh = self.make_case(self.meshes[0])
-        flat = _known_report(_allreduce_program, None, mesh)
-        extra = [(rule.example, rule.say(_known_report(self.program, rule.example, mesh, self), flat))
-                 for rule in self.traffic]
-        return super().catalogue() + extra
-
 
 def _kinds(report) -> set[str]:
     return set(report.kinds())
@@ -186,9 +141,9 @@ def allreduce_two_steps(block):
     piece = jax.lax.psum_scatter(block, DATA, scatter_dimension=1, tiled=True)  # (1, F / n): my piece of the sum
     return jax.lax.all_gather(piece, DATA, axis=1, tiled=True)  # (1, F): every piece, in order
 ''',
-    run=_runner(_allreduce_program), program=_allreduce_program,
+    run=_runner(_allreduce_program), program=_allreduce_program, baseline=_flat_traffic,
     families=_sum_families("allreduce_two_steps"), otherwise=SUM_OTHERWISE,
-    errors=(Rule(lambda text: "scatter dimension size" in text and "must match shard count" in text,
+    errors=(ErrorRule(lambda text: "scatter dimension size" in text and "must match shard count" in text,
                  example=_two_steps('''
 piece = jax.lax.psum_scatter(block, DATA, scatter_dimension=1)
 return jax.lax.all_gather(piece, DATA, axis=1, tiled=True)'''),
@@ -226,12 +181,12 @@ return jax.lax.all_gather(piece, DATA, axis=0, tiled=True)'''):
             "dimension 1, the gradient's numbers",
     },
     traffic=(
-        Rule(
+        TrafficRule(
             lambda yours, flat: "all-reduce" in _kinds(yours),
             lambda yours, flat: "the numbers are right, but your program still runs an all-reduce (a psum): "
                                 "build it from psum_scatter and all_gather only",
             _two_steps("return jax.lax.psum(block, DATA)")),
-        Rule(
+        TrafficRule(
             lambda yours, flat: "reduce-scatter" not in _kinds(yours),
             lambda yours, flat: f"the numbers are right, but no psum_scatter: your program sends "
                                 f"{_b(yours.across_hosts + yours.inside_hosts)} in all, psum {_b(flat.across_hosts + flat.inside_hosts)}. "
@@ -286,7 +241,9 @@ return total''')
 
 def _ring_report(source: str):
     """The traffic of a catalogued ring program on the first mesh (the one traffic rules are tried on)."""
-    return _known_report(_allreduce_program, source, course_mesh(MESHES[0]), get("13.2"))
+    exercise, mesh = get("13.2"), course_mesh(MESHES[0])
+    return MEMO.get(("13.2", "traffic", source, mesh.devices.shape),  # the key PuzzleExercise.catalogue uses
+                    lambda: exercise.traffic_of(exercise.run_source(source), mesh))
 
 
 def _sent(report) -> int:
@@ -304,6 +261,7 @@ register(PuzzleExercise(
     title="a ring all-reduce in chunks: a reduce-scatter, then an all-gather, with ppermute",
     solution=_RING,
     run=_runner(_allreduce_program), program=_allreduce_program,
+    baseline=_flat_traffic,
     families=_sum_families("ring_allreduce"), otherwise=SUM_OTHERWISE,
     wrong={
         _ring('''
@@ -342,19 +300,19 @@ return total'''):
                          "jax.lax.axis_size(DATA) for the number of devices",
     },
     traffic=(
-        Rule(
+        TrafficRule(
             lambda yours, flat: _kinds(yours) - {"collective-permute"} != set(),
             lambda yours, flat: "the numbers are right, but your program uses "
                                 f"{', '.join(sorted(_kinds(yours) - {'collective-permute'}))}: build the ring "
                                 "from ppermute alone",
             _ring("return jax.lax.psum(block, DATA)")),
-        Rule(
+        TrafficRule(
             lambda yours, flat: _sent(yours) > _sent(flat) and yours.across_hosts == _ring_report(_WHOLE_RING).across_hosts,
             lambda yours, flat: _bytes_told(yours, flat) + ": you forward whole blocks, n - 1 times. Pass chunks "
                                 "(1/n of a block) instead: n - 1 steps that add up one chunk each as it goes "
                                 "round, then n - 1 steps that pass the summed chunks on",
             _WHOLE_RING),
-        Rule(
+        TrafficRule(
             lambda yours, flat: _sent(yours) > _sent(flat),
             lambda yours, flat: _bytes_told(yours, flat) + ". Sending each whole block to every other device (or "
                                 "around the ring) moves n - 1 whole blocks per device; the ring passes chunks, "
@@ -385,8 +343,8 @@ def batch_to_features(block):
     # (R, F): cut the columns into n pieces, send piece k to device k, stack what arrives as rows
     return jax.lax.all_to_all(block, DATA, split_axis=1, concat_axis=0, tiled=True)  # (R * n, F / n)
 ''',
-    run=_runner(_reshard_program), program=_reshard_program,
-    families=(Rule(_shape_off,
+    run=_runner(_reshard_program), program=_reshard_program, baseline=_flat_traffic,
+    families=(OutputRule(_shape_off,
                    lambda case: _shapes_told(case, 1, "every row of its columns, (R * n, F / n)"),
                    _to_features("return block")),),
     otherwise="your blocks hold other numbers than the batch's columns: piece k of your columns must reach device k",
@@ -405,7 +363,7 @@ def batch_to_features(block):
             "new axis: pass tiled=True",
     },
     traffic=(
-        Rule(
+        TrafficRule(
             lambda yours, flat: "all-gather" in _kinds(yours),
             lambda yours, flat: f"the numbers are right, but you gather the whole batch on every device and keep "
                                 f"a slice: {_b(yours.across_hosts)} cross hosts. all_to_all sends each device only "
@@ -414,7 +372,7 @@ def batch_to_features(block):
 full = jax.lax.all_gather(block, DATA, axis=0, tiled=True)
 width = full.shape[1] // jax.lax.axis_size(DATA)
 return jax.lax.dynamic_slice_in_dim(full, jax.lax.axis_index(DATA) * width, width, axis=1)''')),
-        Rule(
+        TrafficRule(
             lambda yours, flat: _kinds(yours) != {"all-to-all"},
             lambda yours, flat: f"the numbers are right, but your program runs {', '.join(sorted(_kinds(yours))) or 'no collective'}: "
                                 "this puzzle is one all_to_all",
@@ -448,7 +406,7 @@ def hierarchical_allreduce(block):
     piece = jax.lax.psum(piece, "host")  # across: device d of every host adds up piece d
     return jax.lax.all_gather(piece, "device", axis=1, tiled=True)  # inside: the whole sum again
 ''',
-    run=_runner(_allreduce_program), program=_allreduce_program,
+    run=_runner(_allreduce_program), program=_allreduce_program, baseline=_flat_traffic,
     families=_sum_families("hierarchical_allreduce"), otherwise=SUM_OTHERWISE,
     wrong={
         _hier('''
@@ -481,12 +439,12 @@ return jax.lax.all_gather(piece, "host", axis=1, tiled=True)'''):
             "over 'device', inside the host",
     },
     traffic=(
-        Rule(
+        TrafficRule(
             lambda yours, flat: yours.kinds() == ["all-reduce"] and len(yours.collectives[0].groups) == 1,
             lambda yours, flat: "that is the flat psum itself, one ring over all devices: split it into the three "
                                 "steps (inside, across, back)",
             _hier("return jax.lax.psum(block, DATA)")),
-        Rule(
+        TrafficRule(
             lambda yours, flat: ("all-reduce" in _kinds(yours) and "reduce-scatter" not in _kinds(yours)
                                 and yours.across_hosts >= flat.across_hosts),
             lambda yours, flat: f"the numbers are right, but {_b(yours.across_hosts)} cross hosts, more than the "
@@ -494,7 +452,7 @@ return jax.lax.all_gather(piece, "host", axis=1, tiled=True)'''):
                                 "holds the whole gradient, and each sends all of it across. Scatter first "
                                 "(psum_scatter), so only a piece crosses",
             _hier('return jax.lax.psum(jax.lax.psum(block, "device"), "host")')),
-        Rule(
+        TrafficRule(
             lambda yours, flat: yours.across_hosts >= flat.across_hosts,
             lambda yours, flat: f"the numbers are right, but {_b(yours.across_hosts)} cross hosts, not fewer than "
                                 f"the flat psum's {_b(flat.across_hosts)}: reduce inside each host first (over "

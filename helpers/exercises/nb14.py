@@ -4,8 +4,9 @@ from __future__ import annotations
 from helpers import stack_ckpt
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import Rule, ValueExercise
+from helpers.exercises.kinds import ValueExercise
 from helpers.exercises.processes import ProcessExercise
+from helpers.exercises.rules import ErrorRule, ValueRule
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 
@@ -81,7 +82,7 @@ register(ProcessExercise(
             "while the other host went on to the next step's collective, which no longer matched. "
             "Ask JAX, which tells every host the same step"),
     },
-    errors=(Rule(lambda raw: raw.startswith("the run hung") or "name mismatch" in raw, example=(
+    errors=(ErrorRule(lambda raw: raw.startswith("the run hung") or "name mismatch" in raw, example=(
         "def should_stop(step):\n"
         "    if jax.process_index() == 0:\n"
         "        multihost_utils.sync_global_devices('extra')\n"
@@ -125,7 +126,7 @@ register(ValueExercise(
         2: "2 restores, but a newer checkpoint restores too",
         0: "train_stack.py --resume never starts over while a checkpoint restores",
     },
-    rules=(Rule(lambda v: v > 8, example=10, say="there is no checkpoint after step 8 in the listing"),),
+    rules=(ValueRule(lambda v: v > 8, example=10, say="there is no checkpoint after step 8 in the listing"),),
     hints=(
         "A name that ends in .orbax-checkpoint-tmp is a save that never finished.",
         "--resume tries Orbax's finished steps newest first and keeps the first that restores.",

@@ -8,8 +8,9 @@ import jax
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, describe, register
-from helpers.exercises.kinds import Rule, ValueExercise
+from helpers.exercises.kinds import ValueExercise
 from helpers.exercises.processes import ProcessExercise
+from helpers.exercises.rules import OutputRule, ValueRule
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 
@@ -141,10 +142,10 @@ register(ProcessExercise(
                    "in both: read it from the traces",
     },
     families=(
-        Rule(lambda case: -2 in _all_hosts(case), example=_RETURNS_NONE,
+        OutputRule(lambda case: -2 in _all_hosts(case), example=_RETURNS_NONE,
              say="slowest_host returns None: return the slow host's number (a print shows it, but the "
                  "judge gets nothing)"),
-        Rule(lambda case: any(isinstance(v, float) or v == -1 for v in _all_hosts(case)), example=_ITS_TIME,
+        OutputRule(lambda case: any(isinstance(v, float) or v == -1 for v in _all_hosts(case)), example=_ITS_TIME,
              say="slowest_host should return a host's number (a key of traces), not a time or anything else"),
     ),
     hints=(
@@ -211,7 +212,7 @@ register(ValueExercise(
         0.0: "host 0 is not the slow host, but it still waits: in the all-reduce, for host 3",
         float(EXTRA_MS): "that is the wait in milliseconds; the question asks for a fraction of the step",
     },
-    rules=(Rule(lambda v: v > 1, example=100.0 * EXTRA_MS / (BALANCED_MS + EXTRA_MS),
+    rules=(ValueRule(lambda v: v > 1, example=100.0 * EXTRA_MS / (BALANCED_MS + EXTRA_MS),
                 say="a fraction is between 0 and 1 (a percentage divided by 100)"),),
     hints=(
         "Every host's step ends when the all-reduce ends, and that is when host 3 arrives. How long is "

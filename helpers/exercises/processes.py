@@ -1,4 +1,4 @@
-"""The exercise kind for code that must run in real processes: `ProcessExercise`.
+"""Real processes as the runner of a program exercise: `RealProcesses`, and `ProcessExercise` that declares it.
 
 A driver script with the learner's source is run by `helpers.launch.run` on localhost; what each
 host printed is the program's output, judged like a `ProgramExercise`'s (reference, catalogued wrong
@@ -13,7 +13,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from helpers.exercises.core import PRELUDE, Mistake, NotAttempted, describe, say
+from helpers import launch
+from helpers.exercises.core import MEMO, PRELUDE, Mistake, NotAttempted, describe, say
 from helpers.exercises.kinds import ProgramExercise, Raised
 from helpers.launch_result import describe_exit
 from helpers.launch_stall import TRACE_COLLECTIVES, Code, describe_stall
@@ -66,6 +67,7 @@ def _crash(host) -> str:
 
 # What each host of a `together` run executes: every source on every layout, through the driver's `output`.
 _TOGETHER = """\
+from helpers.errors import explain
 from helpers.launch import initialize
 
 initialize()
@@ -84,17 +86,112 @@ for index, source in enumerate({sources}):
         try:
             exec(compile({prelude} + source, f"<answer {{index}}>", "exec"), namespace)
             row.append(output(namespace, layout))
-        except Exception as error:  # the program raised: the first sentence of its error is its output
-            first = (str(error).splitlines() or [""])[0].split(". Expected")[0]
-            row.append(f"{{type(error).__name__}}: {{first[:200]}}")
+        except Exception as error:  # the program raised: its error, in one line, is its output
+            row.append(explain(error))
     out.append(row)
 print(json.dumps(out))
 """
 
 
+@dataclass(frozen=True)
+class RealProcesses:
+    """How a ProcessExercise runs a program: `helpers.launch.run` starts the driver with the program's
+    source on each (hosts, devices_per_host) layout; the output is what the hosts printed."""
+
+    driver: str
+    signature: str
+    precheck: Callable[[Callable], None] | None
+    together: bool
+    on: tuple[int, int] | None
+    timeout: float
+    stall: float
+    apart: tuple[str, ...]  # catalogued programs that hang: each runs alone, not with the others
+
+    def mesh(self, layout: tuple[int, int]) -> tuple[int, int]:
+        """What a rule's `case.mesh` is: the (hosts, devices_per_host) layout itself."""
+        return layout
+
+    def screen(self, exercise: ProgramExercise, answer: Any) -> str:
+        """The answer's source; NotAttempted for a stub, a Mistake for anything but the function."""
+        source = answer if isinstance(answer, str) else getattr(answer, "__course_source__", None)
+        if source is None and inspect.isfunction(answer):
+            try:
+                source = textwrap.dedent(inspect.getsource(answer))
+            except (OSError, TypeError):
+                raise Mistake(f"the source of {exercise.answer_name} cannot be read; define it with def in a "
+                              "cell") from None
+        function = _function_def(source, exercise.answer_name) if source is not None else None
+        if function is None:
+            raise Mistake(f"expected a function {exercise.answer_name}{self.signature}, defined with def in a "
+                          f"cell, but got {describe(answer)}")
+        if _is_stub(function):
+            raise NotAttempted
+        if self.precheck is not None:
+            try:
+                self.precheck(answer if callable(answer) else exercise.run_source(source))
+            except Mistake as error:  # an error rule names it as the real run would
+                rule = next((r for r in exercise.errors if r.when(str(error))), None)
+                raise (Mistake(say(rule.say, exercise._case(exercise.meshes[0]))) if rule else error) from None
+        return source
+
+    def output(self, exercise: ProgramExercise, source: str, layout) -> Any:
+        got = self.known(exercise, source, layout)
+        if isinstance(got, Raised) and "NotImplementedError" in got.raw:
+            raise NotAttempted
+        return got
+
+    def known(self, exercise: ProgramExercise, source: str, layout) -> Any:
+        """What a program printed on this layout; known programs run once (together, if so declared)."""
+        if (exercise.id, "output", source, layout) not in MEMO:
+            known = tuple(s for s in exercise.known_sources() if s not in self.apart)
+            MEMO.put(self._launch(exercise, known if self.together and source in known else (source,), layout))
+        return MEMO[(exercise.id, "output", source, layout)]
+
+    def judged(self, exercise: ProgramExercise) -> None:
+        """The learner's outputs are kept for one judgement only."""
+        known = exercise.known_sources()
+        MEMO.forget(lambda key: key[:2] == (exercise.id, "output") and key[2] not in known)
+
+    def _launch(self, exercise: ProgramExercise, sources: tuple[str, ...], layout) -> dict:
+        """{(id, "output", source, layout): output} for every source on `layout` (on every layout, with `on`)."""
+        layouts = exercise.meshes if self.on else (layout,)
+        prelude = PRELUDE + exercise.setup + "\n"
+        if self.together:
+            script = _TOGETHER.format(driver=self.driver, sources=repr(list(sources)), layouts=repr(layouts),
+                                      prelude=repr(prelude), trace=TRACE_COLLECTIVES)
+            code = tuple(Code(f"<answer {i}>", prelude.count("\n") + 1, s) for i, s in enumerate(sources))
+        else:
+            before = self.driver[:self.driver.index("{answer}")].count("\n")
+            head = _HEARTBEAT + TRACE_COLLECTIVES + prelude
+            script = self.driver.replace("{answer}", head + sources[0])
+            code = (Code("<source>", before + head.count("\n") + 1, sources[0]),)
+        num_hosts, per_host = self.on or layout
+        result = launch.run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
+                            stall=self.stall)
+        keys = [(exercise.id, "output", s, l) for s in sources for l in layouts]
+        if not result.ok:
+            return dict.fromkeys(keys, failure(result, code))
+        printed = []
+        for host in result.hosts:
+            try:
+                printed.append(json.loads(host.last_line))
+            except ValueError:
+                return dict.fromkeys(keys, Raised(f"host {host.host} printed no result line"))
+        if not self.together:
+            return {keys[0]: tuple(printed)}
+        outputs = {}
+        for i, source in enumerate(sources):
+            for j, each in enumerate(layouts):
+                got = [every[i][j] for every in printed]
+                error = next(((h, g) for h, g in enumerate(got) if isinstance(g, str)), None)
+                outputs[(exercise.id, "output", source, each)] = (Raised(f"{error[1]} on host {error[0]}", error[1])
+                                                                  if error else tuple(got))
+        return outputs
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProcessExercise(ProgramExercise):
-    """A function judged by what real processes (`helpers.launch.run`) print when they run it.
+    """A program exercise whose runner is real processes (`RealProcesses`, on `helpers.launch.run`).
 
     `meshes` are (hosts, devices_per_host) layouts here. `driver` is a script with `{answer}` where
     one program's source goes (after the prelude and setup); each host prints its output as JSON on
@@ -111,7 +208,6 @@ class ProcessExercise(ProgramExercise):
     (`run_source`), so each runs once.
     """
 
-    run: Callable = None  # not used: the driver is the run
     driver: str
     signature: str = "(...)"  # the function's parameters, for the message about an answer that is none
     precheck: Callable[[Callable], None] | None = None
@@ -121,95 +217,7 @@ class ProcessExercise(ProgramExercise):
     stall: float = STALL_SECONDS  # a run where every host printed, then none did for `stall` s, hung
     apart: tuple[str, ...] = ()  # catalogued programs that hang: each runs alone, not with the others
 
-    def make_case(self, layout):
-        return layout
-
-    def run_source(self, source: str) -> Any:
-        fn = super().run_source(source)
-        if callable(fn):  # exec'd code has no file its source could be read from
-            fn.__course_source__ = source
-        return fn
-
-    def screen(self, answer: Any) -> str:
-        """The answer's source; NotAttempted for a stub, a Mistake for anything but the function."""
-        source = answer if isinstance(answer, str) else getattr(answer, "__course_source__", None)
-        if source is None and inspect.isfunction(answer):
-            try:
-                source = textwrap.dedent(inspect.getsource(answer))
-            except (OSError, TypeError):
-                raise Mistake(f"the source of {self.answer_name} cannot be read; define it with def in a "
-                              "cell") from None
-        function = _function_def(source, self.answer_name) if source is not None else None
-        if function is None:
-            raise Mistake(f"expected a function {self.answer_name}{self.signature}, defined with def in a cell, "
-                          f"but got {describe(answer)}")
-        if _is_stub(function):
-            raise NotAttempted
-        if self.precheck is not None:
-            try:
-                self.precheck(answer if callable(answer) else self.run_source(source))
-            except Mistake as error:  # an error rule names it as the real run would
-                rule = next((r for r in self.errors if r.when(str(error))), None)
-                raise (Mistake(say(rule.say, self._case(self.meshes[0]))) if rule else error) from None
-        return source
-
-    def judge(self, answer: Any) -> None:
-        try:
-            super().judge(answer)
-        finally:  # the learner's outputs are kept for this judgement only
-            for key in [k for k in self._outputs if k[0] == self.id and k[1] not in self._known()]:
-                del self._outputs[key]
-
-    def _known(self) -> tuple[str, ...]:
-        return (self.solution, *self.wrong, *(r.example for r in self.errors + self.families + self.checks))
-
-    def output_of_answer(self, source: str, layout) -> Any:
-        got = self.output_of_source(source, layout)
-        if isinstance(got, Raised) and "NotImplementedError" in got.raw:
-            raise NotAttempted
-        return got
-
-    def output_of_source(self, source: str, layout) -> Any:
-        """What a program printed on this layout; known programs run once (together, if so declared)."""
-        if (self.id, source, layout) not in self._outputs:
-            known = tuple(s for s in self._known() if s not in self.apart)
-            self._outputs.update(self._launch(known if self.together and source in known else (source,), layout))
-        return self._outputs[(self.id, source, layout)]
-
-    def _launch(self, sources: tuple[str, ...], layout) -> dict:
-        """{(id, source, layout): output} for every source on `layout` (on every layout, with `on`)."""
-        from helpers.launch import run
-
-        layouts = self.meshes if self.on else (layout,)
-        prelude = PRELUDE + self.setup + "\n"
-        if self.together:
-            script = _TOGETHER.format(driver=self.driver, sources=repr(list(sources)), layouts=repr(layouts),
-                                      prelude=repr(prelude), trace=TRACE_COLLECTIVES)
-            code = tuple(Code(f"<answer {i}>", prelude.count("\n") + 1, s) for i, s in enumerate(sources))
-        else:
-            before = self.driver[:self.driver.index("{answer}")].count("\n")
-            script = self.driver.replace("{answer}", _HEARTBEAT + TRACE_COLLECTIVES + prelude + sources[0])
-            code = (Code("<source>", before + (_HEARTBEAT + TRACE_COLLECTIVES + prelude).count("\n") + 1, sources[0]),)
-        num_hosts, per_host = self.on or layout
-        result = run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
-                     stall=self.stall)
-        keys = [(self.id, s, l) for s in sources for l in layouts]
-        if not result.ok:
-            return dict.fromkeys(keys, failure(result, code))
-        printed = []
-        for host in result.hosts:
-            try:
-                printed.append(json.loads(host.last_line))
-            except ValueError:
-                return dict.fromkeys(keys, Raised(f"host {host.host} printed no result line"))
-        if not self.together:
-            return {keys[0]: tuple(printed)}
-        outputs = {}
-        for i, source in enumerate(sources):
-            for j, each in enumerate(layouts):
-                got = [every[i][j] for every in printed]
-                error = next(((h, g) for h, g in enumerate(got) if isinstance(g, str)), None)
-                outputs[(self.id, source, each)] = (Raised(f"{error[1]} on host {error[0]}", error[1]) if error
-                                                    else tuple(got))
-        return outputs
-
+    @property
+    def runner(self) -> RealProcesses:
+        return RealProcesses(self.driver, self.signature, self.precheck, self.together, self.on, self.timeout,
+                             self.stall, self.apart)

@@ -7,9 +7,10 @@ import html
 
 import ipywidgets as widgets
 
-from helpers.practice.kinds import KINDS
+from helpers.exercises.core import Mistake, Outcome, Status, judge_exercise
+from helpers.practice.kinds import KINDS, drill
 from helpers.practice.parse import parse_answer
-from helpers.practice.question import Question, Wrong
+from helpers.practice.question import Question
 
 KIND_CHOICES = [("any kind", None)] + [(k.replace("_", " "), k) for k in KINDS]
 _PASS_STYLE = "border-left: 4px solid #009E73; background: #eefaf5; padding: 4px 8px"
@@ -24,8 +25,6 @@ class DrillSession:
         self.question = self._make()
 
     def _make(self) -> Question:
-        from helpers.practice import drill
-
         return drill(self.seed, self.kind)
 
     def go_to(self, seed: int, kind: str | None = None) -> Question:
@@ -38,17 +37,15 @@ class DrillSession:
         """The drill of the next seed."""
         return self.go_to(self.seed + 1, self.kind)
 
-    def submit(self, text: str) -> tuple[bool, str]:
+    def submit(self, text: str) -> Outcome:
         """Judge a typed answer; a checked answer counts in your progress."""
-        from helpers.progress import record_drill
-
         try:
             answer = parse_answer(text)
-        except Wrong as wrong:
-            return False, str(wrong)
-        passed, message = self.question.judge(answer)
-        record_drill(self.question.kind, self.seed, passed)
-        return passed, message
+        except Mistake as mistake:
+            return Outcome(Status.MISTAKE, str(mistake))
+        outcome = judge_exercise(self.question.exercise, answer)
+        self.question.exercise.record(outcome.passed)
+        return outcome
 
     def reveal(self) -> str:
         """The right answer and where every tile lives."""
@@ -114,11 +111,11 @@ class DrillForm(widgets.VBox):
         key = (self.session.seed, self.session.kind, text)
         if self._last and self._last[:3] == key:  # Enter, then a click on Check: judged once
             return self._last[3]
-        passed, message = self.session.submit(text)
-        self._last = key + (passed,)
-        mark, style = ("✅ right", _PASS_STYLE) if passed else ("❌ not yet", _FAIL_STYLE)
-        self.verdict.value = f'<div style="{style}">{mark}: {html.escape(message)}</div>'
-        return passed
+        outcome = self.session.submit(text)
+        self._last = key + (outcome.passed,)
+        mark, style = ("✅", _PASS_STYLE) if outcome.passed else ("❌ not yet:", _FAIL_STYLE)
+        self.verdict.value = f'<div style="{style}">{mark} {html.escape(outcome.message)}</div>'
+        return outcome.passed
 
     def reveal(self) -> None:
         """Show the right answer and the placement behind it."""

@@ -8,25 +8,20 @@ import numbers
 import random
 from typing import Any
 
+from jax.sharding import PartitionSpec
+
+from helpers.exercises import forms
+from helpers.exercises.core import Mistake, describe
+from helpers.layout import format_index, format_spec, sharding_layout
 from helpers.practice import mistakes as m
-from helpers.practice.question import Mistake, Question, Wrong
+from helpers.practice.parse import parse_answer
+from helpers.practice.question import KnownMistake, Question
 from helpers.practice.scenario import DEVICES, Scenario, host_blocks, random_scenario, ways
-
-
-def _fmt(spec) -> str:
-    from helpers.layout import format_spec
-
-    return format_spec(spec)
-
-
-def _describe(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) < 40 else text[:37] + '...'}"
 
 
 def _whole(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise Wrong(f"expected whole numbers, but got {_describe(value)}")
+        raise Mistake(f"expected whole numbers, but got {describe(value)}")
     return int(value)
 
 
@@ -35,17 +30,17 @@ def _entries(sc: Scenario) -> list:
 
 
 def _placed_setting(sc: Scenario) -> str:
-    return f"An array of shape {sc.shape} is placed with NamedSharding(mesh, {_fmt(sc.spec)})."
+    return f"An array of shape {sc.shape} is placed with NamedSharding(mesh, {format_spec(sc.spec)})."
 
 
-def _variant_mistakes(sc: Scenario, answer_under, what: str) -> list[Mistake]:
+def _variant_mistakes(sc: Scenario, answer_under, what: str) -> list[KnownMistake]:
     """The generic mistakes as answers of this kind: what the learner's answer would be
     if the spec were the variant; `answer_under(spec)` is None when JAX refuses it."""
     out = []
     for v in m.variants(sc.spec, sc.axis_names, len(sc.shape)):
         wrong = answer_under(v.spec)
         if wrong is not None:
-            out.append(Mistake(wrong, v.family, f"that is {what} under {_fmt(v.spec)}: {v.why}"))
+            out.append(KnownMistake(wrong, v.family, f"that is {what} under {format_spec(v.spec)}: {v.why}"))
     return out
 
 
@@ -76,25 +71,18 @@ def tile(rng: random.Random, seed: int) -> Question:
     candidates = _variant_mistakes(sc, under, f"what device {device} holds")
     slice_rule = (f"(start, stop) works like a Python slice: stop is one past the last of the {word}, "
                   f"so (2, 4) means {word} 2 and 3")
-    candidates += [Mistake((start, stop - 1), m.OFF_BY_ONE, slice_rule),
-                   Mistake((start, stop + 1), m.OFF_BY_ONE, slice_rule)]
+    candidates += [KnownMistake((start, stop - 1), m.OFF_BY_ONE, slice_rule),
+                   KnownMistake((start, stop + 1), m.OFF_BY_ONE, slice_rule)]
     size_rule = (f"count the tile size again: dimension {dim} ({n} {word}) is cut into "
                  f"{n // size} tile{'s' if n // size > 1 else ''} of {size} {word}")
     for other in (size * 2, size // 2):
         first = start // size * other
         if 0 < other != size and first + other <= n:
-            candidates.append(Mistake((first, first + other), m.TILE_SIZE, size_rule))
+            candidates.append(KnownMistake((first, first + other), m.TILE_SIZE, size_rule))
 
-    def normalize(answer):
-        if isinstance(answer, (slice, range)):
-            if answer.step not in (None, 1):
-                raise Wrong("the rows of one tile are consecutive: give no step")
-            answer = (answer.start, answer.stop)
-        if isinstance(answer, str) or not hasattr(answer, "__len__") or len(answer) != 2:
-            raise Wrong(f"expected (start, stop), like (0, 2) for {word} 0 and 1, but got {_describe(answer)}")
-        return tuple(_whole(v) for v in answer)
+    normalize = forms.span(like=f"(0, 2) for {word} 0 and 1", word=word)
 
-    def fallback(value, _raw):
+    def fallback(value):
         a, b = value
         if not 0 <= a < b <= n:
             return f"dimension {dim} has {n} {word}, so (start, stop) needs 0 <= start < stop <= {n}"
@@ -140,7 +128,7 @@ def holders(rng: random.Random, seed: int) -> Question:
             near = list(element)
             near[dim] += step
             if 0 <= near[dim] < sc.shape[dim]:
-                candidates.append(Mistake(holding(tuple(near), placed), m.OFF_BY_ONE,
+                candidates.append(KnownMistake(holding(tuple(near), placed), m.OFF_BY_ONE,
                                           f"those devices hold {_element(near)}, its neighbour: a tile "
                                           "[start:stop] holds start up to stop - 1, not stop"))
         for other in (sizes[dim] * 2, sizes[dim] // 2):
@@ -148,29 +136,29 @@ def holders(rng: random.Random, seed: int) -> Question:
                 thought = list(element)
                 thought[dim] = element[dim] // other * sizes[dim]
                 if thought[dim] < sc.shape[dim]:
-                    candidates.append(Mistake(
+                    candidates.append(KnownMistake(
                         holding(tuple(thought), placed), m.TILE_SIZE,
                         f"count the tile size again: along dimension {dim} the tiles have "
                         f"{sizes[dim]} {_word(dim)}"))
     copies_rule = ("some copies are missing: the mesh axes the spec leaves out make copies, and every "
                    "device holding a copy counts")
     if len(right) > 1:
-        candidates.append(Mistake(list(right[:1]), m.SPLIT_COPIED, copies_rule))
+        candidates.append(KnownMistake(list(right[:1]), m.SPLIT_COPIED, copies_rule))
 
     def normalize(answer):
         if isinstance(answer, numbers.Integral) or hasattr(answer, "platform"):
             answer = [answer]
         if isinstance(answer, (str, bytes, dict)) or not hasattr(answer, "__iter__"):
-            raise Wrong(f"expected a list of device ids like [0, 4], but got {_describe(answer)}")
+            raise Mistake(f"expected a list of device ids like [0, 4], but got {describe(answer)}")
         ids = {_whole(getattr(a, "id", a)) if hasattr(a, "platform") else _whole(a) for a in answer}
         if not ids:
-            raise Wrong("name at least one device: every element is held by some device")
+            raise Mistake("name at least one device: every element is held by some device")
         if not ids <= set(range(DEVICES)):
-            raise Wrong(f"the devices here are 0 to {DEVICES - 1}; {sorted(ids - set(range(DEVICES)))} "
+            raise Mistake(f"the devices here are 0 to {DEVICES - 1}; {sorted(ids - set(range(DEVICES)))} "
                         "is not one of them")
         return tuple(sorted(ids))
 
-    def fallback(value, _raw):
+    def fallback(value):
         extra = sorted(set(value) - set(right))
         if not extra:
             return copies_rule
@@ -205,12 +193,12 @@ def global_shape(rng: random.Random, seed: int) -> Question:
     candidates = _variant_mistakes(sc, under, "the global shape")
     split_dims = [d for d in range(rank) if blocks[d] > 1]
     if split_dims:  # first: a variant spec may give the local shape too, and this names the slip itself
-        candidates.insert(0, Mistake(local, m.SPLIT_COPIED,
-                                  "that is one host's own shape, as if the hosts held copies: they hold "
-                                  f"different parts of dimension {split_dims[0]}, so the global array is larger"))
+        candidates.insert(0, KnownMistake(local, m.SPLIT_COPIED,
+                                       "that is one host's own shape, as if the hosts held copies: they hold "
+                                       f"different parts of dimension {split_dims[0]}, so the global array is larger"))
     size_of = dict(zip(sc.axis_names, sc.axis_sizes))
     by_devices = tuple(n * ways(size_of, e) for n, e in zip(local, _entries(sc)))
-    candidates.append(Mistake(by_devices, m.TILE_SIZE,
+    candidates.append(KnownMistake(by_devices, m.TILE_SIZE,
                               "that multiplies by the number of devices splitting each dimension; a host's "
                               "local array already holds the tiles of all its devices, so multiply by the "
                               "number of different host blocks instead"))
@@ -220,11 +208,11 @@ def global_shape(rng: random.Random, seed: int) -> Question:
         if isinstance(answer, numbers.Integral) and rank == 1:
             answer = (answer,)
         if isinstance(answer, (str, bytes, dict)) or not hasattr(answer, "__len__") or len(answer) != rank:
-            raise Wrong(f"expected the global shape as a tuple of {rank} whole number{'s' * (rank > 1)} "
-                        f"like {example}, but got {_describe(answer)}")
+            raise Mistake(f"expected the global shape as a tuple of {rank} whole number{'s' * (rank > 1)} "
+                        f"like {example}, but got {describe(answer)}")
         return tuple(_whole(v) for v in answer)
 
-    def fallback(value, _raw):
+    def fallback(value):
         for dim, (got, n) in enumerate(zip(value, local)):
             if got != sc.shape[dim]:
                 if got < n or got % n:
@@ -240,7 +228,7 @@ def global_shape(rng: random.Random, seed: int) -> Question:
              f"with its own `local` of shape {local}. What is the global shape? Answer a tuple like {example}."),
         answer=sc.shape, right=sc.shape, normalize=normalize, fallback=fallback,
         praise=lambda _a: f"{sc.hosts} hosts with local shape {local} make a global array of shape {sc.shape}",
-        setting=f"sharding = NamedSharding(mesh, {_fmt(sc.spec)})", example=example,
+        setting=f"sharding = NamedSharding(mesh, {format_spec(sc.spec)})", example=example,
         mistakes=tuple(candidates))
 
 
@@ -257,16 +245,13 @@ def copies(rng: random.Random, seed: int) -> Question:
     right = count(sc.spec)
     tiles = DEVICES // right
     candidates = _variant_mistakes(sc, count, "the count")
-    candidates.append(Mistake(tiles, m.COUNTING, "that is the number of tiles (different blocks); the "
+    candidates.append(KnownMistake(tiles, m.COUNTING, "that is the number of tiles (different blocks); the "
                                                  "question is how many devices hold each one"))
     rule = "each tile is copied along the mesh axes the spec leaves out: multiply their sizes"
 
-    def normalize(answer):
-        if isinstance(answer, bool) or not isinstance(answer, numbers.Integral):
-            raise Wrong(f"expected a whole number like 2, but got {_describe(answer)}")
-        return int(answer)
+    normalize = forms.whole("how many devices hold each tile, like 2")
 
-    def fallback(value, _raw):
+    def fallback(value):
         if not 1 <= value <= DEVICES:
             return f"every tile is on at least 1 and at most {DEVICES} devices; {rule}"
         return rule
@@ -287,8 +272,6 @@ def _frozen(placement: dict) -> tuple:
 
 def picture_text(sc: Scenario) -> str:
     """Every device's part of the array, host by host, and the tile count: no spec shown."""
-    from helpers.layout import format_index, sharding_layout
-
     layout = sharding_layout(sc.shape, sc.mesh, sc.spec, host_of=sc.host_of)
     lines = [f"An array of shape {sc.shape} is placed like this:"]
     for host in range(sc.hosts):
@@ -301,45 +284,37 @@ def picture_text(sc: Scenario) -> str:
 
 def spec(rng: random.Random, seed: int) -> Question:
     """Which P(...) draws this picture? Any spec with the same placement is right."""
-    from jax.sharding import PartitionSpec
-
     sc = random_scenario(rng)
     right = _frozen(sc.placement())
     candidates = []
     for v in m.variants(sc.spec, sc.axis_names, len(sc.shape)):
         if sc.placement(v.spec) is not None:
-            candidates.append(Mistake(v.spec, v.family, v.why_spec))
+            candidates.append(KnownMistake(v.spec, v.family, v.why_spec))
 
     def normalize(answer):
-        from helpers.layout import sharding_layout
-
         if isinstance(answer, str):
-            from helpers.practice.parse import parse_answer
-
             answer = parse_answer(answer)
         if not isinstance(answer, PartitionSpec):
-            raise Wrong(f"expected a PartitionSpec like P('host', None), but got {_describe(answer)}")
+            raise Mistake(f"expected a PartitionSpec like P('host', None), but got {describe(answer)}")
         try:
             layout = sharding_layout(sc.shape, sc.mesh, answer, host_of=sc.host_of)
         except ValueError as error:
-            raise Wrong(str(error).rstrip(".")) from None
+            raise Mistake(str(error).rstrip(".")) from None
         return _frozen({d.id: idx for d, idx in layout.placement.items()})
 
-    def fallback(value, raw):
+    def fallback(value):
         theirs, mine = dict(value), dict(right)
         n_theirs, n_mine = len(set(theirs.values())), len(set(mine.values()))
         if n_theirs != n_mine:
             return (f"your spec makes {n_theirs} tile{'s' * (n_theirs > 1)}, each on {DEVICES // n_theirs} "
                     f"device{'s' * (n_theirs < DEVICES)}; the picture has {n_mine}, each on {DEVICES // n_mine}")
         device = next(d for d in sorted(mine) if theirs[d] != mine[d])
-        from helpers.layout import format_index
-
         return (f"your spec makes as many tiles and copies, but puts them elsewhere: device {device} gets "
                 f"{format_index(theirs[device], sc.shape)}, the picture shows {format_index(mine[device], sc.shape)}")
 
     def praise(answer):
-        text = answer if isinstance(answer, str) else _fmt(answer)
-        same = "" if text == _fmt(sc.spec) else f" (as does {_fmt(sc.spec)})"
+        text = answer if isinstance(answer, str) else format_spec(answer)
+        same = "" if text == format_spec(sc.spec) else f" (as does {format_spec(sc.spec)})"
         return f"{text} draws this picture{same}"
 
     return Question(
@@ -351,3 +326,21 @@ def spec(rng: random.Random, seed: int) -> Question:
 
 
 KINDS = {"tile": tile, "holders": holders, "global_shape": global_shape, "copies": copies, "spec": spec}
+
+
+def drill(seed: int | None = None, kind: str | None = None) -> Question:
+    """The drill question of this seed (a fresh random one without a seed); `kind` picks its kind."""
+    if seed is None:
+        seed = random.SystemRandom().randrange(100_000)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a whole number >= 0, like drill(7); got {seed!r}")
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"no drill kind {kind!r}; the kinds are {', '.join(map(repr, KINDS))}")
+    rng = random.Random(seed)
+    natural = rng.choice(list(KINDS))
+    return KINDS[kind or natural](rng, seed)
+
+
+def drills(first_seed: int, count: int, kind: str | None = None) -> list[Question]:
+    """A set of questions to hand out: the drills of seeds first_seed .. first_seed + count - 1."""
+    return [drill(first_seed + i, kind) for i in range(count)]

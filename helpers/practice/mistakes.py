@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jax.sharding import PartitionSpec
+
+from helpers.layout import format_spec
 from helpers.practice.scenario import axes_of
 
 TUPLE_ORDER = "tuple order"
@@ -32,14 +35,10 @@ class Variant:
 
 
 def _entry(entry) -> str:
-    from helpers.layout import format_spec
-
     return format_spec((entry,))[2:-1]
 
 
 def _rebuild(entries):
-    from jax.sharding import PartitionSpec
-
     return PartitionSpec(*(None if not a else a[0] if len(a) == 1 else tuple(a) for a in entries))
 
 

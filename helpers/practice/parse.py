@@ -9,32 +9,32 @@ import ast
 import re
 from typing import Any
 
-from helpers.practice.question import Wrong
+from jax.sharding import PartitionSpec
+
+from helpers.exercises.core import Mistake
 
 SPEC_NAMES = ("P", "PartitionSpec", "jax.P", "jax.sharding.PartitionSpec")
 _SLICE = re.compile(r"^\[?\s*(\d+)\s*:\s*(\d+)\s*\]?$")  # 2:4 or [2:4], as sharding_text prints
 
 
 def parse_answer(text: str) -> Any:
-    """The value the text stands for; Wrong with a short reason when it cannot be read."""
+    """The value the text stands for; Mistake with a short reason when it cannot be read."""
     text = str(text).strip()
     if not text:
-        raise Wrong("type an answer first")
+        raise Mistake("type an answer first")
     if match := _SLICE.match(text):
         return int(match.group(1)), int(match.group(2))
     try:
         tree = ast.parse(text, mode="eval").body
     except SyntaxError:
-        raise Wrong(f"could not read {text!r}: write it as Python, like (0, 2), [0, 4] or P('host', None)") from None
+        raise Mistake(f"could not read {text!r}: write it as Python, like (0, 2), [0, 4] or P('host', None)") from None
     return _value(tree, text)
 
 
 def _value(node: ast.AST, text: str) -> Any:
     if isinstance(node, ast.Call) and ast.unparse(node.func) in SPEC_NAMES:
-        from jax.sharding import PartitionSpec
-
         if node.keywords:
-            raise Wrong("P(...) takes one entry per dimension and no keywords")
+            raise Mistake("P(...) takes one entry per dimension and no keywords")
         return PartitionSpec(*(_literal(arg, text) for arg in node.args))
     return _literal(node, text)
 
@@ -43,5 +43,5 @@ def _literal(node: ast.AST, text: str) -> Any:
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        raise Wrong(f"could not read {text!r}: use only numbers, names in quotes like 'host', None, "
+        raise Mistake(f"could not read {text!r}: use only numbers, names in quotes like 'host', None, "
                     "tuples and lists (and P(...) for a spec)") from None

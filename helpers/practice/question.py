@@ -1,37 +1,25 @@
-"""One drill question: its prompt, its right answer, a catalogue of wrong answers that name
-their mistake, and a judge that never raises.
+"""One drill question: its prompt, its right answer and a catalogue of wrong answers that name
+their mistake, judged by the exercise engine (a `DrillExercise`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from helpers.exercises.core import Verdict
+from helpers.exercises.core import Mistake, Outcome, Verdict, check_exercise, judge_exercise
+from helpers.exercises.kinds import DrillExercise
+from helpers.layout import sharding_text
 from helpers.practice.scenario import Scenario
 
 
-class Wrong(Exception):
-    """The answer is wrong (often in form): the message says what to write instead."""
-
-
 @dataclass(frozen=True)
-class Mistake:
+class KnownMistake:
     """A wrong answer a learner could give, its family of mistake, and the message it earns."""
 
     answer: Any
     family: str
     message: str
-
-
-class Result(Verdict):
-    """What `Question.check` returns: truthy when the answer passed, equal to True or False.
-
-    It displays nothing in a notebook, because `check` has already printed its line.
-    """
-
-    def __init__(self, passed: bool, message: str):
-        super().__init__(passed)
-        self.message = message
 
 
 @dataclass(eq=False)
@@ -45,26 +33,33 @@ class Question:
     ask: str  # the question itself, with the form of the answer
     answer: Any
     right: Any  # the answer in the form the judge compares
-    normalize: Callable[[Any], Any]  # learner's answer -> comparable form, or raises Wrong
-    fallback: Callable[[Any, Any], str]  # (comparable, raw) -> message for an unlisted wrong answer
-    praise: Callable[[Any], str]  # raw right answer -> what it means
+    normalize: Callable[[Any], Any]  # the drill's form: answer -> comparable value, or a Mistake
+    fallback: Callable[[Any], str]  # comparable value -> message for an unlisted wrong answer
+    praise: Callable[[Any], str]  # a right answer -> what it means
     setting: str  # the array and how it is placed (or the picture)
     example: str  # what an answer looks like, for messages about form
-    mistakes: tuple[Mistake, ...] = ()
-    _catalog: dict = field(default_factory=dict, repr=False)
+    mistakes: tuple[KnownMistake, ...] = ()
 
     def __post_init__(self):
         """Keep the candidate mistakes that are really wrong and distinct, first one wins."""
-        kept = []
+        kept, values = [], []
         for mistake in self.mistakes:
             try:
                 value = self.normalize(mistake.answer)
-            except Wrong:
+            except Mistake:
                 continue
-            if value != self.right and value not in self._catalog:
-                self._catalog[value] = mistake.message
+            if value != self.right and value not in values:
+                values.append(value)
                 kept.append(mistake)
         self.mistakes = tuple(kept)
+
+    @functools.cached_property
+    def exercise(self) -> DrillExercise:
+        """This question as an exercise of the engine."""
+        return DrillExercise(
+            id=f"drill {self.kind} {self.seed}", title=self.title, kind=self.kind, seed=self.seed,
+            example=self.example, meaning=self.praise, form=self.normalize, right=lambda: self.right,
+            wrong={self.normalize(m.answer): m.message for m in self.mistakes}, otherwise=self.fallback)
 
     @property
     def prompt(self) -> str:
@@ -81,42 +76,16 @@ class Question:
     def __repr__(self) -> str:
         return self.prompt
 
-    def judge(self, answer: Any) -> tuple[bool, str]:
-        """(passed, message) for an answer; never raises and prints nothing."""
-        if answer is Ellipsis:
-            return False, f"not attempted yet: replace ... with your answer, like {self.example}"
-        try:
-            value = self.normalize(answer)
-            if value == self.right:
-                return True, self.praise(answer)
-            if value in self._catalog:
-                return False, self._catalog[value]
-            return False, self.fallback(value, answer)
-        except Wrong as wrong:
-            return False, str(wrong)
-        except Exception as error:  # an answer this judge did not foresee: say so, never crash
-            return False, (f"this answer could not be checked ({type(error).__name__}: {error}); "
-                           f"write it like {self.example}")
+    def judge(self, answer: Any) -> Outcome:
+        """The outcome for an answer; never raises and prints nothing."""
+        return judge_exercise(self.exercise, answer)
 
-    def check(self, answer: Any) -> Result:
-        """Print a one-line verdict and record a pass in your progress; truthy when right."""
-        passed, message = self.judge(answer)
-        if answer is Ellipsis:
-            print(f"⏳ drill {self.seed}: {message}")
-        elif passed:
-            print(f"✅ drill {self.seed}: right, {message}.")
-        else:
-            print(f"❌ drill {self.seed} not yet: {message}. (explain() on this drill shows the answer)")
-        if answer is not Ellipsis:
-            from helpers.progress import record_drill
-
-            record_drill(self.kind, self.seed, passed)
-        return Result(passed, message)
+    def check(self, answer: Any) -> Verdict:
+        """Print a one-line verdict and record it in your progress; truthy when right."""
+        return check_exercise(self.exercise, answer)
 
     def explain(self) -> str:
         """The right answer, where every tile lives (from JAX), and the code to see it yourself."""
-        from helpers.layout import sharding_text
-
         sc = self.scenario
         return "\n".join([
             f"answer: {self.praise(self.answer)}",

@@ -3,7 +3,7 @@
 Everything comes from a `random.Random`, so the same seed gives the same setting. Emulated
 host h owns devices h*D .. h*D+D-1 (D devices per host), as in the course's one-process
 emulation; the mesh may lay them out in order, shuffled, or with the hosts interleaved.
-Placement is asked of JAX (`NamedSharding(mesh, spec).devices_indices_map(shape)`).
+Placement is asked of JAX (`helpers.layout.placement`).
 """
 from __future__ import annotations
 
@@ -11,8 +11,14 @@ import functools
 import random
 from dataclasses import dataclass
 
+import jax
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
+
+from helpers.layout import Index, format_spec, mesh_text, placement
+from helpers.emulation import emulated_host_of
+
 DEVICES = 8
-Index = tuple[tuple[int, int], ...]  # (start, stop) per array dimension
 
 # (axis names, axis sizes, hosts, weight): every mesh uses all 8 devices.
 MESHES = (
@@ -33,8 +39,6 @@ ORDERS = {
 
 def jax_devices() -> list:
     """The first 8 of JAX's devices; a clear error when there are fewer."""
-    import jax
-
     devices = jax.devices()
     if len(devices) < DEVICES:
         raise RuntimeError(
@@ -62,16 +66,13 @@ class Scenario:
 
     @functools.cached_property
     def mesh(self):
-        import numpy as np
-        from jax.sharding import Mesh
-
         devices = jax_devices()
         grid = np.array([devices[i] for i in self.device_ids], dtype=object).reshape(self.axis_sizes)
         return Mesh(grid, self.axis_names)
 
     def host_of(self, device) -> int:
         """The emulated host of a device (or of a device id)."""
-        return (device if isinstance(device, int) else device.id) // self.per_host
+        return emulated_host_of(device if isinstance(device, int) else device.id, self.per_host)
 
     def placement(self, spec=None, shape=None) -> dict[int, Index] | None:
         """Device id -> (start, stop) per dimension, from JAX; None when JAX refuses."""
@@ -85,31 +86,16 @@ class Scenario:
 
     def mesh_text(self) -> str:
         """The mesh grid as text, each cell 'device id (host)'."""
-        from helpers.layout import mesh_text
-
         return mesh_text(self.mesh, host_of=self.host_of)
 
     def code(self) -> str:
         """Python that builds this mesh and sharding (for a learner who wants to ask JAX)."""
-        from helpers.layout import format_spec
-
         ids = list(self.device_ids)
         return (f"mesh = Mesh(np.array(jax.devices())[{ids}].reshape{self.axis_sizes}, {self.axis_names})\n"
                 f"sharding = NamedSharding(mesh, {format_spec(self.spec)})")
 
 
-@functools.lru_cache(maxsize=8192)
-def _placement(mesh, spec, shape: tuple[int, ...]) -> dict[int, Index] | None:
-    from jax.sharding import NamedSharding
-
-    try:
-        raw = NamedSharding(mesh, spec).devices_indices_map(shape)
-    except Exception:  # JAX refuses: unknown or repeated axis, uneven split, too many entries
-        return None
-    out = {}
-    for device, index in raw.items():
-        out[device.id] = tuple(sl.indices(n)[:2] for sl, n in zip(index, shape))
-    return out
+_placement = functools.lru_cache(maxsize=8192)(placement)  # drills ask JAX about the same specs again and again
 
 
 # ------------------------------------------------------------------ random settings
@@ -134,8 +120,6 @@ def random_mesh(rng: random.Random) -> tuple:
 
 def random_spec(rng: random.Random, names: tuple[str, ...], rank: int):
     """A PartitionSpec with `rank` entries; each mesh axis splits one dimension or none."""
-    from jax.sharding import PartitionSpec
-
     dims: list[list[str]] = [[] for _ in range(rank)]
     for name in names:
         where = rng.randrange(rank + 1)  # rank means: unused, copies along this axis

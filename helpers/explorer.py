@@ -10,9 +10,12 @@ import io
 from dataclasses import dataclass, field
 
 import ipywidgets as widgets
+import jax
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
 
-from helpers.viz import draw_layout
 from helpers.layout import ShardingLayout, format_spec, sharding_layout
+from helpers.viz import draw_layout
 
 # Spec entry choices: the label a learner sees -> the PartitionSpec entry.
 SPEC_CHOICES = {
@@ -73,14 +76,10 @@ class ExplorerState:
 
     def partition_spec(self):
         """P(...) with one entry per dimension of the shape."""
-        from jax.sharding import PartitionSpec
-
         rank = len(self.parsed_shape())
         return PartitionSpec(*(SPEC_CHOICES[label] for label in list(self.spec)[:rank]))
 
     def _devices(self) -> list:
-        import jax
-
         count = jax.device_count()
         need = self.hosts * self.devices_per_host
         if need > count:
@@ -93,9 +92,6 @@ class ExplorerState:
 
     def mesh(self):
         """The (host, device) mesh the controls describe."""
-        import numpy as np
-        from jax.sharding import Mesh
-
         devs = np.array(self._devices(), dtype=object)
         h, d = self.hosts, self.devices_per_host
         grid = devs.reshape(h, d) if self.order == "contiguous" else devs.reshape(d, h).T
@@ -160,8 +156,6 @@ class ShardingExplorer(widgets.VBox):
     """The explorer widget; `.state` is its ExplorerState, `.result` the last redraw."""
 
     def __init__(self, state: ExplorerState | None = None):
-        import jax
-
         self.state = state or ExplorerState()
         s = self.state
         if not isinstance(s.shape, str):

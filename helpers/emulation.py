@@ -1,4 +1,4 @@
-"""Which host owns which device: real processes, or hosts emulated in one process.
+"""Hosts, emulated in one process or real: `emulate_hosts`, and which host owns which device.
 
 In a real multi-process run a device's host is its `process_index`. In one process the
 course *emulates* hosts: with H emulated hosts and D = device_count // H, emulated host h
@@ -66,8 +66,15 @@ def devices_per_host() -> int:
 
 def host_of(device) -> int:
     """The host (process, or emulated host) that owns `device`."""
-    import jax
-
     if is_multiprocess():
         return device.process_index
-    return jax.devices().index(device) // devices_per_host()
+    return emulated_host_of(device, devices_per_host())
+
+
+def emulated_host_of(device, per_host: int) -> int:
+    """The emulated host that owns `device` (or a device id) when each host owns `per_host` devices:
+    host h owns the h-th block of `per_host` devices in JAX's device order."""
+    import jax
+
+    position = device if isinstance(device, int) else jax.devices().index(device)
+    return position // per_host
