@@ -1,6 +1,8 @@
 """Exercises of notebook 14: when a host dies (preemption, a kill during a save, elastic resume)."""
 from __future__ import annotations
 
+import re
+
 from helpers import stack_ckpt
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
@@ -65,12 +67,20 @@ def should_stop(step):
     return bool(noticed)
 '''
 
+def _unmatched(text: str) -> str:
+    """A run's failure, with JAX's `... name mismatch ('x'). Expected: [hashes]` said in the learner's terms."""
+    mismatch = re.search(r"(\w+) name mismatch \('([^']*)'\)", text)
+    if mismatch:
+        return f"a host called `{mismatch[1]}('{mismatch[2]}')` while another was in a different collective"
+    return text
+
+
 register(ProcessExercise(
     id="14.1", kernel=KERNEL, answer_name="should_stop", signature="(step)",
     title="every host saves and stops at the same step after a preemption notice",
     solution=STOP_SOLUTION,
     driver=_STOP_DRIVER,
-    setup="from jax.experimental import multihost_utils\n", stall=6.0,
+    setup="from jax.experimental import multihost_utils\n",
     meshes=((2, 1), (2, 2)),
     wrong={
         _STOP_NEVER: "no host ever stopped: the notice was ignored, so the scheduler's grace period "
@@ -78,7 +88,7 @@ register(ProcessExercise(
         _STOP_FIXED_STEP: "your hosts stop at a step you chose, notice or not: on 2 x 2 no host got "
                           "a notice, and they stopped anyway",
         _STOP_OWN_HANDLER: lambda case: (
-            f"{case.got.text}: only the host that got SIGTERM saw your flag, so it stopped alone "
+            f"{_unmatched(case.got.text)}: only the host that got SIGTERM saw your flag, so it stopped alone "
             "while the other host went on to the next step's collective, which no longer matched. "
             "Ask JAX, which tells every host the same step"),
     },
@@ -87,7 +97,7 @@ register(ProcessExercise(
         "    if jax.process_index() == 0:\n"
         "        multihost_utils.sync_global_devices('extra')\n"
         "    return False\n"),
-        say=lambda case: f"{case.got.text}: the hosts' collectives no longer matched, because "
+        say=lambda case: f"{_unmatched(case.got.text)}: the hosts' collectives no longer matched, because "
                          "they stopped at different steps or one made a collective the other did "
                          "not. Every host must stop at the same step"),),
     hints=(
