@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from benchmarks.measure import ROOT, WrongProgram, log, record
-from benchmarks.report import fmt_bench, fmt_s, md_table
+from benchmarks.tables import fmt_bench, fmt_s, md_table
 
 KEY = "restarts"
 TITLE = "A failure's cost: from a host killed during a save to the restarted job's first step"
