@@ -447,6 +447,7 @@ _PSUM_LOSS = _step("jax.lax.psum(nnx_model.loss_fn(m, x, y), BOTH)")
 _PSUM_GRADS = _step(_LOCAL, "        grads = jax.lax.psum(grads, BOTH)\n", returned="jax.lax.pmean(loss, BOTH)")
 _NO_COLLECTIVE = _step(_LOCAL)
 _VMA_OFF = _step(_GLOBAL, vma=", check_vma=False")
+_VMA_OFF_NO_COLLECTIVE = _step(_LOCAL, vma=", check_vma=False")
 _VMA_OFF_TRAP = _step(_LOCAL, "        grads = jax.lax.pmean(grads, BOTH)\n", vma=", check_vma=False",
                       returned="jax.lax.pmean(loss, BOTH)")
 _PSUM_OVER_8 = _step("jax.lax.psum(nnx_model.loss_fn(m, x, y), BOTH) / 8")
@@ -497,7 +498,7 @@ register(ProcessExercise(
         _PMEAN_GRADS: lambda case: (
             f"the gradient trap: {_where(case)} your gradient is {_factor(case):g} x the right one, the number "
             "of devices. With check_vma on, nnx.grad of a device's own loss already sums the gradient of the "
-            "replicated parameters over every device; the pmean of those sums is still the sum. Average the "
+            "replicated parameters over every device, and a pmean of those sums is still the sum. Average the "
             "losses before you take the gradient, not the gradients after"),
         _PSUM_GRADS: lambda case: (
             f"{_where(case)} your gradient is {_factor(case):g} x the right one, the number of devices squared: "
@@ -512,6 +513,12 @@ register(ProcessExercise(
             "the devices, and the hosts, hold different models after one step: without the check, JAX no "
             "longer sums the gradient of the replicated parameters, and nothing checks that out_specs=P() "
             "is the same everywhere. Keep check_vma on (the default)"),
+        _VMA_OFF_NO_COLLECTIVE: lambda case: (
+            f"with no collective and check_vma=False, each device trained on its own rows: {_where(case)}, host "
+            f"0's first device's loss is {case.got[0][0]:g} x and its gradient {_factor(case):g} x the right "
+            f"ones, host 1's {case.got[1][0]:g} x and {case.got[1][1]:g} x, so the devices, and the hosts, hold "
+            "different models after one step. With check_vma on, JAX refuses out_specs=P() for that loss: "
+            "keep it on, and make the loss the global batch's before you take the gradient"),
         _PSUM_OVER_8: lambda case: (
             f"{_where(case)} your loss and gradient are {_factor(case):g} x the right ones: you divide by 8, the "
             "device count of the 2 x 4 mesh, not of this one. Let a collective count the devices for you"),
