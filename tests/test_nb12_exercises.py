@@ -67,7 +67,7 @@ def test_the_host_that_raised_is_blamed_not_a_host_the_launcher_stopped(monkeypa
         exercise.judge("def rank():\n    return 1 / 0\n")
 
 
-@pytest.mark.parametrize("ex_id", ["08.4", "10.3", "11.1", "11.2", "11.4", "12.1", "12.2"])
+@pytest.mark.parametrize("ex_id", ["08.4", "10.3", "10.4", "11.1", "11.2", "11.4", "12.1", "12.2"])
 def test_a_stub_or_a_non_function_is_told_without_starting_a_process(ex_id, monkeypatch):
     def no_run(*args, **kwargs):
         raise AssertionError("a process was started")

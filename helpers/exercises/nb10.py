@@ -1,12 +1,14 @@
 """Exercises of notebook 10: Flax NNX and Optax on a (host, device) mesh.
 
-10.1 the factor the gradient trap puts into AdamW's nu; 10.2 the specs of AdamW's moments split
+10.1 the factor the gradient trap puts into AdamW's nu; 10.4 a shard_map train step without the trap,
+judged in real processes (2 x 4 and 2 x 2 meshes); 10.2 the specs of AdamW's moments split
 over 'device' (optimizer-state sharding, ZeRO-1 style); 10.3 weights only host 0 has, broadcast to
 every host and placed by those shardings, judged in
 real processes (one run judges the reference and every catalogued mistake on both meshes).
 """
 from __future__ import annotations
 
+import re
 import textwrap
 
 from jax import P
@@ -14,7 +16,7 @@ from jax import P
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import RETURNED_NONE, Raised, Slot, SpecExercise, ValueExercise, course_mesh
-from helpers.exercises.rules import SpecRule, ValueRule
+from helpers.exercises.rules import CodeRule, ErrorRule, SpecRule, ValueRule
 from helpers.exercises.processes import ProcessExercise
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
@@ -313,5 +315,234 @@ register(ProcessExercise(
         "jax.experimental.multihost_utils has a function for exactly that.",
         "multihost_utils.broadcast_one_to_all(local_state) returns host 0's numbers on every host (as "
         "numpy); jax.device_put(..., opt_sharded) then places them.",
+    ),
+))
+
+
+# --------------------------------------------------------------------------- 10.4 the trap, in real processes
+
+# One real run of 2 processes x 4 devices judges train_step sources on the 2 x 4 mesh and on a
+# 2 x 2 one (the first two devices of each process): one AdamW step from the seed's state on a
+# global batch of 16 rows per device. After one step from zeros, AdamW's mu is (1 - b1) times
+# the gradient, so each device's copy of mu says which gradient that device applied.
+_TRAP_DRIVER = '''
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax import P
+from jax.sharding import NamedSharding
+
+from helpers import nnx_model, train
+
+_B1 = 0.9  # optax.adamw's default b1
+_graphdef, _abstract = nnx_model.abstract_state(nnx_model.SEED)
+
+
+def _mesh(layout):
+    """(hosts, devices): the first `devices` devices of each process, host by host."""
+    per_process = [sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
+                   for p in range(jax.process_count())]
+    return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])
+
+
+def _flat(leaves):
+    return np.concatenate([np.ravel(np.asarray(leaf, np.float64)) for leaf in leaves])
+
+
+def _reference(x, y):
+    """One device's loss and gradient on the whole batch."""
+    with jax.set_mesh(None), jax.default_device(jax.local_devices()[0]):
+        loss, grads = _one_device(x, y)
+    return float(loss), _flat(jax.tree.leaves(grads))
+
+
+@jax.jit
+def _one_device(x, y):
+    model, _ = nnx_model.create(nnx_model.SEED)
+    return nnx.value_and_grad(nnx_model.loss_fn)(model, x, y)
+
+
+def _local_copies(array):
+    """This host's devices' copies of a replicated array (None if some device holds only a part)."""
+    shards = sorted(array.addressable_shards, key=lambda s: s.device.id)
+    if any(s.data.shape != array.shape for s in shards):
+        return None
+    return [np.asarray(s.data, np.float64) for s in shards]
+
+
+def _verdict(out, loss_ref, grad_ref):
+    """[loss factor, gradient factor of this host's first device, its devices agree (1/0), the gradient is a
+    multiple of the right one (1/0)]; [-1, 0, 0, 0]: not (new state, loss) on every device"""
+    try:
+        state, loss = out
+        mu = nnx.merge(_graphdef, state)[1].opt_state[0].mu
+        copies = [_local_copies(leaf) for leaf in jax.tree.leaves(mu)]
+        losses = _local_copies(loss)
+    except Exception:
+        return [-1, 0, 0, 0]
+    if losses is None or any(c is None for c in copies) or np.size(losses[0]) != 1:
+        return [-1, 0, 0, 0]
+    grads = [_flat(leaves) / (1 - _B1) for leaves in zip(*copies)]  # one gradient per local device
+    factor = float(grads[0] @ grad_ref / (grad_ref @ grad_ref))
+    agree = all(np.allclose(g, grads[0], rtol=1e-4, atol=1e-6) for g in grads)
+    multiple = np.allclose(grads[0], factor * grad_ref, rtol=1e-3, atol=1e-6)
+    return [round(float(losses[0].ravel()[0]) / loss_ref, 3), round(factor, 3), int(agree), int(multiple)]
+
+
+@functools.cache
+def _inputs(layout):
+    """The layout's mesh, its global batch (16 rows a device), the seed's state replicated on it, and one
+    device's loss and gradient on that batch; the same for every program."""
+    mesh = _mesh(layout)
+    x, y = train.global_batch_at(0, 16 * mesh.size)
+    rows = NamedSharding(mesh, P(("host", "device")))
+    xs, ys = (jax.make_array_from_callback(a.shape, rows, lambda index, a=a: a[index]) for a in (x, y))
+    replicated = jax.tree.map(lambda _: NamedSharding(mesh, P()), _abstract)
+    state = jax.jit(lambda: nnx.state(nnx_model.create(nnx_model.SEED)), out_shardings=replicated)()
+    return mesh, (state, xs, ys), _reference(x, y)
+
+
+def output(namespace, layout):
+    mesh, args, reference = _inputs(layout)
+    with jax.set_mesh(mesh):
+        step = namespace["make_train_step"]()
+        if step is None:
+            return [-2, 0, 0, 0]
+        out = jax.jit(step)(*args) if callable(step) else None  # jitted here too: a step run eagerly is slow
+    return _verdict(out, *reference)
+'''
+
+_TRAP_SETUP = textwrap.dedent("""\
+    from functools import partial
+    from flax import nnx
+    from helpers import nnx_model
+
+    BOTH = ("host", "device")
+    graphdef, _ = nnx_model.abstract_state(nnx_model.SEED)
+    """)
+
+
+def _step(loss: str, grads: str = "", vma: str = "", returned: str = "loss") -> str:
+    """A make_train_step whose step differentiates `loss` of m (then computes `grads`, if given)."""
+    grad_lines = (f"        loss, grads = nnx.value_and_grad(lambda m: {loss})(model)\n" + grads)
+    return (
+        "def make_train_step():\n"
+        "    @jax.jit\n"
+        f"    @partial(jax.shard_map, in_specs=(P(), P(BOTH), P(BOTH)), out_specs=(P(), P()){vma})\n"
+        "    def train_step(state, x, y):\n"
+        "        model, optimizer = nnx.merge(graphdef, state)\n"
+        + grad_lines +
+        "        optimizer.update(model, grads)\n"
+        f"        return nnx.state((model, optimizer)), {returned}\n"
+        "    return train_step\n")
+
+
+_LOCAL = "nnx_model.loss_fn(m, x, y)"
+_GLOBAL = "jax.lax.pmean(nnx_model.loss_fn(m, x, y), BOTH)"
+_TRAP_SOLUTION = _step(_GLOBAL)
+_PMEAN_GRADS = _step(_LOCAL, "        grads = jax.lax.pmean(grads, BOTH)\n", returned="jax.lax.pmean(loss, BOTH)")
+_PSUM_LOSS = _step("jax.lax.psum(nnx_model.loss_fn(m, x, y), BOTH)")
+_PSUM_GRADS = _step(_LOCAL, "        grads = jax.lax.psum(grads, BOTH)\n", returned="jax.lax.pmean(loss, BOTH)")
+_NO_COLLECTIVE = _step(_LOCAL)
+_VMA_OFF = _step(_GLOBAL, vma=", check_vma=False")
+_VMA_OFF_NO_COLLECTIVE = _step(_LOCAL, vma=", check_vma=False")
+_VMA_OFF_TRAP = _step(_LOCAL, "        grads = jax.lax.pmean(grads, BOTH)\n", vma=", check_vma=False",
+                      returned="jax.lax.pmean(loss, BOTH)")
+_PSUM_OVER_8 = _step("jax.lax.psum(nnx_model.loss_fn(m, x, y), BOTH) / 8")
+_PMEAN_GRADS_OVER_8 = _step(_LOCAL, "        grads = jax.tree.map(lambda g: jax.lax.pmean(g, BOTH) / 8, grads)\n",
+                            returned="jax.lax.pmean(loss, BOTH)")
+
+
+def _where(case) -> str:
+    return f"on {case.layout[0]} hosts x {case.layout[1]} devices ({case.devices} devices)"
+
+
+def _factor(case) -> float:
+    """The factor between host 0's gradient and the right one, as measured."""
+    return case.got[0][1]
+
+
+def _turns_check_vma_off(source, layout) -> bool:
+    return bool(re.search(r"check_vma\s*=\s*False", source))
+
+
+def _trap_otherwise(case) -> str:
+    if any(verdict[0] == -2 for verdict in case.got):
+        return RETURNED_NONE
+    if any(verdict[0] == -1 for verdict in case.got):
+        return (f"{_where(case)}, make_train_step did not return a step that returns (new state, loss): the "
+                "state of (model, optimizer) after the update and one loss, each the same on every device")
+    if len({tuple(verdict) for verdict in case.got}) > 1 or not all(verdict[2] for verdict in case.got):
+        return (f"{_where(case)}, the devices applied different gradients (host 0's first device: "
+                f"{_factor(case):g} x the right one, host 1's: {case.got[1][1]:g} x): every device must apply "
+                "the gradient of the global batch's loss")
+    loss, factor, _, multiple = case.got[0]
+    if not multiple:
+        return (f"{_where(case)}, the gradient your step applied is not the gradient of the mean squared error "
+                "over the global batch (nor a multiple of it)")
+    return (f"{_where(case)}, your step's loss is {loss:g} x and its gradient {factor:g} x the right ones: "
+            "the loss is the mean squared error over the whole global batch, and the gradient its gradient")
+
+
+register(ProcessExercise(
+    id="10.4", kernel=KERNEL, answer_name="make_train_step", signature="()",
+    title="the gradient trap, in real processes: a shard_map step whose gradient is the global batch's",
+    setup=_TRAP_SETUP,
+    solution=_TRAP_SOLUTION,
+    driver=_TRAP_DRIVER, together=True, on=(2, 4),
+    timeout=180.0,
+    meshes=((2, 4), (2, 2)),
+    wrong={
+        _PMEAN_GRADS: lambda case: (
+            f"the gradient trap: {_where(case)} your gradient is {_factor(case):g} x the right one, the number "
+            "of devices. With check_vma on, nnx.grad of a device's own loss already sums the gradient of the "
+            "replicated parameters over every device, and a pmean of those sums is still the sum. Average the "
+            "losses before you take the gradient, not the gradients after"),
+        _PSUM_GRADS: lambda case: (
+            f"{_where(case)} your gradient is {_factor(case):g} x the right one, the number of devices squared: "
+            "with check_vma on, nnx.grad of a device's own loss already sums the gradient over every device, "
+            "and your psum multiplies that sum by the device count again"),
+        _PSUM_LOSS: lambda case: (
+            f"{_where(case)} your loss and gradient are {_factor(case):g} x the right ones: psum adds the "
+            "devices' losses, each already a mean over its own rows. The global batch's loss is their mean"),
+        _VMA_OFF: lambda case: (
+            f"with check_vma=False, each device applied the gradient of its own rows only ({_where(case)}, host "
+            f"0's first device's is {_factor(case):g} x the right one, host 1's {case.got[1][1]:g} x), so "
+            "the devices, and the hosts, hold different models after one step: without the check, JAX no "
+            "longer sums the gradient of the replicated parameters, and nothing checks that out_specs=P() "
+            "is the same everywhere. Keep check_vma on (the default)"),
+        _VMA_OFF_NO_COLLECTIVE: lambda case: (
+            f"with no collective and check_vma=False, each device trained on its own rows: {_where(case)}, host "
+            f"0's first device's loss is {case.got[0][0]:g} x and its gradient {_factor(case):g} x the right "
+            f"ones, host 1's {case.got[1][0]:g} x and {case.got[1][1]:g} x, so the devices, and the hosts, hold "
+            "different models after one step. With check_vma on, JAX refuses out_specs=P() for that loss: "
+            "keep it on, and make the loss the global batch's before you take the gradient"),
+        _PSUM_OVER_8: lambda case: (
+            f"{_where(case)} your loss and gradient are {_factor(case):g} x the right ones: you divide by 8, the "
+            "device count of the 2 x 4 mesh, not of this one. Let a collective count the devices for you"),
+        _PMEAN_GRADS_OVER_8: lambda case: (
+            f"{_where(case)} your gradient is {_factor(case):g} x the right one: dividing the trap's gradient by "
+            "8 undoes it on 8 devices only (the trap makes it the device count times too large). Average the "
+            "losses before you take the gradient, and there is nothing to undo"),
+    },
+    errors=(ErrorRule(lambda raw: "out_specs which require replication" in raw, example=_NO_COLLECTIVE,
+                 say="JAX refused out_specs=P() for a result that differs from device to device: the loss each "
+                     "device computed over its own rows, with no collective to make it the global batch's. "
+                     "Turning check_vma off only hides it: each device then applies its own rows' gradient"),),
+    checks=(CodeRule(_turns_check_vma_off, example=_VMA_OFF_TRAP,
+                 say="the gradients are right, but only because check_vma=False: with it off, JAX does not sum "
+                     "the replicated parameters' gradient, so the pmean of the devices' gradients happens to be "
+                     "the mean, and nothing checks that what out_specs=P() returns is the same on every device "
+                     "(the gradient of the pmean'd loss then gives each device its own rows' gradient). Keep "
+                     "check_vma on, and average the losses before you take the gradient"),),
+    otherwise=_trap_otherwise,
+    hints=(
+        "Each device's loss is the mean over its own rows; the global batch's loss is the mean of those "
+        "losses over every device. Which of the two does nnx.value_and_grad have to see?",
+        "Inside the body, take nnx.value_and_grad of a function of the model that returns jax.lax.pmean of "
+        "nnx_model.loss_fn(m, x, y) over BOTH; no collective on the gradients afterwards.",
     ),
 ))
