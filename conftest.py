@@ -61,7 +61,8 @@ _patch_nbval()
 # `make test` runs `--dist loadgroup`: tests that share a group run on one worker, every other
 # test goes wherever a worker is free. Groups: the cells of one notebook (nbval runs them in one
 # kernel, in order); a module's tests that share a module-scoped fixture (built once); the tests
-# of one exercise (its programs' outputs are computed once per worker, by real runs for some).
+# of one exercise, in test_exercises.py and test_process_verdicts.py (its programs' outputs are
+# computed once per worker, by real runs for some).
 
 def _module_scoped_fixture(item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
@@ -70,7 +71,8 @@ def _module_scoped_fixture(item) -> bool:
 
 def _exercise_id(item) -> str | None:
     callspec = getattr(item, "callspec", None)
-    return callspec.params.get("ex_id") if callspec and item.path.name == "test_exercises.py" else None
+    return (callspec.params.get("ex_id")
+            if callspec and item.path.name in ("test_exercises.py", "test_process_verdicts.py") else None)
 
 
 def _group(item) -> str | None:

@@ -15,7 +15,9 @@ from jax import P
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import RETURNED_NONE, Raised, Slot, SpecExercise, ValueExercise, course_mesh
+from helpers.exercises.kinds import (
+    RETURNED_NONE, Raised, Slot, SpecExercise, ValueExercise, course_mesh, varying_over,
+)
 from helpers.exercises.rules import CodeRule, ErrorRule, SpecRule, ValueRule
 from helpers.exercises.processes import ProcessExercise
 
@@ -528,7 +530,7 @@ register(ProcessExercise(
             "8 undoes it on 8 devices only (the trap makes it the device count times too large). Average the "
             "losses before you take the gradient, and there is nothing to undo"),
     },
-    errors=(ErrorRule(lambda raw: "out_specs which require replication" in raw, example=_NO_COLLECTIVE,
+    errors=(ErrorRule(lambda raw: varying_over(raw) is not None, example=_NO_COLLECTIVE,
                  say="JAX refused out_specs=P() for a result that differs from device to device: the loss each "
                      "device computed over its own rows, with no collective to make it the global batch's. "
                      "Turning check_vma off only hides it: each device then applies its own rows' gradient"),),
