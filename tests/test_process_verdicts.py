@@ -1,14 +1,15 @@
 """Every exercise judged in real processes, given a hang and an endless loop: the verdict names what
-happened in the learner's terms, comes at the launcher's stall limit (not the run's timeout), and
-quotes no gloo, coordination-service or XLA text."""
+happened in the learner's terms, comes at the checks' stall limit (not the run's timeout), and
+quotes no gloo, coordination-service or XLA text. The suite shortens that limit (conftest.py): a
+run stopped after TEST_STALL_SECONDS is one that asked for the checks' STALL_SECONDS."""
 import re
 
 import pytest
 
 from helpers import exercises, launch
 from helpers.exercises import ProcessExercise
-from helpers.exercises.processes import STALL_SECONDS
 from helpers.emulation import emulated_hosts
+from conftest import TEST_STALL_SECONDS
 
 PROCESS_IDS = [i for i in exercises.all_ids() if isinstance(exercises.get(i), ProcessExercise)]
 # What each exercise's function returns once past the hang (the kernel's precheck of 11.2 wants a whole number).
@@ -16,8 +17,10 @@ RETURNS = {"08.4": "0.0", "11.1": "0.0", "10.3": "args[0]", "10.4": "None",
            "11.2": "8", "12.1": "None", "12.2": "1",
            "11.4": "{'id': np.zeros(0, np.int32)}", "14.1": "False", "14.3": "[]", "15.1": "0"}
 # An exercise whose driver makes collectives of its own meets host 0's extra one in the driver's,
-# so JAX reports a mismatch at once instead of a hang: its verdict names the extra collective.
-HANG_SAYS = {"14.1": "a host called `sync_global_devices('only host 0')` while another was in a different collective"}
+# so JAX reports a mismatch at once instead of a hang: each host raises, naming its own call, and
+# the verdict names one of the two calls (the hosts' exits race when the machine is loaded).
+HANG_SAYS = {"14.1": re.compile(r"a host called `sync_global_devices\('(only host 0|step 2)'\)` while another "
+                                r"was in a different collective")}
 RUNTIME_TEXT = re.compile(r"gloo|DEADLINE_EXCEEDED|coordination|XlaRuntimeError|JaxRuntimeError|GetKeyValue",
                           re.IGNORECASE)
 
@@ -63,10 +66,10 @@ def test_every_exercise_judged_in_processes_is_covered():
 def test_a_collective_on_host_0_only_is_named_at_the_stall_limit(ex_id, monkeypatch):
     message, results = _judged(ex_id, _hang(exercises.get(ex_id)), monkeypatch)
     if ex_id in HANG_SAYS:
-        assert HANG_SAYS[ex_id] in message
+        assert HANG_SAYS[ex_id].search(message), message
         return
     assert "host 0 called `sync_global_devices` at line 4; host 1 never called it" in message
-    assert results and all(r.stopped_after == STALL_SECONDS for r in results)
+    assert results and all(r.stopped_after == TEST_STALL_SECONDS for r in results)
 
 
 @pytest.mark.parametrize("ex_id", PROCESS_IDS)
@@ -74,5 +77,5 @@ def test_an_endless_loop_is_named_as_one(ex_id, monkeypatch):
     message, results = _judged(ex_id, _loop(exercises.get(ex_id)), monkeypatch)
     assert "a loop that never ends" in message
     if exercises.get(ex_id).precheck is None:  # a precheck stops it in the kernel, before any run
-        assert f"still computing at line 2 (`while True:`) after {STALL_SECONDS:g} s" in message
-        assert results and all(r.stopped_after == STALL_SECONDS for r in results)
+        assert f"still computing at line 2 (`while True:`) after {TEST_STALL_SECONDS:g} s" in message
+        assert results and all(r.stopped_after == TEST_STALL_SECONDS for r in results)

@@ -1,12 +1,14 @@
 """Each notebook, run with the reference solutions injected, passes every check it contains.
 
-The run stops after the last cell that touches an exercise: the cells after it are the same code
-as in the untouched notebook, and nbval runs those (that is most of notebook 11's Orbax runs)."""
+The run executes the cells an exercise needs (`tools.nbrun.solved_cells`): the set-up, the exercise
+and check cells, and the cells that bind what they read, up to the last cell that touches an
+exercise. Every other cell is the same code as in the untouched notebook, and nbval runs those
+(the demos that start real processes, most of notebook 11's Orbax runs)."""
 import re
 
 import pytest
 
-from tools.nbrun import check_lines, course_notebooks, execute, inject_solutions, last_exercise_cell, read
+from tools.nbrun import check_lines, course_notebooks, execute, inject_solutions, last_exercise_cell, read, solved_cells
 
 NOTEBOOK_PATHS = course_notebooks()
 
@@ -17,7 +19,7 @@ def test_solved_notebook_passes_every_check(path):
     injected = inject_solutions(nb)
     if not injected:
         pytest.skip(f"{path.name} has no exercises")
-    nb.cells = nb.cells[: last_exercise_cell(nb) + 1]
+    nb.cells = [nb.cells[n] for n in solved_cells(nb)]
     execute(nb)
     verdicts = check_lines(nb)
     assert {i: verdicts.get(i) for i in injected} == {i: "✅" for i in injected}

@@ -5,8 +5,10 @@ import). Used by the tests, `make solutions`, `make notebooks` and the benchmark
 """
 from __future__ import annotations
 
+import ast
 import os
 import re
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -49,19 +51,63 @@ _EXERCISE_CALL = re.compile(r"(?<![.\w])(check|hint|solution|reference)\(")
 _VERDICT_NAME = re.compile(r"^(\w+) = check\(", re.MULTILINE)
 
 
-def last_exercise_cell(nb) -> int:
-    """Index of the last cell that touches an exercise: the exercise cell itself, a call of
+def _touching(nb) -> list[int]:
+    """Indices of the code cells that touch an exercise: the exercise cell itself, a call of
     check/hint/solution/reference, or a use of an answer's name or of a verdict kept from check
-    (a reveal gated on it); -1 if none does."""
+    (a reveal gated on it)."""
     from helpers.exercises import get
 
     code = [(n, cell) for n, cell in enumerate(nb.cells) if cell.cell_type == "code"]
     names = [get(i).answer_name for i in map(exercise_id, nb.cells) if i]
     names += [name for _, cell in code for name in _VERDICT_NAME.findall(cell.source)]
     used = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b") if names else None
-    touching = [n for n, cell in code if exercise_id(cell) or _EXERCISE_CALL.search(cell.source)
-                or (used and used.search(cell.source))]
+    return [n for n, cell in code if exercise_id(cell) or _EXERCISE_CALL.search(cell.source)
+            or (used and used.search(cell.source))]
+
+
+def last_exercise_cell(nb) -> int:
+    """Index of the last cell that touches an exercise; -1 if none does."""
+    touching = _touching(nb)
     return touching[-1] if touching else -1
+
+
+def _names(source: str) -> tuple[set[str], set[str]] | None:
+    """(names a cell binds at its top level, names it reads anywhere); None if it is no Python."""
+    try:
+        with warnings.catch_warnings():  # a cell's regex in a plain string is the notebook's business
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    bound, read_ = set(), set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (bound if isinstance(node.ctx, ast.Store) else read_).add(node.id)
+    return bound, read_
+
+
+def solved_cells(nb) -> list[int]:
+    """The cells a solved run executes: every markdown cell, the first code cell (the kernel's
+    set-up), every cell that touches an exercise, and, for each kept cell, the last earlier cell
+    that binds a name it reads (and so on back). Demos no exercise reads are left to nbval."""
+    code = [n for n, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    names = {n: _names(nb.cells[n].source) for n in code}
+    last = last_exercise_cell(nb)
+    kept = {n for n in code[:1] + _touching(nb)} | {n for n in code if names[n] is None and n <= last}
+    todo = list(kept)
+    while todo:
+        reader = todo.pop()
+        for name in (names[reader][1] if names[reader] else ()):
+            binder = next((n for n in reversed(code) if n < reader and names[n] and name in names[n][0]), None)
+            if binder is not None and binder not in kept:
+                kept.add(binder)
+                todo.append(binder)
+    return [n for n in range(last + 1) if n in kept or nb.cells[n].cell_type != "code"]
 
 
 def execute(nb, *, cell_timeout: int = 180, cwd: Path = NOTEBOOKS, quiet_kernel: bool = False):

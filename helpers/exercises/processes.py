@@ -49,8 +49,12 @@ def failure(result, code: tuple[Code, ...] = ()) -> Raised:
     failed = sorted((h for h in result.hosts if h.status == "failed"),
                     key=lambda h: (order.get(h.host, len(order)), h.host))
     if failed:
-        tail = failed[0].error_tail(3).strip().splitlines()
-        text = f"{tail[-1] if tail else _crash(failed[0])} on host {failed[0].host}"
+        lines = {h.host: (h.error_tail(3).strip().splitlines() or [_crash(h)])[-1] for h in failed}
+        # Hosts that raised the same exception type (a name mismatch raises on every host at once)
+        # are one cause, named by the lowest host: which of them exited first is a race.
+        kind = lines[failed[0].host].partition(":")[0]
+        first = min(h.host for h in failed if lines[h.host].partition(":")[0] == kind)
+        text = f"{lines[first]} on host {first}"
         return Raised(text, text)
     text = "the run was stopped: " + describe_stall(result, code, result.stopped_after or STALL_SECONDS)
     return Raised(text, "the run hung: " + text, verdict=True)
