@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 try:
@@ -40,7 +41,7 @@ def _without_log_noise(outputs):
             lines = [line for line in output["text"].splitlines() if line.strip() and not LOG_NOISE.match(line)]
             if not lines:
                 continue
-            output = {**output, "text": "\n".join(lines) + "\n"}
+            output = nbformat.from_dict({**output, "text": "\n".join(lines) + "\n"})  # nbval reads attributes
         kept.append(output)
     return kept
 

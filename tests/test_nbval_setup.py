@@ -2,6 +2,7 @@
 import re
 from pathlib import Path
 
+import nbformat
 import nbval.plugin
 
 from conftest import _without_log_noise
@@ -28,6 +29,13 @@ def test_stdout_and_results_are_untouched():
     outputs = [{"output_type": "stream", "name": "stdout", "text": "I1130 05:01:02.1 1 looks like a log\n"},
                {"output_type": "execute_result", "data": {"text/plain": "8"}}]
     assert _without_log_noise(outputs) == outputs
+
+
+def test_a_kept_message_reaches_nbval_as_a_notebook_node():
+    """nbval reads `output.output_type`: a cell whose stderr mixes noise and a real line once crashed it."""
+    text = "E1130 05:01:02.123456   4242 x.cc:1] gloo\nUserWarning: something real\n"
+    kept = nbval.plugin.transform_streams_for_comparison([nbformat.from_dict(_stderr(text))])
+    assert kept == [{"output_type": "stream", "stderr": "UserWarning: something real\n"}]
 
 
 def test_nbval_compares_through_the_filter():

@@ -6,6 +6,7 @@ exercise. Every other cell is the same code as in the untouched notebook, and nb
 (the demos that start real processes, most of notebook 11's Orbax runs)."""
 import re
 
+import nbformat
 import pytest
 
 from tools.nbrun import check_lines, course_notebooks, execute, inject_solutions, last_exercise_cell, read, solved_cells
@@ -26,17 +27,33 @@ def test_solved_notebook_passes_every_check(path):
 
 
 def test_the_solved_run_keeps_every_check_and_reveal():
-    """The cut is after every exercise cell, every check, every use of an answer's name, and every
-    reveal gated on a kept verdict."""
+    """The run keeps every exercise cell, every check, every use of an answer's name, and every
+    reveal gated on a kept verdict; it ends with the last of them."""
     nb = read(next(p for p in NOTEBOOK_PATHS if p.name.startswith("11_")))
-    last = last_exercise_cell(nb)
-    kept, cut = nb.cells[: last + 1], nb.cells[last + 1:]
-    assert 'check("11.3", targets_for)' in kept[-1].source
-    assert not any(re.search(r"targets_for|(?<![.\w])check\(", c.source) for c in cut if c.cell_type == "code")
+    kept_at = solved_cells(nb)
+    kept = [nb.cells[n] for n in kept_at]
+    cut = [c for n, c in enumerate(nb.cells) if n not in kept_at and c.cell_type == "code"]
+    assert kept_at[-1] == last_exercise_cell(nb) and 'check("11.3", targets_for)' in kept[-1].source
+    assert not any(re.search(r"targets_for|(?<![.\w])check\(", c.source) for c in cut)
     assert any("run(SCRIPT" in c.source for c in cut)  # the Orbax runs are left to nbval
 
 
 def test_a_reveal_gated_on_a_verdict_stays_in_the_solved_run():
     nb = read(next(p for p in NOTEBOOK_PATHS if p.name.startswith("10_")))
     gated = [n for n, c in enumerate(nb.cells) if c.cell_type == "code" and re.search(r"\bif passed_10_\d", c.source)]
-    assert gated and max(gated) <= last_exercise_cell(nb)
+    assert gated and set(gated) <= set(solved_cells(nb))
+
+
+def test_the_solved_run_keeps_what_an_exercise_reads_and_leaves_demos_to_nbval():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import jax\nfrom helpers.exercises import check"),   # 0: the set-up
+        nbformat.v4.new_code_cell("demo = run(SCRIPT)\nprint(demo)"),                   # 1: read by nothing
+        nbformat.v4.new_code_cell("mesh = jax.make_mesh((2, 4), ('host', 'device'))"),  # 2: read by 4
+        nbformat.v4.new_code_cell("mesh = mesh"),                                       # 3: read by 4, reads 2
+        nbformat.v4.new_code_cell("def helper():\n    return mesh.shape"),              # 4: read by 6
+        nbformat.v4.new_markdown_cell("Your turn."),                                    # 5
+        nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["exercise", "exercise-11.3"]}),  # 6
+        nbformat.v4.new_code_cell("helper()\ncheck('11.3', targets_for)"),              # 7
+        nbformat.v4.new_code_cell("after = run(SCRIPT)"),                                # 8: after the last check
+    ])
+    assert solved_cells(nb) == [0, 2, 3, 4, 5, 6, 7]
