@@ -64,16 +64,16 @@ def measure(results, opts) -> None:
     floor: list[float] = []
     start = time.perf_counter()
     runs = {p.stem: {"times": [], "rounds": [], "errors": []} for p in paths}
-    for r in range(opts.repeats):  # round robin: the floor and every notebook in each round
+    for r in range(opts.notebook_repeats):  # round robin: the floor and every notebook in each round
         t, err = _time_notebook(_floor_notebook)
         if err:
             raise RuntimeError(f"the floor notebook failed: {err}")
         floor.append(t)
-        log(f"learner wait, round {r + 1}/{opts.repeats}: floor {fmt_s(t)}")
+        log(f"learner wait, round {r + 1}/{opts.notebook_repeats}: floor {fmt_s(t)}")
         for path in paths:  # a failed run is reported, and retried next round
             t, err = _time_notebook(lambda: read(path))
             run = runs[path.stem]
-            where = f"round {r + 1}/{opts.repeats}, {fmt_s(time.perf_counter() - start)} in"
+            where = f"round {r + 1}/{opts.notebook_repeats}, {fmt_s(time.perf_counter() - start)} in"
             if err:
                 run["errors"].append(err)
                 log(f"  {path.stem}: ERROR {err} ({where})")
@@ -85,7 +85,7 @@ def measure(results, opts) -> None:
     results.add(*[record(bench_name(stem), run["times"]) for stem, run in runs.items()
                   if run["times"]])
     results.sections[KEY] = {
-        "reps": opts.repeats, "selection": opts.notebooks,
+        "reps": opts.notebook_repeats, "selection": opts.notebooks,
         "notebooks": [{"stem": stem, "budget": budget[stem], "rounds": run["rounds"],
                        "errors": run["errors"]} for stem, run in runs.items()]}
 

@@ -52,7 +52,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--notebooks", default="",
                    help="comma-separated notebook numbers for section 1, e.g. 00,03 (default: all)")
     p.add_argument("--repeats", type=int, default=None,
-                   help="repetitions of each Run All and launcher run (default 3; 1 with --quick)")
+                   help="repetitions of each launcher run and measured job (default 3; 1 with --quick)")
+    p.add_argument("--notebook-repeats", type=int, default=None,
+                   help="Run Alls of each notebook (default 2, so that 16 notebooks fit the 10 minutes of "
+                        "make bench; 1 with --quick)")
     p.add_argument("--test-repeats", type=int, default=1,
                    help="test-suite repetitions (default 1: each run takes minutes)")
     p.add_argument("--output", type=Path, default=report.OUTPUT,
@@ -87,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if not opts.only:
         skipped[runs.TESTS] = runs.TESTS_APART
     opts.repeats = opts.repeats or (1 if opts.quick else 3)
+    opts.notebook_repeats = opts.notebook_repeats or (1 if opts.quick else 2)
     opts.notebooks = [s.strip() for s in opts.notebooks.split(",") if s.strip()]
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     full = not (opts.only or opts.notebooks or opts.quick)  # as `make bench` runs

@@ -59,7 +59,7 @@ def test_budgets_come_from_the_front_matter_and_reach_the_report(monkeypatch):
     expected = course_table.read_info(course_table.course_sources()[0]).run_all_budget_s
     monkeypatch.setattr(learner, "_time_notebook", lambda make_nb: (1.5, None))
     results = _results()
-    learner.measure(results, types.SimpleNamespace(notebooks=["00"], repeats=2))
+    learner.measure(results, types.SimpleNamespace(notebooks=["00"], notebook_repeats=2))
     (nb,) = results.sections["learner"]["notebooks"]
     assert nb["stem"] == "00_fake_devices" and nb["budget"] == expected
     assert f"| {expected:g} s |" in learner.render(results)
