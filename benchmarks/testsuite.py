@@ -15,7 +15,7 @@ from benchmarks.tables import fmt_bench, fmt_s, md_table, times_text
 
 KEY = "tests"
 TITLE = "The test suite"
-WORKERS = 2
+WORKERS = 3  # the Makefile's PYTEST_WORKERS
 WHOLE = "whole suite (`make test` without the install)"
 RUNS = {WHOLE: ["--durations=8"], "nbval alone (`notebooks/`)": ["notebooks/"]}
 BUDGET_S = 300  # a warm `make test` (issue 17)
@@ -91,11 +91,11 @@ def render(results) -> str:
         + (" (one run each, as long as a `make test`; `python -m benchmarks.run --only tests "
            "--test-repeats 3` gives a spread)" if n == 1 else "")
         + ". The whole suite runs every notebook once under nbval (against the committed outputs) "
-          "and once more with every exercise solved, up to its last exercise, plus the unit tests"
+          "and once more with every exercise solved (the cells its exercises need), plus the unit tests"
         + (f"; here it takes {medians[0] / medians[1]:.1f}× the nbval run"
            if len(medians) == 2 else "")
-        + f". The budget of a warm `make test` is {BUDGET_S // 60} min. With 2 workers on 2 "
-          "cores, two notebooks execute at once, each slower than alone in section 1. The "
+        + f". The budget of a warm `make test` is {BUDGET_S // 60} min. With {data['workers']} workers "
+          "on 2 cores, notebooks execute side by side, each slower than alone in section 1. The "
           "outcome column is the suite's verdict at the time; a failing test does not stop the "
           "timing."
     )
