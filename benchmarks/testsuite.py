@@ -18,7 +18,7 @@ TITLE = "The test suite"
 WORKERS = 3  # the Makefile's PYTEST_WORKERS
 WHOLE = "whole suite (`make test` without the install)"
 RUNS = {WHOLE: ["--durations=8"], "nbval alone (`notebooks/`)": ["notebooks/"]}
-BUDGET_S = 300  # a warm `make test` (issue 17)
+BUDGET_S = 600  # a warm `make test`, so that .ci/run (a fresh clone: install and a cold compile cache) stays under 12 min
 
 
 def bench_name(label: str) -> str:
