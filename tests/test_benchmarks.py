@@ -392,7 +392,7 @@ def test_the_report_takes_the_newest_test_suite_run_and_shows_its_stamp(tmp_path
             "after the rest of this report, on the same machine") in text
     assert "this section took 250 s._" in text and "| 200 s | 9 passed |" in text
     assert "This run took 400 s (6.7 min; the budget for `make bench` is 10 min)." in text
-    assert "| `make test`, warm (measured D2) | 5 min | 3.3 min ✅ |" in report.readme_block(
+    assert "| `make test`, warm (measured D2) | 10 min | 3.3 min ✅ |" in report.readme_block(
         _with_learner(merged))
     newer = _stamped(_train_results(1.2), "20260104T000000Z", "", "def5678", full=True)
     newer.facts["machine"]["jax / jaxlib"] = "0.10.3 / 0.10.3"
