@@ -10,9 +10,8 @@
   JAX reads and writes entries under a file lock (filelock), so no process reads a half-written
   one; the least recently used entries go first.
 """
-import ast
+import dataclasses
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -125,37 +124,29 @@ def pytest_collection_modifyitems(config, items):
 # ------------------------------------------------- the checks' stall limit, shortened for the suite
 # Many tests hand a check a program that hangs on purpose (a collective on one host, an endless
 # loop), and each such run waits out the stall limit the prompts promise (15 s). The suite waits
-# TEST_STALL_SECONDS instead, in a run of one program: the course's programs print again within
+# TEST_STALL_SECONDS instead, in a run of one program (`RealProcesses._launch` of one source): the course's programs print again within
 # about 3 s on a loaded 2-core machine, and the verdicts are the same apart from the seconds they
 # quote. A `together` run of a whole catalogue keeps the real limit: one of its programs can be
 # silent for longer under load (10.4's NNX programs compile inside it). Only a run asking for
 # STALL_SECONDS is shortened, so tests/test_process_verdicts.py, which expects TEST_STALL_SECONDS,
 # fails for a check with another limit.
 TEST_STALL_SECONDS = 6.0
-_TOGETHER_SOURCES = re.compile(r"^for index, source in enumerate\((\[.*?\])\):$", re.MULTILINE | re.DOTALL)
-
-
-def _programs_in(script: str) -> int:
-    """How many programs a check's run holds (a `together` driver lists their sources)."""
-    listed = _TOGETHER_SOURCES.search(script)
-    return len(ast.literal_eval(listed[1])) if listed else 1
 
 
 @pytest.fixture(autouse=True)
 def shortened_check_stalls(request, monkeypatch):
     if request.node.path.suffix == ".ipynb":  # a notebook's checks run in its kernel, with the real limit
         return
-    from helpers import launch
-    from helpers.exercises.processes import STALL_SECONDS
+    from helpers.exercises.processes import STALL_SECONDS, RealProcesses
 
-    real_run = launch.run
+    real_launch = RealProcesses._launch
 
-    def run(*args, stall=None, **kwargs):
-        if stall == STALL_SECONDS and _programs_in(kwargs.get("source") or "") == 1:
-            stall = TEST_STALL_SECONDS
-        return real_run(*args, stall=stall, **kwargs)
+    def launch(runner, exercise, sources, layout):
+        if len(sources) == 1 and runner.stall == STALL_SECONDS:
+            runner = dataclasses.replace(runner, stall=TEST_STALL_SECONDS)
+        return real_launch(runner, exercise, sources, layout)
 
-    monkeypatch.setattr(launch, "run", run)
+    monkeypatch.setattr(RealProcesses, "_launch", launch)
 
 
 # ------------------------------------------------- helpers.launch.initialize() without a cluster
