@@ -114,7 +114,7 @@ def _momentum_step(make_momentum_step, mesh):
     step = make_momentum_step(mesh)
     if not callable(step):
         raise Mistake(f"make_momentum_step(mesh) should return the step function, but returned {describe(step)}")
-    out = step(*_momentum_inputs(mesh))
+    out = jax.jit(step)(*_momentum_inputs(mesh))  # jitted here too: a step run op by op is slow (a rule names it)
     if not isinstance(out, (tuple, list)) or len(out) != 3:
         raise Mistake(f"step should return (params, velocity, loss), but returned {describe(out)}")
     return jax.tree.map(np.asarray, tuple(out))
