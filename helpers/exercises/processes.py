@@ -147,9 +147,18 @@ class RealProcesses:
     def known(self, exercise: ProgramExercise, source: str, layout) -> Any:
         """What a program printed on this layout; known programs run once (together, if so declared)."""
         if (exercise.id, "output", source, layout) not in MEMO:
-            known = tuple(s for s in exercise.known_sources() if s not in self.apart)
-            MEMO.put(self._launch(exercise, known if self.together and source in known else (source,), layout))
+            MEMO.put(self._launch(exercise, self._batch(exercise, source, layout), layout))
         return MEMO[(exercise.id, "output", source, layout)]
+
+    def _batch(self, exercise: ProgramExercise, source: str, layout) -> tuple[str, ...]:
+        """The programs the run that computes `source` computes: the reference alone (a right answer needs
+        nothing else), a catalogued program with every other one not yet run (with `together`), anything
+        else alone."""
+        if not self.together or source == exercise.solution:
+            return (source,)
+        rest = tuple(s for s in exercise.known_sources()[1:]
+                     if s not in self.apart and (exercise.id, "output", s, layout) not in MEMO)
+        return rest if source in rest else (source,)
 
     def judged(self, exercise: ProgramExercise) -> None:
         """The learner's outputs are kept for one judgement only."""
@@ -201,9 +210,10 @@ class ProcessExercise(ProgramExercise):
     one program's source goes (after the prelude and setup); each host prints its output as JSON on
     its last stdout line, and the output of a run is the tuple of the hosts' outputs. With
     `together`, the driver defines `output(namespace, layout)` instead: what one program (run into
-    `namespace`) gives on one layout. One run then judges every source on every layout (an error
-    is its text): the reference and the whole catalogue at once, the learner's function alone (a
-    hang in it spoils nothing else). With `on`, that one run has this layout and the `meshes` are
+    `namespace`) gives on one layout. One run then judges several sources on every layout (an error
+    is its text): the reference alone (all a right answer needs), the whole catalogue at once the
+    first time a mistake is looked up, the learner's function alone (a hang in it spoils nothing
+    else). With `on`, that one run has this layout and the `meshes` are
     sub-meshes of it; without, each layout is its own run.
 
     A failed or hung run's output is `failure(result)`. Before any process starts, a stub is not
