@@ -57,3 +57,17 @@ def test_the_solved_run_keeps_what_an_exercise_reads_and_leaves_demos_to_nbval()
         nbformat.v4.new_code_cell("after = run(SCRIPT)"),                                # 8: after the last check
     ])
     assert solved_cells(nb) == [0, 2, 3, 4, 5, 6, 7]
+
+
+def test_a_name_the_cell_assigns_before_it_reads_it_needs_no_earlier_cell():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("from helpers.exercises import check"),               # 0: the set-up
+        nbformat.v4.new_code_cell("h = run(SCRIPT)\nstep = 1"),                        # 1: h, step: read by none
+        nbformat.v4.new_code_cell("total = 0"),                                        # 2: read by 5's x = x + 1
+        nbformat.v4.new_code_cell("targets_for = 1", metadata={"tags": ["exercise", "exercise-11.3"]}),  # 3
+        nbformat.v4.new_code_cell("check('11.3', targets_for)"),                       # 4
+        nbformat.v4.new_code_cell("for h in range(2):\n    print(h)\n"                 # 5: its own h and step,
+                                  "print([step for step in range(3)], (lambda step: step)(2))\n"
+                                  "total = total + targets_for"),                       #    total before it
+    ])
+    assert solved_cells(nb) == [0, 2, 3, 4, 5]

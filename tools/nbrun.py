@@ -6,6 +6,7 @@ import). Used by the tests, `make solutions`, `make notebooks` and the benchmark
 from __future__ import annotations
 
 import ast
+import symtable
 import os
 import re
 import warnings
@@ -71,12 +72,43 @@ def last_exercise_cell(nb) -> int:
     return touching[-1] if touching else -1
 
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
+           ast.DictComp, ast.GeneratorExp)
+
+
+def _uses_in_order(tree: ast.Module) -> tuple[dict[str, float], dict[str, float]]:
+    """When the cell's top-level code first reads and first assigns each name, as line numbers (an
+    assignment counts after the expression it assigns, so `x = f(x)` reads x first)."""
+    loaded: dict[str, float] = {}
+    stored: dict[str, float] = {}
+
+    def visit(node: ast.AST, store_at: float | None = None) -> None:
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                loaded.setdefault(node.id, node.lineno)
+            else:
+                stored.setdefault(node.id, store_at if store_at is not None else node.lineno)
+            return
+        for field, child in ast.iter_fields(node):
+            for each in child if isinstance(child, list) else [child]:
+                if not isinstance(each, ast.AST) or isinstance(each, _SCOPES):  # symtable reads those
+                    continue
+                late = field in ("targets", "target") and isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign,
+                                                                            ast.For, ast.NamedExpr))
+                after = node.iter if isinstance(node, ast.For) else getattr(node, "value", None)
+                visit(each, after.end_lineno + 0.5 if late and after is not None else store_at)
+
+    visit(tree)
+    return loaded, stored
+
+
 def _names(source: str) -> tuple[set[str], set[str]] | None:
     """(names a cell binds at its top level, names it reads anywhere); None if it is no Python."""
     try:
         with warnings.catch_warnings():  # a cell's regex in a plain string is the notebook's business
             warnings.simplefilter("ignore")
             tree = ast.parse(source)
+            top = symtable.symtable(source, "<cell>", "exec")
     except SyntaxError:
         return None
     bound, read_ = set(), set()
@@ -85,9 +117,16 @@ def _names(source: str) -> tuple[set[str], set[str]] | None:
             bound.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             bound.update((a.asname or a.name).split(".")[0] for a in node.names)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            (bound if isinstance(node.ctx, ast.Store) else read_).add(node.id)
+    loaded, stored = _uses_in_order(tree)
+    bound |= set(stored)
+    read_ = {s.get_name() for s in top.get_symbols() if s.is_referenced()
+             and not stored.get(s.get_name(), float("inf")) < loaded.get(s.get_name(), float("inf"))}
+    todo = list(top.get_children())
+    while todo:  # functions, lambdas, comprehensions: the names they read from the cell's scope
+        table = todo.pop()
+        todo += table.get_children()
+        read_ |= {s.get_name() for s in table.get_symbols()
+                  if s.is_referenced() and s.is_global() and s.get_name() not in bound}
     return bound, read_
 
 
