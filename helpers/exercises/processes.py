@@ -152,11 +152,11 @@ class RealProcesses:
 
     def _batch(self, exercise: ProgramExercise, source: str, layout) -> tuple[str, ...]:
         """The programs the run that computes `source` computes: the reference alone (a right answer needs
-        nothing else), a catalogued program with every other one not yet run (with `together`), anything
+        nothing else), a catalogued program with every known one not yet run (with `together`), anything
         else alone."""
         if not self.together or source == exercise.solution:
             return (source,)
-        rest = tuple(s for s in exercise.known_sources()[1:]
+        rest = tuple(s for s in exercise.known_sources()
                      if s not in self.apart and (exercise.id, "output", s, layout) not in MEMO)
         return rest if source in rest else (source,)
 
