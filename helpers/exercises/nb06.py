@@ -110,11 +110,19 @@ def _momentum_inputs(mesh):
     return params, velocity, placed(mesh, x), placed(mesh, y)
 
 
+_UNTRACEABLE = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                jax.errors.TracerIntegerConversionError)
+
+
 def _momentum_step(make_momentum_step, mesh):
     step = make_momentum_step(mesh)
     if not callable(step):
         raise Mistake(f"make_momentum_step(mesh) should return the step function, but returned {describe(step)}")
-    out = jax.jit(step)(*_momentum_inputs(mesh))  # jitted here too: a step run op by op is slow (a rule names it)
+    inputs = _momentum_inputs(mesh)
+    try:  # jitted here too: a step run op by op is slow (a rule names it)
+        out = jax.jit(step)(*inputs)
+    except _UNTRACEABLE:  # a step that reads its values in Python (a print of the loss) runs as it is
+        out = step(*inputs)
     if not isinstance(out, (tuple, list)) or len(out) != 3:
         raise Mistake(f"step should return (params, velocity, loss), but returned {describe(out)}")
     return jax.tree.map(np.asarray, tuple(out))
