@@ -126,7 +126,7 @@ def pytest_collection_modifyitems(config, items):
 # loop), and each such run waits out the stall limit the prompts promise (15 s). The suite waits
 # TEST_STALL_SECONDS instead, in a run of one program (`RealProcesses._launch` of one source): the
 # course's programs print again within about 3 s on a loaded 2-core machine, and the verdicts are
-# the same apart from the seconds they quote. The reference's and the catalogue's runs of a
+# the same apart from the seconds they quote. The reference's run and the catalogue's run of a
 # `together` exercise keep the real limit: their programs can be silent for longer under load
 # (10.4's NNX programs compile inside them). Only a run asking for
 # STALL_SECONDS is shortened, so tests/test_process_verdicts.py, which expects TEST_STALL_SECONDS,
@@ -143,8 +143,8 @@ def shortened_check_stalls(request, monkeypatch):
     real_launch = RealProcesses._launch
 
     def launch(runner, exercise, sources, layout):
-        handed_in = not (runner.together and sources[0] in exercise.known_sources())
-        if len(sources) == 1 and handed_in and runner.stall == STALL_SECONDS:
+        reference_of_together = runner.together and sources[0] == exercise.solution
+        if len(sources) == 1 and not reference_of_together and runner.stall == STALL_SECONDS:
             runner = dataclasses.replace(runner, stall=TEST_STALL_SECONDS)
         return real_launch(runner, exercise, sources, layout)
 
