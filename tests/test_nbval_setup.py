@@ -1,4 +1,5 @@
-"""The nbval set-up: log noise on stderr is ignored, anything else on stderr still counts."""
+"""The nbval set-up: log noise and the suite's cache warnings on stderr are ignored, anything else on stderr
+still counts."""
 import re
 from pathlib import Path
 
@@ -50,3 +51,9 @@ def test_sanitizers_hide_addresses_and_temp_paths_only():
     for regex, replace in patterns:
         text = re.sub(regex, replace, text)
     assert text == "<object at 0xADDRESS> wrote TMPPATH; device 0x1 stays"
+
+
+def test_a_warning_of_the_suites_compilation_cache_is_dropped_and_nothing_else():
+    text = ("/x/site-packages/jax/_src/compiler.py:782: UserWarning: Error reading persistent compilation cache "
+            "entry for 'jit_f': EOFError: \n  warnings.warn(\nUserWarning: something real\n  warnings.warn(\n")
+    assert _without_log_noise([_stderr(text)]) == [_stderr("UserWarning: something real\n  warnings.warn(\n")]
