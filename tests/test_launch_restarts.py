@@ -29,8 +29,8 @@ for step in range(1, 9 if host == 1 else 1):
 
 
 def _job(tmp_path, fail_times: int, max_restarts: int) -> launch.JobResult:
-    job = launch.run(source=FLAKY, hosts=2, timeout=60, args=[tmp_path, fail_times],
-                     max_restarts=max_restarts, restart_args=["--resume"])
+    job = launch.run(source=FLAKY, hosts=2, timeout=60, args=[tmp_path, fail_times], grace=10,  # host 0 prints
+                     max_restarts=max_restarts, restart_args=["--resume"])  # even when host 1 fails first
     assert not survivors(job.pids), "a host outlived its attempt"
     return job
 
