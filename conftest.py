@@ -145,11 +145,11 @@ def pytest_collection_modifyitems(config, items):
 # ------------------------------------------------- the checks' stall limit, shortened for the suite
 # Many tests hand a check a program that hangs on purpose (a collective on one host, an endless
 # loop), and each such run waits out the stall limit the prompts promise (15 s). The suite waits
-# TEST_STALL_SECONDS instead, in a run of one program (`RealProcesses._launch` of one source): the
-# course's programs print again within about 3 s on a loaded 2-core machine, and the verdicts are
-# the same apart from the seconds they quote. The reference's run and the catalogue's run of a
-# `together` exercise keep the real limit: their programs can be silent for longer under load
-# (10.4's NNX programs compile inside them). Only a run asking for
+# TEST_STALL_SECONDS instead: the course's programs print again within about 3 s on a loaded 2-core
+# machine, and the verdicts are the same apart from the seconds they quote. The reference's run and
+# the catalogue's run of a `together` exercise keep the real limit: their programs can be silent for
+# longer under load (10.4's NNX programs compile inside them). A handed-in program comes first in
+# its run, so one that hangs is stopped before the reference after it starts. Only a run asking for
 # STALL_SECONDS is shortened, so tests/test_process_verdicts.py, which expects TEST_STALL_SECONDS,
 # fails for a check with another limit.
 TEST_STALL_SECONDS = 6.0
@@ -164,8 +164,9 @@ def shortened_check_stalls(request, monkeypatch):
     real_launch = RealProcesses._launch
 
     def launch(runner, exercise, sources, layout):
-        reference_of_together = runner.together and sources[0] == exercise.solution
-        if len(sources) == 1 and not reference_of_together and runner.stall == STALL_SECONDS:
+        known = sources[0] in exercise.known_sources()  # else a handed-in program, first in its run
+        reference_or_catalogue = runner.together and known and (len(sources) > 1 or sources[0] == exercise.solution)
+        if not reference_or_catalogue and runner.stall == STALL_SECONDS:
             runner = dataclasses.replace(runner, stall=TEST_STALL_SECONDS)
         return real_launch(runner, exercise, sources, layout)
 

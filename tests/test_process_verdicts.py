@@ -80,3 +80,17 @@ def test_an_endless_loop_is_named_as_one(ex_id, monkeypatch):
     if exercises.get(ex_id).precheck is None:  # a precheck stops it in the kernel, before any run
         assert f"still computing at line 3 (`while True:`) after {TEST_STALL_SECONDS:g} s" in message
         assert results and all(r.stopped_after == TEST_STALL_SECONDS for r in results)
+
+
+def test_a_right_answer_in_the_learners_own_words_passes_in_one_run(monkeypatch):
+    """A together exercise runs the learner's function and its reference in one run: all a right answer needs."""
+    from helpers.exercises.core import MEMO
+
+    runs, real_run = [], launch.run
+    monkeypatch.setattr(launch, "run", lambda *args, **kwargs: runs.append(1) or real_run(*args, **kwargs))
+    MEMO.forget(lambda key: key[0] == "15.1")
+    exercise = exercises.get("15.1")
+    with emulated_hosts(exercise.kernel.hosts or 1):
+        status, message = exercises.verdict("15.1", exercise.solution + "\n# in my own words\n")
+    assert status == "pass", message
+    assert len(runs) == 1

@@ -533,7 +533,8 @@ class ProgramExercise(Exercise):
     def _first_difference(self, output_on: Callable[[tuple[int, ...]], Any]):
         """The case on the first layout where `output_on(layout)` parts from the reference; None if none."""
         for layout in self.meshes:
-            want, got = self.output_of_source(self.solution, layout), output_on(layout)
+            got = output_on(layout)  # first: a real-process run of the learner's program takes the reference along
+            want = self.output_of_source(self.solution, layout)
             if not close(got, want):
                 return self._case(layout, got, want)
         return None

@@ -151,14 +151,20 @@ class RealProcesses:
         return MEMO[(exercise.id, "output", source, layout)]
 
     def _batch(self, exercise: ProgramExercise, source: str, layout) -> tuple[str, ...]:
-        """The programs the run that computes `source` computes: the reference alone (a right answer needs
-        nothing else), a catalogued program with every known one not yet run (with `together`), anything
-        else alone."""
+        """The programs the run that computes `source` computes (with `together`): the learner's with the
+        reference, if that has not run yet (a right answer needs nothing else); the reference alone; a
+        catalogued program with every known one not yet run. Without `together`, each alone."""
         if not self.together or source == exercise.solution:
             return (source,)
-        rest = tuple(s for s in exercise.known_sources()
-                     if s not in self.apart and (exercise.id, "output", s, layout) not in MEMO)
+        known = exercise.known_sources()
+        if source not in known:
+            return (source,) + ((exercise.solution,) if self._not_run(exercise, exercise.solution, layout) else ())
+        rest = tuple(s for s in known if s not in self.apart and self._not_run(exercise, s, layout))
         return rest if source in rest else (source,)
+
+    @staticmethod
+    def _not_run(exercise: ProgramExercise, source: str, layout) -> bool:
+        return (exercise.id, "output", source, layout) not in MEMO
 
     def judged(self, exercise: ProgramExercise) -> None:
         """The learner's outputs are kept for one judgement only."""
@@ -182,14 +188,18 @@ class RealProcesses:
         result = launch.run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
                             stall=self.stall)
         keys = [(exercise.id, "output", s, l) for s in sources for l in layouts]
+        if sources[0] not in exercise.known_sources():  # the learner's program, first: a run that hangs or
+            spoiled = [k for k in keys if k[2] == sources[0]]  # crashes is its doing (the reference runs again)
+        else:
+            spoiled = keys
         if not result.ok:
-            return dict.fromkeys(keys, failure(result, code))
+            return dict.fromkeys(spoiled, failure(result, code))
         printed = []
         for host in result.hosts:
             try:
                 printed.append(json.loads(host.last_line))
             except ValueError:
-                return dict.fromkeys(keys, Raised(f"host {host.host} printed no result line"))
+                return dict.fromkeys(spoiled, Raised(f"host {host.host} printed no result line"))
         if not self.together:
             return {keys[0]: tuple(printed)}
         outputs = {}
@@ -211,9 +221,9 @@ class ProcessExercise(ProgramExercise):
     its last stdout line, and the output of a run is the tuple of the hosts' outputs. With
     `together`, the driver defines `output(namespace, layout)` instead: what one program (run into
     `namespace`) gives on one layout. One run then judges several sources on every layout (an error
-    is its text): the reference alone (all a right answer needs), the whole catalogue at once the
-    first time a mistake is looked up, the learner's function alone (a hang in it spoils nothing
-    else). With `on`, that one run has this layout and the `meshes` are
+    is its text): the learner's function with the reference (all a right answer needs; a run that
+    hangs or crashes is the learner's doing, and the reference runs again alone), the whole
+    catalogue at once the first time a mistake is looked up. With `on`, that one run has this layout and the `meshes` are
     sub-meshes of it; without, each layout is its own run.
 
     A failed or hung run's output is `failure(result)`. Before any process starts, a stub is not
