@@ -2,8 +2,9 @@
 
 - Unit tests see 8 fake CPU devices (set before anything imports JAX).
 - nbval ignores stderr that is only JAX/absl log noise, or a library's warning (no notebook
-  teaches with one on stderr), so a harmless line cannot fail a notebook; a cell that raises still fails (nbval checks
-  errors apart from outputs), and a cell whose other stderr differs shows that stderr.
+  teaches with one on stderr), so a harmless line cannot fail a notebook; a cell that raises
+  still fails (nbval checks errors apart from outputs), and a cell whose other stderr differs
+  shows that stderr.
 - No test, and no notebook kernel a test starts, records a learner's progress.
 - Every JAX process of the suite (this one, notebook kernels, launched hosts) keeps what XLA
   compiles in `.jax-cache/`, so a second run loads the same programs instead of compiling them
@@ -161,13 +162,13 @@ TEST_STALL_SECONDS = 6.0
 def shortened_check_stalls(request, monkeypatch):
     if request.node.path.suffix == ".ipynb":  # a notebook's checks run in its kernel, with the real limit
         return
-    from helpers.exercises.processes import STALL_SECONDS, RealProcesses
+    from helpers.exercises.processes import STALL_SECONDS, RealProcesses, handed_in
 
     real_launch = RealProcesses._launch
 
     def launch(runner, exercise, sources, layout):
-        known = sources[0] in exercise.known_sources()  # else a handed-in program, first in its run
-        reference_or_catalogue = runner.together and known and (len(sources) > 1 or sources[0] == exercise.solution)
+        reference_or_catalogue = runner.together and not handed_in(exercise, sources[0]) and (
+            len(sources) > 1 or sources[0] == exercise.solution)
         if not reference_or_catalogue and runner.stall == STALL_SECONDS:
             runner = dataclasses.replace(runner, stall=TEST_STALL_SECONDS)
         return real_launch(runner, exercise, sources, layout)

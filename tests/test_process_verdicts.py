@@ -8,6 +8,7 @@ import pytest
 
 from helpers import exercises, launch
 from helpers.exercises import ProcessExercise
+from helpers.exercises.core import MEMO
 from helpers.emulation import emulated_hosts
 from conftest import TEST_STALL_SECONDS
 
@@ -84,8 +85,6 @@ def test_an_endless_loop_is_named_as_one(ex_id, monkeypatch):
 
 def test_a_right_answer_in_the_learners_own_words_passes_in_one_run(monkeypatch):
     """A together exercise runs the learner's function and its reference in one run: all a right answer needs."""
-    from helpers.exercises.core import MEMO
-
     runs, real_run = [], launch.run
     monkeypatch.setattr(launch, "run", lambda *args, **kwargs: runs.append(1) or real_run(*args, **kwargs))
     MEMO.forget(lambda key: key[0] == "15.1")

@@ -6,9 +6,9 @@ import). Used by the tests, `make solutions`, `make notebooks` and the benchmark
 from __future__ import annotations
 
 import ast
-import symtable
 import os
 import re
+import symtable
 import warnings
 from pathlib import Path
 
@@ -91,7 +91,9 @@ def _uses_in_order(tree: ast.Module) -> tuple[dict[str, float], dict[str, float]
             return
         for field, child in ast.iter_fields(node):
             for each in child if isinstance(child, list) else [child]:
-                if not isinstance(each, ast.AST) or isinstance(each, _SCOPES):  # symtable reads those
+                if isinstance(each, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                    visit(each.generators[0].iter, store_at)  # the one part the cell's own scope evaluates
+                if not isinstance(each, ast.AST) or isinstance(each, _SCOPES):  # symtable reads the rest
                     continue
                 late = field in ("targets", "target") and isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign,
                                                                             ast.For, ast.NamedExpr))

@@ -97,6 +97,11 @@ print(json.dumps(out))
 """
 
 
+def handed_in(exercise: ProgramExercise, source: str) -> bool:
+    """A program the learner handed in: neither the reference nor a catalogued one."""
+    return source not in exercise.known_sources()
+
+
 @dataclass(frozen=True)
 class RealProcesses:
     """How a ProcessExercise runs a program: `helpers.launch.run` starts the driver with the program's
@@ -156,10 +161,9 @@ class RealProcesses:
         catalogued program with every known one not yet run. Without `together`, each alone."""
         if not self.together or source == exercise.solution:
             return (source,)
-        known = exercise.known_sources()
-        if source not in known:
+        if handed_in(exercise, source):
             return (source,) + ((exercise.solution,) if self._not_run(exercise, exercise.solution, layout) else ())
-        rest = tuple(s for s in known if s not in self.apart and self._not_run(exercise, s, layout))
+        rest = tuple(s for s in exercise.known_sources() if s not in self.apart and self._not_run(exercise, s, layout))
         return rest if source in rest else (source,)
 
     @staticmethod
@@ -188,10 +192,8 @@ class RealProcesses:
         result = launch.run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
                             stall=self.stall)
         keys = [(exercise.id, "output", s, l) for s in sources for l in layouts]
-        if sources[0] not in exercise.known_sources():  # the learner's program, first: a run that hangs or
-            spoiled = [k for k in keys if k[2] == sources[0]]  # crashes is its doing (the reference runs again)
-        else:
-            spoiled = keys
+        # A run that hangs or crashes is the doing of the learner's program, always first: the reference runs again.
+        spoiled = [k for k in keys if k[2] == sources[0]] if handed_in(exercise, sources[0]) else keys
         if not result.ok:
             return dict.fromkeys(spoiled, failure(result, code))
         printed = []
@@ -223,8 +225,8 @@ class ProcessExercise(ProgramExercise):
     `namespace`) gives on one layout. One run then judges several sources on every layout (an error
     is its text): the learner's function with the reference (all a right answer needs; a run that
     hangs or crashes is the learner's doing, and the reference runs again alone), the whole
-    catalogue at once the first time a mistake is looked up. With `on`, that one run has this layout and the `meshes` are
-    sub-meshes of it; without, each layout is its own run.
+    catalogue at once the first time a mistake is looked up. With `on`, that one run has this
+    layout and the `meshes` are sub-meshes of it; without, each layout is its own run.
 
     A failed or hung run's output is `failure(result)`. Before any process starts, a stub is not
     attempted, anything but a function `answer_name` (or its source) is a Mistake, and
