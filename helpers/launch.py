@@ -33,10 +33,12 @@ import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
+from helpers import launch_warm
 from helpers.devices import DEVICE_COUNT_FLAG
 from helpers.launch_job import JobResult
 from helpers.launch_result import (SCRIPT_ENDED, HostResult, LaunchError, RunResult, clean_stderr,
                                    clean_stdout, describe_exit, hosts_text)
+from helpers.launch_warm import WarmHost
 
 __all__ = ["run", "initialize", "main", "RunResult", "HostResult", "JobResult", "LaunchError"]
 
@@ -113,6 +115,12 @@ def _die_with_launcher() -> None:
         os._exit(1)
 
 
+def _text_stream(fd: int) -> io.TextIOWrapper:
+    """A UTF-8 Python stream on `fd` that writes each line as it is printed."""
+    return io.TextIOWrapper(io.BufferedWriter(io.FileIO(fd, "w")), encoding="utf-8",
+                            errors="backslashreplace", line_buffering=True, write_through=True)
+
+
 def _native_stdout_off_the_pipe(*, to_stderr: bool = False) -> None:
     """Give Python's stdout its own copy of the pipe, and point the C-level stdout elsewhere.
 
@@ -127,10 +135,7 @@ def _native_stdout_off_the_pipe(*, to_stderr: bool = False) -> None:
         return
     _stdout_moved = True
     sys.stdout.flush()
-    own = os.dup(1)
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(own, "w")), encoding="utf-8",
-                                  errors="backslashreplace", line_buffering=True,
-                                  write_through=True)
+    sys.stdout = _text_stream(os.dup(1))
     if to_stderr or os.environ.get("HELPERS_LAUNCH_VERBOSE") == "1":
         os.dup2(2, 1)
     else:
@@ -150,10 +155,7 @@ def _native_stderr_to_log() -> None:
     if fd is None:
         return
     sys.stderr.flush()
-    own = os.dup(2)
-    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(own, "w")), encoding="utf-8",
-                                  errors="backslashreplace", line_buffering=True,
-                                  write_through=True)
+    sys.stderr = _text_stream(os.dup(2))
     os.dup2(int(fd), 2)
     os.close(int(fd))
 
@@ -211,6 +213,19 @@ def _host_main() -> None:
         _print_script_traceback(err, script)
         _flush_and_exit(1)
     print(SCRIPT_ENDED, file=sys.stderr, flush=True)
+
+
+def _warm_host_main() -> None:
+    """A warm process (helpers.launch_warm): import JAX once; each fork of it runs one host.
+
+    Python's stdout and stderr are set apart from the native ones before the import, so what
+    the imported modules keep (a logging handler's stream) writes where a cold host's would.
+    """
+    global _stdout_moved
+    _stdout_moved = True  # each fork gets its native stdout and log from launch_warm
+    sys.stdout, sys.stderr = _text_stream(os.dup(1)), _text_stream(os.dup(2))
+    launch_warm.serve(sys.stdout.fileno(), sys.stderr.fileno())  # returns in a fork only
+    _host_main()
 
 
 def _wait_for_coordinator(address: str, timeout: float) -> None:
@@ -315,7 +330,7 @@ def _child_env(host: int, hosts: int, devices_per_host: int, port: int,
     return env
 
 
-def _kill_groups(procs: list[subprocess.Popen]) -> None:
+def _kill_groups(procs: list[subprocess.Popen | WarmHost]) -> None:
     """SIGKILL every process group at once (no host outlives another by a wait), then reap them."""
     for proc in procs:
         try:
@@ -333,7 +348,7 @@ class _Host:
     """One running process and the threads that collect its output."""
 
     def __init__(self, index: int, cmd: list[str], env: dict[str, str],
-                 on_line: Callable[[int, str, str], None] | None):
+                 on_line: Callable[[int, str, str], None] | None, warm: bool = False):
         self.index = index
         self.out: list[str] = []
         self.err: list[str] = []
@@ -341,11 +356,13 @@ class _Host:
         self.last_output: float | None = None  # when the script last printed (monotonic)
         log_read, log_write = os.pipe()  # the host's native log (see _native_stderr_to_log)
         try:
-            self.proc = subprocess.Popen(
-                cmd, env={**env, "HELPERS_LAUNCH_LOG_FD": str(log_write)},
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                pass_fds=(log_write,), start_new_session=True,
-                text=True, encoding="utf-8", errors="replace", bufsize=1)
+            self.proc = _warm_start(cmd, env, log_write) if warm else None
+            if self.proc is None:
+                self.proc = subprocess.Popen(
+                    cmd, env={**env, "HELPERS_LAUNCH_LOG_FD": str(log_write)},
+                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    pass_fds=(log_write,), start_new_session=True,
+                    text=True, encoding="utf-8", errors="replace", bufsize=1)
         except BaseException:
             os.close(log_read)
             raise
@@ -373,6 +390,16 @@ class _Host:
     def finish(self) -> None:
         for t in self.readers:
             t.join(timeout=5)
+
+
+def _warm_start(cmd: list[str], env: dict[str, str], log_write: int) -> WarmHost | None:
+    """The host forked from a warm process (see helpers.launch_warm); None if none can fork it."""
+    if not launch_warm.enabled():
+        return None
+    try:
+        return launch_warm.start(cmd[3:], env, log_write)
+    except OSError:
+        return None
 
 
 def _tidy(text: str, replacements: dict[str, str]) -> str:
@@ -468,7 +495,7 @@ def _attempt(cmd: list[str], hosts: int, devices_per_host: int, limits: _Limits,
     try:
         for i in range(hosts):
             env = _child_env(i, hosts, devices_per_host, port, verbose)
-            started.append(_Host(i, cmd, env, on_line))
+            started.append(_Host(i, cmd, env, on_line, warm=not bare))
         deadline = time.monotonic() + limits.timeout
         while True:
             codes = [h.proc.poll() for h in started]
