@@ -24,9 +24,11 @@ import sys
 import threading
 from collections import OrderedDict
 
-# Set per host, and read only after the import: hosts that differ in these share a warm process.
-_PER_HOST = frozenset({"JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
-                       "HELPERS_LAUNCH_PARENT"})
+# Read only after the import, so hosts that differ in these share a warm process: the run's
+# coordinates, and the device count (XLA_FLAGS is read when the backend starts; JAX reads
+# JAX_NUM_CPU_DEVICES at import, so a fork sets it in JAX's config).
+_AFTER_IMPORT = frozenset({"JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
+                           "HELPERS_LAUNCH_PARENT", "XLA_FLAGS", "JAX_NUM_CPU_DEVICES"})
 _CONTROL_FD = "HELPERS_WARM_CONTROL_FD"
 _SERVE = "import helpers.launch as launch; launch._warm_host_main()"
 _STACK_MODULES = ("flax.nnx", "optax", "orbax.checkpoint", "grain")
@@ -138,7 +140,7 @@ class _Warm:
 
 def _warm_for(env: dict[str, str], stack: bool) -> _Warm:
     """The warm process for hosts with this environment, started if there is none yet."""
-    shared = tuple(sorted((k, v) for k, v in env.items() if k not in _PER_HOST))
+    shared = tuple(sorted((k, v) for k, v in env.items() if k not in _AFTER_IMPORT))
     key = (stack, shared)
     with _pool_lock:
         warm = _pool.pop(key, None)
@@ -260,6 +262,10 @@ def _become_host(request: dict, pipes: dict[int, int], log_fd: int) -> None:
         os.close(fd)
     os.environ.clear()
     os.environ.update(env)
+    if "JAX_NUM_CPU_DEVICES" in env:
+        import jax
+
+        jax.config.update("jax_num_cpu_devices", int(env["JAX_NUM_CPU_DEVICES"]))
     os.chdir(request["cwd"])
     import numpy as np
 

@@ -51,10 +51,12 @@ def test_a_forked_host_sees_what_a_cold_host_sees(tmp_path, monkeypatch):
 
 
 @pytest.mark.multiprocess
-def test_hosts_with_other_device_counts_come_from_their_own_warm_process(tmp_path):
+def test_one_warm_process_serves_every_device_count(tmp_path):
     assert [h["devices"] for h in _seen(tmp_path, devices=2)] == [2, 2]
+    warm = launch_warm.pids()
     assert [h["devices"] for h in _seen(tmp_path, devices=3)] == [3, 3]
     assert [h["global"] for h in _seen(tmp_path, devices=2)] == [4, 4]
+    assert launch_warm.pids() == warm
 
 
 @pytest.mark.multiprocess

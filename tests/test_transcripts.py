@@ -17,6 +17,7 @@ QUOTED = {  # what notebook 12's prose says each recording shows
                               "killed by SIGABRT"),
     "crash_before_first_collective": ("Gloo context initialization failed", "exit status 1"),
     "backend_never_starts": ("Getting local topologies failed", "cpu:local_topology/cpu/1"),
+    "host_never_joins": ("host 0: joining", "RegisterTask", "DEADLINE_EXCEEDED", "killed by SIGABRT"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Record notebook 12's slow failures once, into notebooks/transcripts/ (each takes minutes).
+"""Record notebook 12's slow failures once, into notebooks/transcripts/ (each takes seconds to minutes).
 
 Usage: python tools/record_transcripts.py [NAME ...]   (no name: all; names: see CASES)
 
@@ -28,9 +28,13 @@ CASES = {  # transcript name -> (script, run options)
     "crash_before_first_collective": ("crash_under_plain_jax.py",
                                       {"bare": True, "timeout": 420, "grace": 10, "args": ["0"]}),
     "backend_never_starts": ("backend_never_starts.py", {"timeout": 240}),
+    "host_never_joins": ("host_never_joins.py", {"timeout": 60}),
 }
 _NATIVE_FRAME = re.compile(r"^\s*@\s+0x[0-9a-f]+\s")
-_WIDTH = 150  # characters of a line kept (native log records run to a thousand)
+# A stack dump the launcher asks for before it stops a host (faulthandler's format: no comma
+# before "in"): the launcher's report gives the script's line.
+_DUMP_LINE = re.compile(r'^(?:Current thread|Thread) 0x[0-9a-f]+|^\s+File "[^"]+", line \d+ in ')
+_WIDTH = 150  # characters of a line kept (native log records run to a thousand), but a fatal one
 _LOG_PREFIX = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+")  # date, time, thread id
 
 
@@ -40,7 +44,7 @@ def _tidy(line: str, script: Path) -> str:
     line = re.sub(r"/tmp/[\w./-]+", "<tmp>", line)
     line = re.sub(r"(?:/[^\s\"':]+)*/site-packages/", "site-packages/", line)
     line = line.replace(f"{ROOT}/", "")
-    return line if len(line) <= _WIDTH else line[:_WIDTH - 3] + "..."
+    return line if len(line) <= _WIDTH or line.startswith("F ") else line[:_WIDTH - 3] + "..."
 
 
 def record(name: str) -> str:
@@ -53,7 +57,7 @@ def record(name: str) -> str:
 
     def on_line(host: int, stream: str, line: str) -> None:
         text = line.rstrip("\n")
-        if not text.strip() or _NATIVE_FRAME.match(text) or (
+        if not text.strip() or _NATIVE_FRAME.match(text) or _DUMP_LINE.match(text) or (
                 stream == "stdout" and LOG_NOISE.match(text)):
             return
         with lock:
