@@ -42,15 +42,19 @@ os.environ["COURSE_PROGRESS_FILE"] = "off"
 # line. No notebook teaches with one (the course shows warnings with catch_warnings(record=True), on
 # stdout), and some come and go with the machine's load: the suite's shared compilation cache warns
 # when it reads an entry another process is writing; Orbax's restore threads warn in their own time.
-_LIBRARY_WARNING = re.compile(r"^\S*site-packages/\S+:\d+: \w*Warning: ")
+# A coroutine never awaited is always a library's (no notebook has one): Python warns of it when the
+# garbage collector happens to free it, from whatever line runs then, and adds a hint on tracemalloc
+# (which may arrive as a stream output of its own).
+_LIBRARY_WARNING = re.compile(r"^\S*site-packages/\S+:\d+: \w*Warning: "
+                              r"|^\S+:\d+: RuntimeWarning: coroutine '[^']+' was never awaited$")
+_TRACEMALLOC_HINT = "RuntimeWarning: Enable tracemalloc to get the object allocation traceback"
 
 
 def _without_suite_noise(text: str) -> list[str]:
     """The stderr lines of a cell that are the notebook's own: no log noise, no library's warning."""
     kept, after_warning = [], False
     for line in text.splitlines():
-        if after_warning and line.startswith("  "):
-            after_warning = False
+        if (after_warning and line.startswith("  ")) or line == _TRACEMALLOC_HINT:
             continue
         after_warning = bool(_LIBRARY_WARNING.match(line))
         if line.strip() and not after_warning and not LOG_NOISE.match(line):

@@ -71,3 +71,16 @@ def test_a_librarys_warning_is_dropped_and_nothing_else():
             "<cell>:3: UserWarning: the notebook's own\n  warnings.warn('the notebook's own')\n")
     assert _without_log_noise([_stderr(text)]) == [
         _stderr("<cell>:3: UserWarning: the notebook's own\n  warnings.warn('the notebook's own')\n")]
+
+
+def test_a_coroutine_a_library_never_awaited_is_dropped_with_its_hint():
+    """Python warns when the garbage collector frees it, from whatever line then runs (a cell's too)."""
+    text = ("/tmp/ipykernel_7/1234.py:5: RuntimeWarning: coroutine 'Saver._write' was never awaited\n"
+            "  print(f'restored')\n"
+            "RuntimeWarning: Enable tracemalloc to get the object allocation traceback\n"
+            "/x/site-packages/orbax/a.py:9: RuntimeWarning: coroutine 'b' was never awaited\n"
+            "RuntimeWarning: Enable tracemalloc to get the object allocation traceback\n"
+            "ValueError: the notebook's own\n")
+    assert _without_log_noise([_stderr(text)]) == [_stderr("ValueError: the notebook's own\n")]
+    hint_alone = _stderr("RuntimeWarning: Enable tracemalloc to get the object allocation traceback\n")
+    assert _without_log_noise([hint_alone]) == []
