@@ -38,7 +38,6 @@ from helpers.devices import DEVICE_COUNT_FLAG
 from helpers.launch_job import JobResult
 from helpers.launch_result import (SCRIPT_ENDED, HostResult, LaunchError, RunResult, clean_stderr,
                                    clean_stdout, describe_exit, hosts_text)
-from helpers.launch_warm import WarmHost
 
 __all__ = ["run", "initialize", "main", "RunResult", "HostResult", "JobResult", "LaunchError"]
 
@@ -330,7 +329,7 @@ def _child_env(host: int, hosts: int, devices_per_host: int, port: int,
     return env
 
 
-def _kill_groups(procs: list[subprocess.Popen | WarmHost]) -> None:
+def _kill_groups(procs: list[subprocess.Popen | launch_warm.WarmHost]) -> None:
     """SIGKILL every process group at once (no host outlives another by a wait), then reap them."""
     for proc in procs:
         try:
@@ -392,7 +391,7 @@ class _Host:
             t.join(timeout=5)
 
 
-def _warm_start(cmd: list[str], env: dict[str, str], log_write: int) -> WarmHost | None:
+def _warm_start(cmd: list[str], env: dict[str, str], log_write: int) -> launch_warm.WarmHost | None:
     """The host forked from a warm process (see helpers.launch_warm); None if none can fork it."""
     if not launch_warm.enabled():
         return None

@@ -31,9 +31,9 @@ CASES = {  # transcript name -> (script, run options)
     "host_never_joins": ("host_never_joins.py", {"timeout": 60}),
 }
 _NATIVE_FRAME = re.compile(r"^\s*@\s+0x[0-9a-f]+\s")
-# A stack dump the launcher asks for before it stops a host (faulthandler's format: no comma
-# before "in"): the launcher's report gives the script's line.
-_DUMP_LINE = re.compile(r'^(?:Current thread|Thread) 0x[0-9a-f]+|^\s+File "[^"]+", line \d+ in ')
+# The header of a stack dump the launcher asks for before it stops a host; its frames are
+# launch._DUMP_FRAME. The launcher's report gives the script's line.
+_DUMP_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+")
 _WIDTH = 150  # characters of a line kept (native log records run to a thousand), but a fatal one
 _LOG_PREFIX = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+")  # date, time, thread id
 
@@ -57,7 +57,8 @@ def record(name: str) -> str:
 
     def on_line(host: int, stream: str, line: str) -> None:
         text = line.rstrip("\n")
-        if not text.strip() or _NATIVE_FRAME.match(text) or _DUMP_LINE.match(text) or (
+        dump = _DUMP_HEADER.match(text) or launch._DUMP_FRAME.match(text)
+        if not text.strip() or _NATIVE_FRAME.match(text) or dump or (
                 stream == "stdout" and LOG_NOISE.match(text)):
             return
         with lock:
