@@ -15,6 +15,7 @@ how it ended or which line of the script it was at, and the last line it printed
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import faulthandler
 import io
@@ -33,27 +34,38 @@ import traceback
 from pathlib import Path
 from typing import Callable, Sequence
 
-from helpers import launch_warm
+from helpers import launch_netns, launch_warm
 from helpers.devices import DEVICE_COUNT_FLAG
 from helpers.launch_job import JobResult
 from helpers.launch_result import (SCRIPT_ENDED, HostResult, LaunchError, RunResult, clean_stderr,
                                    clean_stdout, describe_exit, hosts_text)
 
-__all__ = ["run", "initialize", "main", "RunResult", "HostResult", "JobResult", "LaunchError"]
+__all__ = ["run", "initialize", "main", "RunResult", "HostResult", "JobResult", "LaunchError",
+           "HostsApartError"]
+
+HostsApartError = launch_netns.HostsApartError
 
 _PORT_ATTEMPTS = 3
 _POLL_SECONDS = 0.02
 _SAME_MOMENT = 2.0  # hosts failing within this many seconds of each other failed together
 # A collective's error on a host whose peer died: a consequence of another failure, never its cause.
 _LOST_PEER = re.compile(r"Connection (?:closed|reset) by peer")
+# gloo's error when it dialled a loopback address that a peer advertised (a hostname that
+# resolves to 127.x: on one machine it reaches every host, between machines none).
+_GLOO_LOOPBACK = re.compile(r"(?:Gloo context initialization failed|failed to connect).*?"
+                            r"remote=\[(127\.\d+\.\d+\.\d+)\]")
 # What the coordinator prints when its port is already taken (jaxlib 0.10.2 then crashes).
 _BIND_FAILURE = re.compile(r"Failed to add port to server|[Aa]ddress already in use")
 _REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 # Every host runs its script through _host_main (below), which turns its exit into one the
 # launcher sees at once; the script's path and arguments follow.
 _HOST_MAIN = "import helpers.launch as launch; launch._host_main()"
+# A bare host under --netns: enter its namespace, then become plain `python script.py`.
+_EXEC_APART = "import helpers.launch_netns as netns; netns.exec_apart()"
 _DUMP_SIGNAL = signal.SIGUSR1  # asks a host the launcher is about to stop where it is
 _DUMP_WAIT_SECONDS = 2.0
+# An IPv4 address and port in a host's output: the port changes from run to run, the address not.
+_PORT = re.compile(r"(\b\d{1,3}(?:\.\d{1,3}){3}\]?):\d+")
 # One frame of a faulthandler dump: '  File "/path/script.py", line 9 in <module>'.
 _DUMP_FRAME = re.compile(r'^\s+File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)',
                          re.MULTILINE)
@@ -195,6 +207,7 @@ def _host_main() -> None:
     every other host). A host still running at the launcher's timeout prints where it is
     (faulthandler, on SIGUSR1); one whose script ended says so before JAX's exit barrier.
     """
+    launch_netns.enter_from_env()  # --netns: first, while this process has a single thread
     script, *args = sys.argv[1:]
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(script)
@@ -309,12 +322,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _child_env(host: int, hosts: int, devices_per_host: int, port: int,
+def _child_env(host: int, hosts: int, devices_per_host: int, coordinator: str,
                verbose: bool = False) -> dict[str, str]:
     env = dict(os.environ)
     flags = re.sub(rf"{DEVICE_COUNT_FLAG}=\S+", "", env.get("XLA_FLAGS", "")).split()
     env.update({
-        "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+        "JAX_COORDINATOR_ADDRESS": coordinator,
         "JAX_NUM_PROCESSES": str(hosts),
         "JAX_PROCESS_ID": str(host),
         "XLA_FLAGS": " ".join([*flags, f"{DEVICE_COUNT_FLAG}={devices_per_host}"]),
@@ -405,7 +418,7 @@ def _tidy(text: str, replacements: dict[str, str]) -> str:
     for old, new in replacements.items():
         text = text.replace(old, new)
     text = re.sub(r"(?:/[^\s\"':]+)*/site-packages/", "site-packages/", text)
-    return re.sub(r"(127\.0\.0\.1\]?):\d+", r"\1:<port>", text)
+    return _PORT.sub(r"\1:<port>", text)
 
 
 def _ask_where(running: list[_Host]) -> None:
@@ -479,21 +492,37 @@ def _stalled(started: list[_Host], stall: float | None) -> bool:
 
 
 def _attempt(cmd: list[str], hosts: int, devices_per_host: int, limits: _Limits,
-             on_line, verbose: bool, bare: bool = False,
-             ) -> tuple[list[_Host], list[str], list[list[int]], str, int]:
+             on_line, verbose: bool, bare: bool = False, etc_hosts: str | None = None,
+             ) -> tuple[list[_Host], list[str], list[list[int]], str, str]:
     """Start the hosts once; stop them all `grace` s after the first failure, or at a limit.
 
+    With `etc_hosts` (--netns), each host runs in a network namespace of its own
+    (helpers.launch_netns), removed with everything else when the attempt ends.
     Returns the hosts, their statuses, the failed hosts grouped by when they failed, why the
-    launcher stopped a run that had not failed ('' if it did not) and the coordinator's port.
+    launcher stopped a run that had not failed ('' if it did not) and the coordinator's address.
     """
-    port = _free_port()
+    with contextlib.ExitStack() as stack:
+        apart = (stack.enter_context(launch_netns.HostsApart(hosts, etc_hosts))
+                 if etc_hosts else None)
+        coordinator = f"{launch_netns.address(0) if apart else '127.0.0.1'}:{_free_port()}"
+        return (*_run_hosts(cmd, hosts, devices_per_host, limits, on_line, verbose, bare,
+                            coordinator, apart), coordinator)
+
+
+def _run_hosts(cmd: list[str], hosts: int, devices_per_host: int, limits: _Limits, on_line,
+               verbose: bool, bare: bool, coordinator: str,
+               apart: launch_netns.HostsApart | None,
+               ) -> tuple[list[_Host], list[str], list[list[int]], str]:
+    """`_attempt`'s hosts, from their start until every one has ended or been stopped."""
     started: list[_Host] = []
     status = ["running"] * hosts
     failed_at: dict[int, float] = {}
     why = ""
     try:
         for i in range(hosts):
-            env = _child_env(i, hosts, devices_per_host, port, verbose)
+            env = _child_env(i, hosts, devices_per_host, coordinator, verbose)
+            if apart:
+                env.update(apart.env(i))
             started.append(_Host(i, cmd, env, on_line, warm=not bare))
         deadline = time.monotonic() + limits.timeout
         while True:
@@ -524,7 +553,7 @@ def _attempt(cmd: list[str], hosts: int, devices_per_host: int, limits: _Limits,
     for i, s in enumerate(status):
         if s == "running":
             status[i] = "timed out" if why else "stopped"
-    return started, status, _failure_groups(failed_at), why, port
+    return started, status, _failure_groups(failed_at), why
 
 
 def _failure_groups(failed_at: dict[int, float]) -> list[list[int]]:
@@ -565,7 +594,18 @@ def _timeout_message(why: str, results: Sequence[HostResult]) -> str:
                      "script and waited at JAX's exit barrier for the others")
     if exited:
         parts.append(f"{hosts_text(exited)} had exited")
-    return f"stopped after {why}: " + "; ".join(parts)
+    return f"stopped after {why}: " + "; ".join(parts) + _loopback_gist(results)
+
+
+def _loopback_gist(results: Sequence[HostResult]) -> str:
+    """The cause, when a host's gloo dialled a loopback address that another host advertised."""
+    for h in results:
+        found = _GLOO_LOOPBACK.search(h.stderr + h.log)
+        if found:
+            return (f" (gloo on host {h.host} dialled {found[1]}, a loopback address: a host "
+                    "advertised what its hostname resolves to, which no other machine can reach; "
+                    "map each hostname to its host's own address in /etc/hosts)")
+    return ""
 
 
 def _failure_message(failed: list[list[int]], results: Sequence[HostResult]) -> str:
@@ -584,35 +624,38 @@ def _failure_message(failed: list[list[int]], results: Sequence[HostResult]) -> 
         message += f"; the launcher stopped {hosts_text(stopped)}"
     if any(_BIND_FAILURE.search(h.stderr + h.log) for h in results):
         message += f" (the coordinator's port was taken {_PORT_ATTEMPTS} times in a row)"
-    return message
+    return message + _loopback_gist(results)
 
 
-def _host_command(script: Path, args: Sequence[str], bare: bool = False) -> list[str]:
+def _host_command(script: Path, args: Sequence[str], bare: bool = False,
+                  apart: bool = False) -> list[str]:
     if bare:
-        return [sys.executable, str(script), *map(str, args)]
+        plain = [sys.executable, str(script), *map(str, args)]
+        return [sys.executable, "-c", _EXEC_APART, *plain] if apart else plain
     return [sys.executable, "-c", _HOST_MAIN, str(script), *map(str, args)]
 
 
 def _launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: int,
             limits: _Limits, display: dict[str, str], on_line=None, on_retry=None,
-            verbose: bool = False, bare: bool = False) -> RunResult:
+            verbose: bool = False, bare: bool = False, etc_hosts: str | None = None) -> RunResult:
+    """Run the hosts (retrying when the coordinator's port was taken); `etc_hosts`: --netns."""
     for name, value, low in (("hosts", hosts, 1), ("devices_per_host", devices_per_host, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be a whole number of at least {low}; got {value!r}")
     limits.check()
-    cmd = _host_command(script, args, bare)
+    cmd = _host_command(script, args, bare, apart=etc_hosts is not None)
     pids: list[int] = []
     for attempt in range(1, _PORT_ATTEMPTS + 1):
-        started, status, failed, why, port = _attempt(
-            cmd, hosts, devices_per_host, limits, on_line, verbose, bare)
+        started, status, failed, why, coordinator = _attempt(
+            cmd, hosts, devices_per_host, limits, on_line, verbose, bare, etc_hosts)
         pids += [h.proc.pid for h in started]
         bind_failed = any(_BIND_FAILURE.search("".join(started[i].err + started[i].log))
                           for group in failed for i in group)
         if not (bind_failed and attempt < _PORT_ATTEMPTS):
             break
         if on_retry is not None:
-            on_retry(port)
-    tidy = {f"127.0.0.1:{port}": "<coordinator>", **display}
+            on_retry(int(coordinator.rsplit(":", 1)[1]))
+    tidy = {coordinator: "<coordinator>", **display}
     results = []
     for h in started:
         stderr = "".join(h.err)
@@ -633,7 +676,8 @@ def _launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: 
     stopped_after = (limits.stall if why.startswith("no host") else limits.timeout) if why else None
     return RunResult(hosts=tuple(results), devices_per_host=devices_per_host, message=message,
                      pids=tuple(pids), attempts=attempt, failed_first=tuple(h for group in failed for h in group),
-                     stopped_after=stopped_after)
+                     stopped_after=stopped_after,
+                     apart=launch_netns.addresses_line(hosts) if etc_hosts else "")
 
 
 def _restarted(launch_once: Callable[[Sequence[str]], RunResult], max_restarts: int,
@@ -659,7 +703,8 @@ def run(script_path: str | os.PathLike | None = None, *, source: str | None = No
         hosts: int = 2, devices_per_host: int = 4, timeout: float = 120,
         args: Sequence[str] = (), grace: float = 0.0, stall: float | None = None,
         bare: bool = False, max_restarts: int | None = None,
-        restart_args: Sequence[str] = ()) -> RunResult | JobResult:
+        restart_args: Sequence[str] = (), netns: bool = False,
+        etc_hosts: str = "address") -> RunResult | JobResult:
     """Run a script (a file, or Python `source` text) as `hosts` JAX processes; return their outputs.
 
     A host that fails (an uncaught exception, a non-zero `sys.exit`, `os._exit` or a signal)
@@ -677,9 +722,16 @@ def run(script_path: str | os.PathLike | None = None, *, source: str | None = No
     With `max_restarts=N` a failed (or stopped) run starts again, every host, with
     `restart_args` added to `args` (e.g. `("--resume",)`), until one succeeds or N restarts
     are used up; the result is then a `JobResult` (each attempt, and a line for each).
+
+    netns=True (root only) runs each host in a network namespace of its own, with its own
+    address, hostname and /etc/hosts, as on a cluster (helpers.launch_netns); `etc_hosts=
+    "loopback"` gives each host the /etc/hosts line that makes gloo advertise 127.0.1.1.
+    Without root it raises HostsApartError, having made nothing.
     """
     if (script_path is None) == (source is None):
         raise ValueError("pass either a script path or source='...python code...', not both")
+    if etc_hosts not in launch_netns.ETC_HOSTS:
+        raise ValueError(f"etc_hosts must be one of {launch_netns.ETC_HOSTS}; got {etc_hosts!r}")
     with tempfile.TemporaryDirectory(prefix="helpers-launch-") as tmp:
         if source is not None:
             path = Path(tmp) / "script.py"
@@ -694,7 +746,8 @@ def run(script_path: str | os.PathLike | None = None, *, source: str | None = No
 
         def launch_once(extra: Sequence[str] = ()) -> RunResult:
             return _launch(path, [*args, *extra], hosts=hosts, devices_per_host=devices_per_host,
-                           limits=_Limits(timeout, grace, stall), display=display, bare=bare)
+                           limits=_Limits(timeout, grace, stall), display=display, bare=bare,
+                           etc_hosts=etc_hosts if netns else None)
 
         if max_restarts is None:
             return launch_once()
@@ -724,6 +777,12 @@ def _parser() -> argparse.ArgumentParser:
                         "at most N times")
     p.add_argument("--restart-args", default="", metavar="ARGS",
                    help="arguments added to the script's on a restart, e.g. --restart-args=--resume")
+    p.add_argument("--netns", action="store_true",
+                   help="root only: each host in a network namespace of its own, with its own "
+                        f"address in {launch_netns.NETWORK}, hostname and /etc/hosts, as on a cluster")
+    p.add_argument("--etc-hosts", choices=launch_netns.ETC_HOSTS, default="address",
+                   help="with --netns: what each host's /etc/hosts maps its hostname to (loopback: "
+                        f"{launch_netns.DEBIAN_LOOPBACK}, which breaks gloo; default: address)")
     p.add_argument("--verbose", action="store_true",
                    help="also show JAX/gloo log lines")
     p.add_argument("script")
@@ -756,11 +815,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not path.is_file():
         print(f"[launch] no script at {opts.script!r}; check the path", file=sys.stderr)
         return 2
+    if opts.netns:
+        if why := launch_netns.unavailable():
+            print(f"[launch] {why}", file=sys.stderr)
+            return 2
+        print(f"[launch] {launch_netns.addresses_line(opts.hosts)}", file=sys.stderr, flush=True)
+
     def launch_once(extra: Sequence[str] = ()) -> RunResult:
         result = _launch(path.resolve(), [*opts.args, *extra], hosts=opts.hosts,
                          devices_per_host=opts.devices_per_host, limits=_Limits(opts.timeout, opts.grace, opts.stall),
                          display={}, on_line=on_line, on_retry=on_retry,
-                         verbose=opts.verbose)
+                         verbose=opts.verbose, etc_hosts=opts.etc_hosts if opts.netns else None)
         print(f"[launch] {opts.hosts} hosts x {opts.devices_per_host} devices: {result.message}",
               file=sys.stderr)
         if not result.ok:
@@ -786,7 +851,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("[launch] interrupted; stopped every host", file=sys.stderr)
         return 130
-    except ValueError as err:
+    except (ValueError, HostsApartError) as err:
         print(f"[launch] {err}", file=sys.stderr)
         return 2
     if result.ok:

@@ -173,6 +173,8 @@ class RunResult:
     failed_first: tuple[int, ...] = dataclasses.field(default=(), repr=False, compare=False)
     # the limit (seconds) at which the launcher stopped a run that had not ended; None if it ended
     stopped_after: float | None = dataclasses.field(default=None, repr=False, compare=False)
+    # --netns: where each host was ('host 0 at 198.18.0.1 (host0), ...'); '' on one network
+    apart: str = dataclasses.field(default="", repr=False)
 
     @property
     def ok(self) -> bool:
@@ -212,7 +214,8 @@ class RunResult:
         return [h.report() for h in self.hosts]
 
     def __str__(self) -> str:
-        out = [f"{len(self.hosts)} hosts x {self.devices_per_host} devices: {self.message}"]
+        out = [self.apart] if self.apart else []
+        out.append(f"{len(self.hosts)} hosts x {self.devices_per_host} devices: {self.message}")
         if not self.ok:
             out += self.report()
         for h in self.hosts:
@@ -243,8 +246,9 @@ class RunResult:
                          f'border-top:1px solid #ccc">{body}</td>')
         report = "".join(f'<div style="font-family:monospace">{html.escape(line)}</div>'
                          for line in ([] if self.ok else self.report()))
+        apart = f'<div>{html.escape(self.apart)}</div>' if self.apart else ""
         return (
-            f'<div><div style="color:{colour};font-weight:bold">'
+            f'<div>{apart}<div style="color:{colour};font-weight:bold">'
             f"{len(self.hosts)} hosts x {self.devices_per_host} devices: "
             f"{html.escape(self.message)}</div>{report}"
             f'<table style="border-collapse:collapse"><tr>{"".join(heads)}</tr>'

@@ -357,7 +357,7 @@ def test_run_argument_errors(tmp_path):
 
 def test_child_environment_binds_loopback_and_sets_devices(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --other_flag")
-    env = launch._child_env(1, 2, 4, 12345)
+    env = launch._child_env(1, 2, 4, "127.0.0.1:12345")
     assert env["JAX_COORDINATOR_ADDRESS"] == "127.0.0.1:12345"
     assert (env["JAX_NUM_PROCESSES"], env["JAX_PROCESS_ID"]) == ("2", "1")
     assert env["XLA_FLAGS"] == "--other_flag --xla_force_host_platform_device_count=4"

@@ -1,4 +1,4 @@
-"""Record notebook 12's slow failures once, into notebooks/transcripts/ (each takes seconds to minutes).
+"""Record the slow failures of notebooks 08 and 12 once, into notebooks/transcripts/ (each takes seconds to minutes).
 
 Usage: python tools/record_transcripts.py [NAME ...]   (no name: all; names: see CASES)
 
@@ -29,6 +29,9 @@ CASES = {  # transcript name -> (script, run options)
                                       {"bare": True, "timeout": 420, "grace": 10, "args": ["0"]}),
     "backend_never_starts": ("backend_never_starts.py", {"timeout": 240}),
     "host_never_joins": ("host_never_joins.py", {"timeout": 60}),
+    # --netns, as root: gloo advertises 127.0.1.1 (notebook 08, section 6)
+    "gloo_advertises_loopback": ("where_am_i.py", {"netns": True, "etc_hosts": "loopback",
+                                                   "timeout": 300}),
 }
 _NATIVE_FRAME = re.compile(r"^\s*@\s+0x[0-9a-f]+\s")
 # The header of a stack dump the launcher asks for before it stops a host; its frames are
@@ -40,7 +43,7 @@ _LOG_PREFIX = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+")  # date
 
 def _tidy(line: str, script: Path) -> str:
     line = _LOG_PREFIX.sub(r"\1 ", line).replace(str(script), script.name)
-    line = re.sub(r"(127\.0\.0\.1\]?):\d+", r"\1:<port>", line)
+    line = launch._PORT.sub(r"\1:<port>", line)
     line = re.sub(r"/tmp/[\w./-]+", "<tmp>", line)
     line = re.sub(r"(?:/[^\s\"':]+)*/site-packages/", "site-packages/", line)
     line = line.replace(f"{ROOT}/", "")
@@ -67,7 +70,8 @@ def record(name: str) -> str:
     result = launch._launch(path, options.get("args", ()), hosts=2, devices_per_host=2,
                             limits=launch._Limits(options["timeout"], options.get("grace", 0.0)),
                             display={str(path): path.name}, on_line=on_line,
-                            bare=options.get("bare", False))
+                            bare=options.get("bare", False),
+                            etc_hosts=options.get("etc_hosts") if options.get("netns") else None)
     command = f"run({script!r}, hosts=2, devices_per_host=2, " + ", ".join(
         f"{k}={v!r}" for k, v in options.items()) + ")"
     return "\n".join([f"$ {command}  # recorded by tools/record_transcripts.py, jax 0.10.2",
