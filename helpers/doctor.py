@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import io
+import ipaddress
 import os
 import re
 import shutil
@@ -22,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from helpers import launch, launch_netns
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_PYTHON = (3, 11)
@@ -141,12 +144,12 @@ print("psum", jax.process_count(), jax.device_count(), float(total.addressable_d
 """
 
 
-def check_multiprocess(hosts: int = 2, devices_per_host: int = 2, timeout: float = 60) -> Outcome:
-    """A real run of `hosts` JAX processes over localhost (gloo) finishes a psum."""
-    from helpers.launch import run
-
-    result = run(source=_PSUM_SOURCE, hosts=hosts, devices_per_host=devices_per_host,
-                 timeout=timeout)
+def check_multiprocess(hosts: int = 2, devices_per_host: int = 2, timeout: float = 60,
+                       netns: bool = False, etc_hosts: str = "address") -> Outcome:
+    """A real run of `hosts` JAX processes over localhost (gloo) finishes a psum (with `netns`:
+    each host in a network namespace of its own, see helpers.launch_netns)."""
+    result = launch.run(source=_PSUM_SOURCE, hosts=hosts, devices_per_host=devices_per_host,
+                        timeout=timeout, netns=netns, etc_hosts=etc_hosts)
     # host h holds devices_per_host elements equal to h + 1; psum adds every device's block
     total = float(devices_per_host * sum(range(1, hosts + 1)))
     want = f"psum {hosts} {hosts * devices_per_host} {total}"
@@ -160,8 +163,51 @@ def check_multiprocess(hosts: int = 2, devices_per_host: int = 2, timeout: float
     got = [h.stdout.strip().splitlines()[-1:] for h in result.hosts]
     if any(line != [want] for line in got):
         return False, f"expected {want!r} on every host, got {got}", fix
-    return (True, f"{hosts} processes x {devices_per_host} devices over 127.0.0.1, psum = {total:g}",
-            "")
+    where = "in network namespaces of their own" if netns else "over 127.0.0.1"
+    return True, f"{hosts} processes x {devices_per_host} devices {where}, psum = {total:g}", ""
+
+
+def check_hosts_apart() -> Outcome:
+    """Optional, as root: the psum with every host in a network namespace of its own (--netns)."""
+    why = launch_netns.unavailable()
+    if why:
+        return (True, "not tried: " + why.split(";")[0] + " (notebook 08 shows such runs from "
+                      "recordings)", "")
+    try:
+        return check_multiprocess(netns=True)
+    except launch_netns.HostsApartError as error:
+        return False, str(error), "run make doctor as root on a Linux machine with iproute2"
+
+
+def gloo_address(name: str | None = None) -> str:
+    """The address gloo advertises for this machine: the first of its hostname's addresses that
+    binds, as gloo's tcp device picks it (JAX 0.10.2 gives gloo no address of its own)."""
+    name = name or socket.gethostname()
+    for family, kind, proto, _, sockaddr in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM):
+        with socket.socket(family, kind, proto) as probe:
+            try:
+                probe.bind(sockaddr)
+            except OSError:
+                continue
+            return sockaddr[0]
+    raise OSError(f"no address of {name} can be bound here")
+
+
+def check_gloo_address(name: str | None = None) -> Outcome:
+    """What this machine's hostname resolves to: what gloo tells the other hosts to dial."""
+    name = name or socket.gethostname()
+    try:
+        address = gloo_address(name)
+    except OSError as error:
+        return (False, f"hostname {name!r} does not resolve ({error}): gloo, JAX's CPU collectives, "
+                       "cannot start", f"add the line '127.0.1.1 {name}' to /etc/hosts (on a "
+                       "cluster node: its own network address instead of 127.0.1.1)")
+    if ipaddress.ip_address(address).is_loopback:
+        return (True, f"hostname {name!r} resolves to {address}, a loopback address: fine here, "
+                      "where every host of the course shares it; on a cluster gloo would advertise "
+                      "it and no other machine could connect (map the hostname to the machine's "
+                      "own address in /etc/hosts; notebook 08, section 6)", "")
+    return True, f"hostname {name!r} resolves to {address}: what gloo advertises to other hosts", ""
 
 
 def labextension_dirs() -> list[Path]:
@@ -311,6 +357,8 @@ CHECKS: tuple[Check, ...] = (
     Check("jax-pins", check_jax),
     Check("fake-devices", check_fake_devices),
     Check("multi-process", check_multiprocess),
+    Check("gloo-address", check_gloo_address),
+    Check("hosts-apart", check_hosts_apart),
     Check("widgets-extension", check_widgets_extension),
     Check("matplotlib", check_matplotlib),
     Check("disk", check_disk),

@@ -96,6 +96,35 @@ def test_a_failing_multiprocess_run_fails_and_names_the_fix(monkeypatch):
     assert "pkill -f helpers.launch" in fix and "127.0.0.1" in fix
 
 
+def test_a_hostname_on_loopback_passes_and_names_what_it_means_on_a_cluster():
+    ok, detail, fix = doctor.check_gloo_address("localhost")
+    assert ok and not fix
+    assert "'localhost' resolves to 127.0.0.1, a loopback address" in detail
+    assert "/etc/hosts" in detail and "notebook 08, section 6" in detail
+
+
+def test_a_hostname_that_does_not_resolve_fails_and_names_the_fix():
+    ok, detail, fix = doctor.check_gloo_address("no-such-host.invalid")
+    assert not ok and "'no-such-host.invalid' does not resolve" in detail
+    assert "127.0.1.1 no-such-host.invalid" in fix and "/etc/hosts" in fix
+
+
+def test_hosts_apart_without_root_passes_and_says_why_not_tried(monkeypatch):
+    monkeypatch.setattr(doctor.launch_netns.os, "geteuid", lambda: 1000)
+    ok, detail, fix = doctor.check_hosts_apart()
+    assert ok and not fix
+    assert detail.startswith("not tried: --netns needs root")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.skipif(bool(doctor.launch_netns.unavailable()),
+                    reason=doctor.launch_netns.unavailable() or "available")
+def test_a_host_advertising_loopback_is_named_as_the_cause():
+    ok, detail, fix = doctor.check_multiprocess(netns=True, etc_hosts="loopback")
+    assert not ok
+    assert "dialled 127.0.1.1, a loopback address" in detail, detail
+
+
 def test_too_little_disk_or_memory_fails_and_names_the_fix():
     ok, detail, fix = doctor.check_disk(min_gb=1e12)
     assert not ok and "free disk space" in fix

@@ -38,6 +38,7 @@ _NATIVE_FRAME = re.compile(r"^\s*@\s+0x[0-9a-f]+\s")
 # launch._DUMP_FRAME. The launcher's report gives the script's line.
 _DUMP_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+")
 _WIDTH = 150  # characters of a line kept (native log records run to a thousand), but a fatal one
+_EXCEPTION = re.compile(r"^[\w.]+(?:Error|Exception): ")  # a traceback's last line: kept whole too
 _LOG_PREFIX = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+")  # date, time, thread id
 
 
@@ -47,7 +48,8 @@ def _tidy(line: str, script: Path) -> str:
     line = re.sub(r"/tmp/[\w./-]+", "<tmp>", line)
     line = re.sub(r"(?:/[^\s\"':]+)*/site-packages/", "site-packages/", line)
     line = line.replace(f"{ROOT}/", "")
-    return line if len(line) <= _WIDTH or line.startswith("F ") else line[:_WIDTH - 3] + "..."
+    whole = line.startswith("F ") or _EXCEPTION.match(line)
+    return line if len(line) <= _WIDTH or whole else line[:_WIDTH - 3] + "..."
 
 
 def record(name: str) -> str:
