@@ -1,0 +1,53 @@
+"""notebooks/scripts/pmap_train.py with every finding of helpers.migrate fixed (notebook 16).
+
+    python -m helpers.launch --hosts 2 --devices-per-host 4 notebooks/scripts/ported_train.py
+
+It trains the same model on the same rows and prints the same losses, with jax.shard_map on a
+(host, device) mesh and global arrays built from each host's own rows.
+"""
+from functools import partial
+
+from helpers.launch import initialize
+
+initialize()  # joins the run: the course launcher, mpirun, srun, or alone
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from helpers import train
+
+PER_DEVICE_BATCH = 32
+STEPS, LR = 40, 0.3
+BATCH = ("host", "device")  # the batch is split over every device of every host
+
+mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), BATCH)
+global_batch_size = PER_DEVICE_BATCH * jax.device_count()  # one number for the whole run
+batch_sharding = NamedSharding(mesh, P(BATCH))
+
+
+@jax.jit
+@partial(jax.shard_map, mesh=mesh, in_specs=(P(), P(BATCH), P(BATCH)), out_specs=(P(), P()))
+def train_step(params, x, y):  # x: f32[32, 4], this device's block of the global batch
+    def global_loss(p):
+        return jax.lax.pmean(train.loss_fn(p, x, y), BATCH)
+
+    loss, grads = jax.value_and_grad(global_loss)(params)  # already the mean gradient
+    return jax.tree.map(lambda p, g: p - LR * g, params, grads), loss
+
+
+def global_batch(step):
+    """This host's rows of the step; JAX makes them this host's part of one global batch."""
+    x, y = train.host_batch(step, jax.process_index(), jax.process_count(), global_batch_size)
+    return (jax.make_array_from_process_local_data(batch_sharding, x),
+            jax.make_array_from_process_local_data(batch_sharding, y))
+
+
+params = jax.device_put(train.init_params(), NamedSharding(mesh, P()))
+for step in range(STEPS):
+    params, loss = train_step(params, *global_batch(step))
+    loss = float(loss)  # on every host: loss is P(), the same everywhere
+    if jax.process_index() == 0 and step % 10 == 0:
+        print(f"step {step:3d}  loss {loss:.8f}")
+
+if jax.process_index() == 0:
+    print(f"final loss {loss:.8f}")

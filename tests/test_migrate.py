@@ -1,0 +1,213 @@
+"""helpers.migrate: each pattern found in a script that has it and not in one that does not; the
+sections it names exist; bad input gets one line; --diff rewrites only what is safe."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import migrate
+from helpers.migrate import LESSONS, MigrateError, findings, rewrite
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "notebooks" / "scripts"
+MESH = "import jax\nfrom jax.sharding import NamedSharding, PartitionSpec as P\n" \
+       "mesh = jax.make_mesh((2, 4), ('host', 'device'))\n"
+
+# rule -> (a script with the pattern, the line it is on, a script without it)
+CASES = {
+    "pmap": [
+        ("import jax\nstep = jax.pmap(f, axis_name='i')\n", 2, "import jax\nstep = jax.jit(f)\n"),
+        ("from functools import partial\nimport jax\n@partial(jax.pmap, axis_name='b', in_axes=(0, None))\n"
+         "def step(p, x):\n    return p\n", 3, "from functools import partial\nimport jax\n"
+         "@partial(jax.jit, static_argnums=1)\ndef step(p, x):\n    return p\n"),
+    ],
+    "pmap-collective": [
+        ("import jax\nfrom jax import lax\n@jax.pmap\ndef f(g):\n    return lax.psum(g, 'i')\n"
+         "h = jax.pmap(f, axis_name='i')\n", 5,
+         "import jax\ndef body(g):\n    return jax.lax.psum(g, ('host', 'device'))\n"),
+        ("import jax\ns = jax.pmap(f, axis_name='batch')\ndef f(grads):\n"
+         "    return jax.lax.pmean(grads, axis_name='batch')\n", 4,
+         "import jax\ndef f(grads):\n    return jax.lax.pmean(grads, 'data')\n"),
+    ],
+    "device-put-replicated": [
+        ("import jax\nparams = jax.device_put_replicated(params, jax.local_devices())\n", 2,
+         MESH + "params = jax.device_put(params, NamedSharding(mesh, P()))\n"),
+        ("import jax\nx = jax.device_put_sharded(list(x), jax.devices())\n", 2, "import jax\nx = jax.device_put(x)\n"),
+    ],
+    "experimental-shard-map": [
+        ("from jax.experimental.shard_map import shard_map\n", 1, "from jax import shard_map\n"),
+        ("import jax\nfrom jax.experimental import shard_map, multihost_utils\n", 2,
+         "from jax.experimental import multihost_utils\n"),
+    ],
+    "with-mesh": [
+        (MESH + "with mesh:\n    y = f(x)\n", 4, MESH + "with jax.set_mesh(mesh):\n    y = f(x)\n"),
+        ("import jax\nfrom jax.sharding import Mesh\nm = Mesh(jax.devices(), ('data',))\nwith m:\n    pass\n", 4,
+         "with open('log.txt') as log:\n    pass\n"),
+    ],
+    "local-batch": [
+        ("import jax\nbatch_size = 32 * jax.local_device_count()\n", 2,
+         "import jax\nprint(jax.local_device_count(), 'devices')\n"),
+        ("import jax\nx = x.reshape(jax.local_device_count(), -1, 4)\n", 2, "import jax\nx = x.reshape(-1, 4)\n"),
+    ],
+    "jax-utils-replicate": [
+        ("from flax import jax_utils\nstate = jax_utils.replicate(state)\n", 2,
+         "def replicate(t):\n    return t\nstate = replicate(state)\n"),
+        ("from flax.jax_utils import unreplicate\nparams = unreplicate(state.params)\n", 2,
+         "params = state.params\n"),
+    ],
+    "device-only-spec": [
+        (MESH + "x = jax.make_array_from_process_local_data(NamedSharding(mesh, P('device')), rows)\n", 4,
+         MESH + "x = jax.make_array_from_process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows)\n"),
+        (MESH + "sharding = NamedSharding(mesh, P('device'))\n"
+         "x = jax.make_array_from_process_local_data(sharding, rows)\n", 4,
+         MESH + "step = jax.shard_map(f, mesh=mesh, in_specs=P('device'), out_specs=P())\n"),
+    ],
+    "process-zero-collective": [
+        ("import jax\nfrom jax.experimental import multihost_utils\nif jax.process_index() == 0:\n"
+         "    every = multihost_utils.process_allgather(loss)\n", 4,
+         "import jax\nif jax.process_index() == 0:\n    print(loss)\n"),
+        ("import jax\nstep = jax.jit(f)\nif 0 == jax.process_index():\n    loss = step(params)\n", 4,
+         "import jax\nstep = jax.jit(f)\nloss = step(params)\nif jax.process_index() == 0:\n    print(loss)\n"),
+    ],
+    "process-zero-save": [
+        ("import jax\nfrom flax.training import checkpoints\nif jax.process_index() == 0:\n"
+         "    checkpoints.save_checkpoint('ckpt', state, step)\n", 4,
+         "import jax\nfrom flax.training import checkpoints\ncheckpoints.save_checkpoint('ckpt', state, step)\n"),
+        ("import jax\nimport orbax.checkpoint as ocp\nmanager = ocp.CheckpointManager(path)\n"
+         "if not jax.process_index():\n    manager.save(step, args=ocp.args.StandardSave(state))\n", 5,
+         "import jax\nimport numpy as np\nif jax.process_index() == 0:\n    np.save('losses.npy', losses)\n"),
+    ],
+    "per-device-keys": [
+        ("import jax\nkeys = jax.random.split(key, jax.local_device_count())\n", 2,
+         "import jax\nkey, sub = jax.random.split(key)\n"),
+        ("from jax import random\nrngs = random.split(rng, n_devices)\n", 2, "from jax import random\nrngs = random.split(rng, 3)\n"),
+    ],
+}
+
+
+def _rules(source: str) -> list[tuple[int, str]]:
+    return [(f.line, f.rule) for f in findings(source, "t.py")]
+
+
+@pytest.mark.parametrize("rule, case", [(rule, i) for rule in CASES for i in range(len(CASES[rule]))])
+def test_a_pattern_is_found_where_it_is_and_only_there(rule, case):
+    has, line, has_not = CASES[rule][case]
+    assert (line, rule) in _rules(has), _rules(has)
+    assert rule not in {r for _, r in _rules(has_not)}, _rules(has_not)
+
+
+def test_every_rule_has_cases_and_names_a_section_the_notebook_has():
+    assert set(LESSONS) == set(CASES)  # and each case above proves its rule fires
+    for notebook, section in LESSONS.values():
+        source = next((ROOT / "notebooks" / "src").glob(f"{notebook}_*.md")).read_text()
+        headings = {re.sub(r"^#+ (\d+\. )?", "", line) for line in source.splitlines()
+                    if line.startswith("#")}
+        assert section in headings, f"notebook {notebook} has no section {section!r}"
+
+
+def test_a_finding_is_one_line_that_names_line_rule_fix_and_lesson():
+    (finding,) = findings("import jax\nkeys = jax.random.split(key, jax.local_device_count())\n", "train.py")
+    text = str(finding)
+    assert "\n" not in text
+    assert text.startswith("train.py:2: jax.random.split(key, jax.local_device_count()) makes one key")
+    assert " -> one key, and inside shard_map jax.random.fold_in(key, " in text
+    assert text.endswith('(notebook 06, section "Per-device randomness: `fold_in(key, axis_index)`")')
+
+
+def test_the_script_is_read_never_run(tmp_path):
+    script = tmp_path / "boom.py"
+    script.write_text("import no_such_module\nraise SystemExit(7)\nimport jax\nk = jax.random.split(k, jax.device_count())\n")
+    assert [f.line for f in migrate.migrate(script, show=False)] == [4]
+
+
+def _cli(*args, cwd=ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "helpers.migrate", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_course_script_has_findings_and_its_port_none():
+    pmap = _cli("notebooks/scripts/pmap_train.py")
+    assert pmap.returncode == 1
+    assert {line.split(": ", 1)[0] for line in pmap.stdout.splitlines()} >= {
+        "notebooks/scripts/pmap_train.py:29", "notebooks/scripts/pmap_train.py:32"}
+    ported = _cli("notebooks/scripts/ported_train.py")
+    assert (ported.returncode, ported.stdout) == (0, "nothing to change\n")
+
+
+def test_bad_input_gets_one_line_and_exit_status_2(tmp_path):
+    missing = _cli(tmp_path / "nope.py")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+    assert "nope.py: no such file; check the path" in missing.stderr
+    broken = tmp_path / "broken.py"
+    broken.write_text("import jax\n\ndef f(:\n    pass\n")
+    syntax = _cli(broken)
+    assert syntax.returncode == 2 and "Traceback" not in syntax.stderr
+    assert re.search(r"broken\.py:3: not valid Python \(.+\); fix that line first", syntax.stderr)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "a folder with no .py file in it" in _cli(empty).stderr
+    bogus = tmp_path / "x.ipynb"
+    bogus.write_text("{}")
+    assert "not a Jupyter notebook" in _cli(bogus).stderr
+
+
+def test_a_notebook_is_read_cell_by_cell_and_a_folder_file_by_file(tmp_path):
+    nb = tmp_path / "old.ipynb"
+    cells = [{"cell_type": "markdown", "source": ["# title"]},
+             {"cell_type": "code", "source": ["%matplotlib inline\n", "import jax\n"]},
+             {"cell_type": "code", "source": ["!pip list\n", "keys = jax.random.split(k, jax.local_device_count())\n"]}]
+    nb.write_text(json.dumps({"cells": cells, "nbformat": 4, "nbformat_minor": 5, "metadata": {}}))
+    out = _cli(nb)
+    assert out.returncode == 1
+    assert out.stdout.startswith(f"{nb} cell 2:2: jax.random.split")
+    folder = tmp_path / "project"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.py").write_text("print('fine')\n")
+    (folder / "sub" / "b.py").write_text("import jax\nstep = jax.pmap(f)\n")
+    out = _cli(folder)
+    assert out.returncode == 1 and out.stdout.startswith(f"{folder / 'sub' / 'b.py'}:2: jax.pmap()")
+
+
+OLD_SPELLINGS = MESH + """from jax.experimental.shard_map import shard_map
+params = jax.device_put_replicated(params, jax.local_devices())
+step = shard_map(f, mesh=mesh, in_specs=P(), out_specs=P(), check_rep=False)
+with mesh:
+    out = step(params)
+keys = jax.random.split(key, jax.local_device_count())
+"""
+
+
+def test_diff_rewrites_the_safe_findings_and_leaves_the_rest():
+    new, done = rewrite(OLD_SPELLINGS)
+    ast.parse(new)
+    assert len(done) == 3, done
+    assert "from jax import shard_map\n" in new and "check_vma=False" in new
+    assert "jax.device_put(params, NamedSharding(mesh, P()))" in new
+    assert "with jax.set_mesh(mesh):" in new
+    left = {f.rule for f in findings(new)}
+    assert left == {"per-device-keys"}, left
+
+
+def test_diff_leaves_what_it_cannot_rewrite_safely():
+    positional = "from jax.experimental.shard_map import shard_map\nstep = shard_map(f, mesh, P(), P())\n"
+    assert rewrite(positional) == (positional, [])
+    no_mesh = "import jax\nparams = jax.device_put_replicated(params, jax.local_devices())\n"
+    assert rewrite(no_mesh) == (no_mesh, [])
+
+
+def test_the_diff_option_prints_a_unified_diff(tmp_path):
+    script = tmp_path / "old.py"
+    script.write_text(OLD_SPELLINGS)
+    out = _cli("--diff", script)
+    assert out.returncode == 1
+    assert f"--- {script}\n+++ {script} (suggested)\n" in out.stdout
+    assert "+with jax.set_mesh(mesh):" in out.stdout and "-with mesh:" in out.stdout
+    clean = tmp_path / "clean.py"
+    clean.write_text("print(1)\n")
+    assert _cli("--diff", clean).stdout.startswith("nothing to change\n")
