@@ -452,12 +452,13 @@ def rewrite(source: str) -> tuple[str, list[str]]:
             for item in node.items:
                 expr = item.context_expr
                 if isinstance(expr, (ast.Name, ast.Attribute)) and _is_mesh(script, expr):
-                    replace(expr, f"jax.set_mesh({_text(expr)})")
+                    replace(expr, f"jax.set_mesh({ast.get_source_segment(source, expr)})")
             done.append(f"`with` on line {node.lineno}")
     if "mesh" in script.assigned:
         for call in script.calls:
             if _is(script.name(call.func), "jax.device_put_replicated") and call.args:
-                replace(call, f"jax.device_put({_text(call.args[0])}, NamedSharding(mesh, P()))")
+                value = ast.get_source_segment(source, call.args[0])
+                replace(call, f"jax.device_put({value}, NamedSharding(mesh, P()))")
                 done.append(f"device_put_replicated on line {call.lineno}")
     lines = source.splitlines(keepends=True)
     for start, col, end, end_col, text in sorted(edits, reverse=True):
@@ -470,29 +471,31 @@ def rewrite(source: str) -> tuple[str, list[str]]:
 
 
 def _with_sharding_import(source: str, script: _Script) -> str:
-    """Add `from jax.sharding import NamedSharding, PartitionSpec as P` unless both names exist."""
+    """Import NamedSharding and P (as PartitionSpec) from jax.sharding, where the script lacks them."""
     alias = script.names.alias
-    if alias.get("NamedSharding", "").endswith("NamedSharding") and alias.get("P") in _SPEC_MAKERS:
+    missing = [name for name, ok in (("NamedSharding", alias.get("NamedSharding", "").endswith("NamedSharding")),
+                                     ("PartitionSpec as P", alias.get("P") in _SPEC_MAKERS)) if not ok]
+    if not missing:
         return source
     imports = [n for n in script.tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     at = imports[-1].end_lineno if imports else 0
     lines = source.splitlines(keepends=True)
-    lines.insert(at, "from jax.sharding import NamedSharding, PartitionSpec as P\n")
+    lines.insert(at, f"from jax.sharding import {', '.join(missing)}\n")
     return "".join(lines)
 
 
 # ------------------------------------------------------------------------------ files
 
-def _sources(path: Path) -> Iterator[tuple[str, str, int]]:
+def _sources(path: Path, shown: Path) -> Iterator[tuple[str, str, int]]:
     """(text, the name findings give, first line) for a script, each cell of a notebook, or
-    every .py file under a folder."""
+    every .py file under a folder; `shown` is how the path is written in the findings."""
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.py") if not any(
             part.startswith(".") or part in ("__pycache__", "site-packages") for part in p.parts))
         if not files:
             raise MigrateError(f"{path}: a folder with no .py file in it")
         for file in files:
-            yield from _sources(file)
+            yield from _sources(file, shown / file.relative_to(path))
         return
     if not path.exists():
         raise MigrateError(f"{path}: no such file; check the path")
@@ -513,15 +516,20 @@ def _sources(path: Path) -> Iterator[tuple[str, str, int]]:
             source = "".join(cell.get("source", []))
             # IPython's own syntax (%magic, !shell) is not Python: blank it, keeping line numbers
             source = re.sub(r"^\s*[%!].*$", "", source, flags=re.MULTILINE)
-            yield source, f"{path} cell {number}", 1
+            yield source, f"{shown} cell {number}", 1
         return
-    yield text, str(path), 1
+    yield text, str(shown), 1
 
 
-def migrate(path: str | Path, *, show: bool = True) -> list[Finding]:
-    """Every finding for a script, a notebook (cell by cell) or a folder; printed when `show`."""
+def migrate(path: str | Path, *, show: bool = True, relative_to: str | Path | None = None) -> list[Finding]:
+    """Every finding for a script, a notebook (cell by cell) or a folder; printed when `show`.
+
+    Findings name the path as given, or relative to `relative_to`.
+    """
     found: list[Finding] = []
-    for text, name, first in _sources(Path(path)):
+    path = Path(path)
+    shown = path.relative_to(relative_to) if relative_to is not None else path
+    for text, name, first in _sources(path, shown):
         try:
             found += findings(text, name, first_line=first)
         except SyntaxError as error:

@@ -211,3 +211,15 @@ def test_the_diff_option_prints_a_unified_diff(tmp_path):
     clean = tmp_path / "clean.py"
     clean.write_text("print(1)\n")
     assert _cli("--diff", clean).stdout.startswith("nothing to change\n")
+
+
+def test_the_suggested_rewrite_of_old_spellings_runs_on_the_pinned_jax_without_a_warning(tmp_path):
+    new, done = rewrite((SCRIPTS / "old_spellings.py").read_text())
+    assert len(done) == 3 and not {f.rule for f in findings(new)}
+    script = tmp_path / "rewritten.py"
+    script.write_text(new)
+    env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-W", "error", str(script)], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert (out.returncode, out.stdout) == (0, "[2. 2. 2.]\n"), out.stderr
