@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # processes (start-ups, barriers, stall limits). Measured here: 696 s with 2, 556 s with 3.
 PYTEST_WORKERS ?= 3
 
-.PHONY: lab test test-browser site python-versions notebook bench bench-tests bench-compare doctor solutions notebooks venv clean help
+.PHONY: lab test test-browser site hub bench-hub python-versions notebook bench bench-tests bench-compare doctor solutions notebooks venv clean help
 
 help:
 	@echo "make lab            set up .venv and open JupyterLab on the course"
@@ -17,6 +17,8 @@ help:
 	@echo "make python-versions  the pins and nbval on notebooks 00 and 08 with Python 3.12 and 3.13 (pyenv; minutes)"
 	@echo "make site           build the course as a static site in build/site/ (its own pins: requirements-site.txt)"
 	@echo "make doctor         preflight check for a workshop laptop"
+	@echo "make hub            as root: JupyterHub on 127.0.0.1:8000 for LEARNERS=\"learner1 learner2 learner3\""
+	@echo "make bench-hub      as root: K = 1, 2, 4 learners Run All 02 and 08 through the hub; BENCHMARKS.md"
 	@echo "make solutions      write solved, executed copies into solutions/"
 	@echo "make notebooks      rebuild notebooks/*.ipynb from notebooks/src, execute them, and the README course table"
 	@echo "make bench          measure the course (all but the test suite; < 10 min), keep the raw results"
@@ -41,13 +43,34 @@ $(SITE_STAMP): $(STAMP) requirements-site.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-site.txt -c requirements-lock.txt
 	@touch $(SITE_STAMP)
 
+# The workshop hub's tooling (JupyterHub, its npm proxy): `make hub`, `make bench-hub`, `make test`.
+HUB_STAMP := $(VENV)/.hub-installed
+HUB_PROXY := hub/node_modules/.bin/configurable-http-proxy
+LEARNERS ?= learner1 learner2 learner3
+HUB_PORT ?= 8000
+
+$(HUB_STAMP): $(STAMP) requirements-hub.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-hub.txt -c requirements-lock.txt
+	@touch $(HUB_STAMP)
+
+$(HUB_PROXY): hub/package.json hub/package-lock.json
+	@command -v npm >/dev/null || { echo "the hub's proxy comes from the npm registry: install Node.js and npm (apt-get install npm)"; exit 2; }
+	npm ci --prefix hub --no-audit --no-fund --loglevel=error
+	@touch $(HUB_PROXY)
+
+hub: $(HUB_STAMP) $(HUB_PROXY)
+	$(BIN)/python tools/hub.py serve --learners "$(LEARNERS)" --port $(HUB_PORT)
+
+bench-hub: $(HUB_STAMP) $(HUB_PROXY)
+	$(BIN)/python -m benchmarks.run --only hub
+
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --ServerApp.root_dir=. $(ROOT_FLAG) \
 		--ServerApp.default_url=/lab/tree/notebooks/00_fake_devices.ipynb $(LAB_ARGS)
 
-test: $(STAMP) $(SITE_STAMP)
+test: $(STAMP) $(SITE_STAMP) $(HUB_STAMP) $(HUB_PROXY)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder -rs
 
 notebook: $(STAMP)
@@ -95,4 +118,4 @@ bench-compare: $(STAMP)
 	$(BIN)/python -m benchmarks.compare $(or $(COMPARE_RUNS),$(A) $(B))
 
 clean:
-	rm -rf $(VENV) solutions .pytest_cache .jax-cache build/site build/site-src build/site-doctrees build/site-cache build/python-*
+	rm -rf $(VENV) solutions .pytest_cache .jax-cache build/site build/site-src build/site-doctrees build/site-cache build/python-* hub/node_modules

@@ -37,7 +37,7 @@ from benchmarks.tables import fmt_s  # noqa: E402
 
 ORDER = ["learner", "explorer", "launcher", "course", "checkpoints", "loaders",
          "collectives", "restarts"]  # what `make bench` measures, in this order
-APART = [runs.TESTS]  # measured only when named (`make bench-tests`), after the rest
+APART = list(runs.APART)  # measured only when named (`make bench-tests`, `make bench-hub`)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = chosen_sections(opts.only)
     skipped = {s.KEY: "not in --only" for s in SECTIONS if s.KEY not in keys}
     if not opts.only:
-        skipped[runs.TESTS] = runs.TESTS_APART
+        skipped.update(runs.APART)
     opts.repeats = opts.repeats or (1 if opts.quick else 3)
     opts.notebook_repeats = opts.notebook_repeats or (1 if opts.quick else 2)
     opts.notebooks = [s.strip() for s in opts.notebooks.split(",") if s.strip()]
@@ -99,13 +99,13 @@ def main(argv: list[str] | None = None) -> int:
                              "flags": " ".join(argv if argv is not None else sys.argv[1:]),
                              "quick": opts.quick, "full": full, "skipped": skipped, "spent": {}})
     by_key = {s.KEY: s for s in SECTIONS}
-    merged = full or keys == APART  # `make bench`, `make bench-tests`: report the newest runs
+    merged = full or (len(keys) == 1 and keys[0] in APART)  # `make bench`, -tests, -hub: the newest runs
 
     def save(readme: bool = False) -> bool:
         """Keep the results, write the report (and the README block); whether README changed."""
         results.save(opts.results_dir, stamp)
         # a test-suite run that failed shows its failure, not an older suite's times
-        compose = merged and (keys != APART or runs.TESTS in results.sections)
+        compose = merged and (keys[0] not in APART or keys[0] in results.sections)
         shown = (runs.compose(opts.results_dir) if compose else None) or results
         return report.write(shown, SECTIONS, opts.output, readme=readme and compose)
 

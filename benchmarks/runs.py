@@ -14,9 +14,13 @@ from pathlib import Path
 
 from benchmarks.measure import REPORT_SUFFIX, ROOT, Results, overlay
 
-TESTS = "tests"  # the section measured apart
+TESTS = "tests"  # the sections measured apart
 TESTS_APART = ("the test suite takes as long as a whole `make test`, so `make bench` leaves it "
                "out: run `make bench-tests` to measure it and add it to this report")
+HUB = "hub"
+HUB_APART = ("the hub makes Unix accounts (root only) and takes minutes, so `make bench` leaves it out: "
+             "run `make bench-hub` to measure it and add it to this report")
+APART = {TESTS: TESTS_APART, HUB: HUB_APART}  # section -> why `make bench` leaves it out
 NO_FULL_RUN = "no full `make bench` run in this results directory yet: run `make bench`"
 # Files `make bench` writes itself: changing them does not make the measured checkout dirty.
 OUTPUTS = ("BENCHMARKS.md", "benchmarks/results")
@@ -62,7 +66,7 @@ def saved_runs(directory: Path) -> list[tuple[str, dict]]:
 
 
 def compose(directory: Path) -> Results | None:
-    """The newest full run, its test-suite section from the newest run that measured one.
+    """The newest full run, each section measured apart (tests, hub) from the newest run that measured it.
 
     Without a full run, the newest test-suite run alone (the other sections say how to get
     them); None when the directory holds neither.
@@ -81,14 +85,16 @@ def compose(directory: Path) -> Results | None:
         alone.facts["skipped"] = {key: NO_FULL_RUN for key in alone.facts.get("skipped", {})}
         return alone
     results = load(full[-1])
-    if tests and tests[-1] != full[-1]:  # a newer one, or the full run measured none
-        results = overlay(results, load(tests[-1]), keys=[TESTS])
-    elif TESTS not in results.sections:
-        results.facts.setdefault("skipped", {})[TESTS] = TESTS_APART
+    for key, why in APART.items():  # each from the newest run that measured it
+        measured = [stamp for stamp, saved in runs if key in saved["sections"]]
+        if measured and measured[-1] != full[-1]:
+            results = overlay(results, load(measured[-1]), keys=[key])
+        elif key not in results.sections:
+            results.facts.setdefault("skipped", {})[key] = why
     return results
 
 
 def command(flags: str) -> str:
     """The command a run's flags mean: '`make bench`', '`make bench-tests`', or the module's."""
-    return {"": "`make bench`", "--only tests": "`make bench-tests`"}.get(
+    return {"": "`make bench`", "--only tests": "`make bench-tests`", "--only hub": "`make bench-hub`"}.get(
         flags.strip(), f"`python -m benchmarks.run {flags.strip()}`")

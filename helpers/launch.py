@@ -316,9 +316,19 @@ def initialize(*, timeout: int = 60, verbose: bool = False) -> str:
 
 # ---------------------------------------------------------------------------- parent side
 
+def _loopback() -> str:
+    """Where this user's coordinators listen: 127.0.0.1, or the loopback address a shared machine
+    gives each learner (HELPERS_LAUNCH_LOOPBACK, set by the workshop hub), so that two learners'
+    runs never meet whatever ports they pick."""
+    address = os.environ.get("HELPERS_LAUNCH_LOOPBACK", "127.0.0.1")
+    if not re.fullmatch(r"127\.\d{1,3}\.\d{1,3}\.\d{1,3}", address):
+        raise ValueError(f"HELPERS_LAUNCH_LOOPBACK must be a loopback address (127.x.y.z); got {address!r}")
+    return address
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((_loopback(), 0))
         return s.getsockname()[1]
 
 
@@ -504,7 +514,7 @@ def _attempt(cmd: list[str], hosts: int, devices_per_host: int, limits: _Limits,
     with contextlib.ExitStack() as stack:
         apart = (stack.enter_context(launch_netns.HostsApart(hosts, etc_hosts))
                  if etc_hosts else None)
-        coordinator = f"{launch_netns.address(0) if apart else '127.0.0.1'}:{_free_port()}"
+        coordinator = f"{launch_netns.address(0) if apart else _loopback()}:{_free_port()}"
         return (*_run_hosts(cmd, hosts, devices_per_host, limits, on_line, verbose, bare,
                             coordinator, apart), coordinator)
 

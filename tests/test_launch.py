@@ -491,3 +491,17 @@ def test_a_host_whose_collective_lost_its_peer_is_named_after_the_host_that_died
          HostResult(2, "failed", 1, "", "ValueError: boom\n")]
     assert launch._causes_first([[0, 1, 2]], r) == [[1, 2], [0]]
     assert launch._causes_first([[0], [1]], r) == [[0], [1]]
+
+
+@pytest.mark.multiprocess
+def test_a_learners_own_loopback_address_keeps_their_coordinators_apart(monkeypatch):
+    """The workshop hub gives each learner a loopback address of their own (tools/hub.py)."""
+    monkeypatch.setenv("HELPERS_LAUNCH_LOOPBACK", "127.3.233.1")
+    result = launch.run(source="import os\nfrom helpers.launch import initialize\ninitialize()\n"
+                               "import jax\nprint(os.environ['JAX_COORDINATOR_ADDRESS'].split(':')[0], "
+                               "jax.process_count())\n", hosts=2, devices_per_host=1, timeout=60)
+    assert result.ok, str(result)
+    assert [h.stdout for h in result.hosts] == ["127.3.233.1 2\n"] * 2
+    monkeypatch.setenv("HELPERS_LAUNCH_LOOPBACK", "10.0.0.1")
+    with pytest.raises(ValueError, match="must be a loopback address"):
+        launch.run(source="print(1)", hosts=1, devices_per_host=1)

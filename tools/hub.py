@@ -1,0 +1,245 @@
+"""`make hub`: JupyterHub serving the course to local learner accounts on 127.0.0.1 (as root).
+
+    make hub                          # learners learner1..learner3
+    make hub LEARNERS="ana bo chen"   # these names
+    make hub HUB_PORT=8001
+    .venv/bin/python tools/hub.py remove   # delete the learner accounts it made, homes too
+
+Each learner is a Unix account made here (`useradd`, home mode 700, a random password, their
+own copy of the notebooks in ~/course). The hub (hub/jupyterhub_config.py) logs them in with
+that password and starts each one's JupyterLab as that user. Passwords are printed and kept in
+build/hub/learners.txt (root only). Ctrl-C stops the hub and every learner's server; the accounts
+stay (with their progress) until `remove`. Bad input (a name a Unix account cannot have, the
+port in use, no proxy, not root) is one line and exit status 2, with nothing started.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = ROOT / "hub" / "jupyterhub_config.py"
+PROXY = ROOT / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
+STATE = ROOT / "build" / "hub"
+MARKER = "jax-multihost-course learner"  # the accounts' comment field: only these are ever changed
+NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+START_SECONDS = 30.0
+
+
+class HubError(Exception):
+    """Something the instructor must fix first; its message is one line."""
+
+
+def check_names(names: list[str]) -> list[str]:
+    """The learners' names, each one a Unix account can have, no two alike."""
+    if not names:
+        raise HubError("no learners: give at least one name, e.g. LEARNERS=\"ana bo\"")
+    for name in names:
+        if not NAME.match(name):
+            raise HubError(f"learner name {name!r} cannot be a Unix account: use 1 to 16 lower-case "
+                           "letters and digits, starting with a letter (e.g. ana, learner2)")
+    if len(set(names)) != len(names):
+        raise HubError(f"a learner name appears twice in {' '.join(names)}")
+    return names
+
+
+def _ours(name: str) -> bool | None:
+    """True: an account this tool made; False: someone else's; None: no such account."""
+    try:
+        return pwd.getpwnam(name).pw_gecos == MARKER
+    except KeyError:
+        return None
+
+
+def make_account(name: str) -> str:
+    """Make (or renew) a learner's account with a copy of the notebooks; return its new password."""
+    if _ours(name) is False:
+        raise HubError(f"an account named {name!r} already exists and is not a course learner's: "
+                       "choose another name")
+    if _ours(name) is None:
+        subprocess.run(["useradd", "--create-home", "--user-group", "--shell", "/bin/bash",
+                        "--comment", MARKER, name], check=True, capture_output=True)
+    home = Path(pwd.getpwnam(name).pw_dir)
+    course = home / "course"
+    course.mkdir(exist_ok=True)
+    for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        if not (course / notebook.name).exists():  # a returning learner keeps their own work
+            shutil.copy(notebook, course)
+    subprocess.run(["chown", "-R", f"{name}:{name}", str(home)], check=True)
+    home.chmod(0o700)
+    password = secrets.token_urlsafe(9)
+    subprocess.run(["chpasswd"], input=f"{name}:{password}\n", text=True, check=True,
+                   capture_output=True)
+    return password
+
+
+def remove_accounts() -> list[str]:
+    """Delete every account this tool made (their processes, homes and groups); their names."""
+    gone = []
+    for entry in pwd.getpwall():
+        if entry.pw_gecos == MARKER:
+            subprocess.run(["pkill", "-KILL", "-u", entry.pw_name], capture_output=True)
+            time.sleep(0.1)
+            subprocess.run(["userdel", "--remove", entry.pw_name], capture_output=True)
+            gone.append(entry.pw_name)
+    return gone
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def preflight(port: int, proxy: Path = PROXY) -> None:
+    """Refuse, in one line, what would make the hub fail to start."""
+    if os.geteuid() != 0:
+        raise HubError("make hub needs root: it makes a Unix account per learner and starts each "
+                       "learner's server as that user")
+    if shutil.which("jupyterhub", path=str(Path(sys.executable).parent)) is None:
+        raise HubError("jupyterhub is not installed in this environment: run make hub (it installs "
+                       "requirements-hub.txt)")
+    if not os.access(proxy, os.X_OK):
+        raise HubError(f"no proxy at {proxy}: run make hub (npm ci in hub/ installs "
+                       "configurable-http-proxy), or install Node.js and npm first")
+    if not _port_free(port):
+        raise HubError(f"port {port} on 127.0.0.1 is in use: stop what holds it, or choose another "
+                       "with make hub HUB_PORT=N")
+
+
+class Hub:
+    """A running JupyterHub and its proxy; `stop()` ends it and every learner's process."""
+
+    def __init__(self, learners: list[str], port: int, *, token: str | None = None,
+                 proxy: Path = PROXY, state: Path = STATE):
+        self.learners, self.port, self.token = learners, port, token
+        self.url = f"http://127.0.0.1:{port}"
+        state.mkdir(parents=True, exist_ok=True)
+        state.chmod(0o700)
+        self.log = open(state / "jupyterhub.log", "w")
+        env = {**os.environ, "COURSE_HUB_PORT": str(port), "COURSE_HUB_API_PORT": str(_free_port()),
+               "COURSE_HUB_PROXY_API_PORT": str(_free_port()), "COURSE_HUB_STATE": str(state),
+               "COURSE_HUB_LEARNERS": ",".join(learners), "COURSE_HUB_PROXY": str(proxy),
+               "COURSE_HUB_SERVICE_TOKEN": token or ""}
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "jupyterhub"), "-f", str(CONFIG)], cwd=state,
+            env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            self._wait_ready(state / "jupyterhub.log")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, log: Path) -> None:
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                tail = [line for line in log.read_text().splitlines() if line.strip()][-1:]
+                raise HubError(f"the hub exited at start ({tail[0] if tail else 'no output'}); "
+                               f"its log: {log}")
+            try:
+                if requests.get(f"{self.url}/hub/health", timeout=1).ok:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.2)
+        raise HubError(f"the hub did not answer on {self.url} within {START_SECONDS:g} s; its log: {log}")
+
+    def stop(self) -> None:
+        """Stop the hub (it stops the learners' servers), then anything a learner still runs."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the proxy, if it outlived the hub
+        except ProcessLookupError:
+            pass
+        for name in self.learners:
+            subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+        self.log.close()
+
+    def __enter__(self) -> "Hub":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def serve(learners: list[str], port: int) -> int:
+    """`make hub`: accounts, the hub, a table of logins; runs until Ctrl-C."""
+    check_names(learners)
+    preflight(port)
+    passwords = {name: make_account(name) for name in learners}
+    STATE.mkdir(parents=True, exist_ok=True)
+    logins = STATE / "learners.txt"
+    logins.write_text("".join(f"{n} {p}\n" for n, p in passwords.items()))
+    logins.chmod(0o600)
+    with Hub(learners, port) as hub:
+        print(f"JupyterHub on http://127.0.0.1:{port}/ for {len(learners)} learners "
+              f"(logins also in {logins.relative_to(ROOT)}):")
+        for name, password in passwords.items():
+            print(f"  {name:16} {password}")
+        print("Ctrl-C stops the hub and every learner's server; the accounts stay "
+              "(.venv/bin/python tools/hub.py remove deletes them).", flush=True)
+        try:
+            while hub.proc.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        ended = hub.proc.poll()
+    if ended is not None:
+        print(f"make hub: the hub stopped by itself (exit status {ended}); its log: "
+              f"{STATE / 'jupyterhub.log'}", file=sys.stderr)
+        return 1
+    print("the hub and every learner's server are stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tools/hub.py", description=__doc__.splitlines()[0])
+    parser.add_argument("command", nargs="?", choices=("serve", "remove"), default="serve")
+    parser.add_argument("--learners", default="learner1 learner2 learner3",
+                        help="learner names, separated by spaces or commas")
+    parser.add_argument("--port", type=int, default=8000)
+    opts = parser.parse_args(argv)
+    try:
+        if opts.command == "remove":
+            if os.geteuid() != 0:
+                raise HubError("removing accounts needs root")
+            gone = remove_accounts()
+            print(f"removed {len(gone)} learner account(s): {' '.join(gone) or '-'}")
+            return 0
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
+        return serve(re.split(r"[\s,]+", opts.learners.strip()), opts.port)
+    except HubError as error:
+        print(f"make hub: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
