@@ -9,13 +9,12 @@ INSTRUCTORS.md says why this spawner. tools/hub.py passes the values below in CO
 """
 import os
 import pwd
-import sys
 from pathlib import Path
 
 c = get_config()  # noqa: F821 - JupyterHub's config loader defines it
 
 ROOT = Path(__file__).resolve().parents[1]
-VENV_BIN = Path(sys.executable).parent  # the course's .venv: the hub and every learner's kernel
+PYTHON = os.environ["COURSE_HUB_PYTHON"]  # the course's Python, as learners can run it (tools/hub.py)
 STATE = Path(os.environ["COURSE_HUB_STATE"])
 LEARNERS = set(os.environ["COURSE_HUB_LEARNERS"].split(","))
 
@@ -45,14 +44,19 @@ c.PAMAuthenticator.open_sessions = False  # no login sessions (utmp, systemd) fo
 c.Authenticator.allowed_users = LEARNERS
 
 c.JupyterHub.spawner_class = "localprocess"
-c.Spawner.cmd = [str(VENV_BIN / "jupyterhub-singleuser")]
+c.Spawner.cmd = [PYTHON, "-m", "jupyterhub.singleuser"]
+c.Spawner.args = ["--LabApp.expose_app_in_browser=True"]  # window.jupyterapp, for the browser test
 c.Spawner.notebook_dir = "~/course"
 c.Spawner.default_url = "/lab/tree/00_fake_devices.ipynb"
 c.Spawner.start_timeout = 60
 c.Spawner.http_timeout = 60
 c.Spawner.environment = {
-    "PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
+    "PATH": f"{Path(PYTHON).parent}:/usr/local/bin:/usr/bin:/bin",
     "HELPERS_LAUNCH_LOOPBACK": loopback_of,
+    # the course environment's Jupyter config and data (JupyterLab's server extension, its
+    # prebuilt extensions such as ipywidgets'), also when PYTHON is another prefix reading its packages
+    "JUPYTER_CONFIG_PATH": os.path.join(os.environ["COURSE_HUB_PREFIX"], "etc", "jupyter"),
+    "JUPYTER_PATH": os.path.join(os.environ["COURSE_HUB_PREFIX"], "share", "jupyter"),
 }
 
 # The tools' own client (tests, make bench-hub): starts servers and runs kernels through the hub.

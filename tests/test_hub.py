@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
+from processes import survivors
 
 from tools import hub
 from tools.hub_client import Learner
@@ -52,7 +53,7 @@ def served(tmp_path_factory):
     finally:
         running.stop()
         hub.remove_accounts()
-        assert not _running_as(uids), "a learner's process outlived the hub"
+        assert not survivors(_running_as(uids)), "a learner's process outlived the hub"
         assert not any(hub._ours(n) for n in LEARNERS)
 
 
@@ -147,3 +148,59 @@ def test_a_missing_proxy_is_one_line(monkeypatch):
 def test_an_account_that_is_not_a_learners_is_never_touched():
     with pytest.raises(hub.HubError, match="already exists and is not a course learner's"):
         hub.make_account("root")
+
+
+# ------------------------------------------------------------------ one learner, in a real browser
+
+class _LearnersLab:
+    """What browser_support.LabPage needs of a JupyterLab: here, a learner's server behind the hub."""
+
+    def __init__(self, running: hub.Hub, name: str):
+        self.running, self.name = running, name
+
+    def url(self, path: str) -> str:
+        return f"{self.running.url}/user/{self.name}{path}"
+
+    def log_tail(self, chars: int = 4000) -> str:
+        return (self.running.state / "jupyterhub.log").read_text()[-chars:]
+
+    def record_processes(self) -> None:
+        """The hub stops every learner process itself (the fixture checks)."""
+
+
+@pytest.mark.browser
+def test_a_learner_logs_in_opens_notebook_00_and_runs_it_in_a_browser(served, tmp_path):
+    from browser_support import INSTALL_HINT, LabPage, chromium_context, find_chromium
+
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip(INSTALL_HINT)
+    from playwright.sync_api import sync_playwright
+
+    running, passwords, _ = served
+    artifacts = ROOT / "test-artifacts" / "browser"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw, chromium_context(pw, tmp_path, chromium) as context:
+        page = context.new_page()
+        page.set_default_timeout(60_000)
+        page.goto(f"{running.url}/hub/login")
+        page.fill("#username_input", "jmcbo")
+        page.fill("#password_input", passwords["jmcbo"])
+        page.click("#login_submit")
+        page.wait_for_url(re.compile(r".*/user/jmcbo/lab.*"), timeout=90_000)
+        lab_page = LabPage(page, _LearnersLab(running, "jmcbo"))
+        try:
+            lab_page.open_notebook("00_fake_devices.ipynb")
+            state = lab_page.run_all(timeout=180)
+            errors = {c["index"]: c["errors"] for c in state["cells"] if c["errors"]}
+            assert not errors, f"cells raised (cell index: error): {errors}"
+            assert all(c["count"] for c in state["cells"]), "a code cell has no execution number"
+            assert not lab_page.stderr_tracebacks()
+            shown = page.evaluate("() => Array.from(document.querySelectorAll('.jp-OutputArea-output'))"
+                                  ".map(e => e.innerText).filter(t => t.trim())")
+            assert any("JAX already started with 8 cpu device(s)" in text for text in shown), shown[:5]
+            page.screenshot(path=str(artifacts / "hub-learner-00.png"))
+        except BaseException:
+            page.screenshot(path=str(artifacts / "hub-learner-failure.png"))
+            print("hub log (tail):\n" + lab_page.lab.log_tail())
+            raise

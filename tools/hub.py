@@ -22,8 +22,10 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -33,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "hub" / "jupyterhub_config.py"
 PROXY = ROOT / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
 STATE = ROOT / "build" / "hub"
+LEARNER_PYTHON = ROOT / "build" / "hub-python"  # see learner_python()
 MARKER = "jax-multihost-course learner"  # the accounts' comment field: only these are ever changed
 NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 START_SECONDS = 30.0
@@ -128,12 +131,47 @@ def preflight(port: int, proxy: Path = PROXY) -> None:
                        "with make hub HUB_PORT=N")
 
 
+def _others_can_run(path: Path) -> bool:
+    """Whether a user other than its owner may run `path`: every folder above it can be entered."""
+    path = path.resolve()
+    return all(p.stat().st_mode & stat.S_IXOTH for p in (path, *path.parents))
+
+
+def learner_python() -> Path:
+    """A Python every learner can run, with the course's packages.
+
+    The course's own when learners can reach its interpreter (a venv of /usr/bin/python3, of
+    /opt/...). A venv of pyenv's Python, whose interpreter sits in root's home, is out of their
+    reach: then a venv of the system's python3.X (the same X), made once in build/hub-python,
+    whose one .pth file adds the course's site-packages.
+    """
+    if _others_can_run(Path(sys.executable)):
+        return Path(sys.executable)
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    system = shutil.which(version, path="/usr/bin:/usr/local/bin")
+    if system is None or not _others_can_run(Path(system)):
+        raise HubError(f"learners cannot run this environment's Python ({Path(sys.executable).resolve()}: "
+                       f"a folder above it is closed to them), and there is no /usr/bin/{version} to "
+                       "use instead: install the course with a Python they can reach (e.g. Debian's python3)")
+    python = LEARNER_PYTHON / "bin" / "python"
+    if not python.exists():
+        subprocess.run([system, "-m", "venv", "--without-pip", str(LEARNER_PYTHON)], check=True,
+                       capture_output=True)
+    packages = sysconfig.get_paths()["purelib"]
+    target = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, check=True).stdout.strip())
+    (target / "_course.pth").write_text(f"import site; site.addsitedir({packages!r})\n")
+    for folder in (LEARNER_PYTHON, LEARNER_PYTHON.parent):  # build/ too: learners pass through it
+        folder.chmod(0o755)
+    return python
+
+
 class Hub:
     """A running JupyterHub and its proxy; `stop()` ends it and every learner's process."""
 
     def __init__(self, learners: list[str], port: int, *, token: str | None = None,
                  proxy: Path = PROXY, state: Path = STATE):
-        self.learners, self.port, self.token = learners, port, token
+        self.learners, self.port, self.token, self.state = learners, port, token, state
         self.url = f"http://127.0.0.1:{port}"
         state.mkdir(parents=True, exist_ok=True)
         state.chmod(0o700)
@@ -141,6 +179,8 @@ class Hub:
         env = {**os.environ, "COURSE_HUB_PORT": str(port), "COURSE_HUB_API_PORT": str(_free_port()),
                "COURSE_HUB_PROXY_API_PORT": str(_free_port()), "COURSE_HUB_STATE": str(state),
                "COURSE_HUB_LEARNERS": ",".join(learners), "COURSE_HUB_PROXY": str(proxy),
+               "COURSE_HUB_PYTHON": str(learner_python()),
+               "COURSE_HUB_PREFIX": sys.prefix,
                "COURSE_HUB_SERVICE_TOKEN": token or ""}
         self.proc = subprocess.Popen(
             [str(Path(sys.executable).parent / "jupyterhub"), "-f", str(CONFIG)], cwd=state,

@@ -50,13 +50,18 @@ class Learner:
 
     def start(self) -> "Learner":
         """Start the learner's server (if it is not running) and a kernel in it."""
-        self._api("POST", f"/hub/api/users/{self.name}/server")
+        def server() -> dict:
+            return self._api("GET", f"/hub/api/users/{self.name}").json()["servers"].get("", {})
+
+        if not server():
+            self._api("POST", f"/hub/api/users/{self.name}/server")
         deadline = time.monotonic() + READY_SECONDS
-        while not self._api("GET", f"/hub/api/users/{self.name}").json()["servers"].get("", {}).get("ready"):
+        while not server().get("ready"):
             if time.monotonic() > deadline:
                 raise HubClientError(f"{self.name}'s server was not ready within {READY_SECONDS:g} s")
             time.sleep(0.3)
-        self.kernel = self._api("POST", f"/user/{self.name}/api/kernels", json={"name": "python3"}).json()["id"]
+        self.kernel = self._api("POST", f"/user/{self.name}/api/kernels",  # cwd: the notebooks' folder
+                                json={"name": "python3", "path": "00_fake_devices.ipynb"}).json()["id"]
         ws_url = self.url.replace("http", "ws", 1) + f"/user/{self.name}/api/kernels/{self.kernel}/channels"
         self.socket = websocket.create_connection(ws_url, header=[f"Authorization: token {self.token}"],
                                                   timeout=READY_SECONDS)
