@@ -1,4 +1,4 @@
-"""Section 11: a workshop on one machine: K learners at once, each running notebooks 02 and 08
+"""Section 10: a workshop on one machine: K learners at once, each running notebooks 02 and 08
 through the hub's own kernels API (`make bench-hub`, as root; `make bench` leaves it out).
 
 For K = 1, 2, 4 learners (accounts made for the run, removed after it), each learner's kernel
@@ -31,6 +31,18 @@ COUNTS = (1, 2, 4)
 QUICK_COUNTS = (1, 2)
 SAMPLE_SECONDS = 0.1
 GIB = 1024 ** 3
+# A neighbour's job that hangs: host 0 waits in a collective host 1 never joins (notebook 12).
+HANG = """
+from helpers.launch import initialize
+initialize()
+import time
+import jax, jax.numpy as jnp
+from jax.experimental import multihost_utils
+if jax.process_index() == 0:
+    multihost_utils.process_allgather(jnp.ones(1))
+time.sleep(600)
+"""
+HANG_SECONDS = 45  # the hung run's timeout: longer than the neighbour's Run All of 08
 
 
 class _Sampler(threading.Thread):
@@ -78,7 +90,11 @@ def _one_round(hub_url: str, token: str, names: list[str]) -> dict:
         home = Path(pwd.getpwnam(learner.name).pw_dir) / "course"
         for notebook in NOTEBOOKS:
             start = time.perf_counter()
-            outputs = learner.run_all(home / f"{notebook}.ipynb")
+            try:
+                outputs = learner.run_all(home / f"{notebook}.ipynb")
+            except Exception as error:  # noqa: BLE001 - reported below, with the learner's name
+                errors.append(f"{learner.name} {notebook}: {type(error).__name__}: {error}")
+                return
             times[learner.name][notebook] = time.perf_counter() - start
             errors.extend(f"{learner.name} {notebook}: {o.error}" for o in outputs if o.error)
 
@@ -101,6 +117,29 @@ def _one_round(hub_url: str, token: str, names: list[str]) -> dict:
             "cpu": {name: sampler.cpu_seconds(name) - before[name] for name in names}}
 
 
+def _beside_a_hang(hub_url: str, token: str, names: list[str]) -> dict:
+    """Learner 0's job hangs (2 hosts x 4 devices) while learner 1 runs notebook 08."""
+    from tools.hub_client import Learner
+
+    hung, worker = (Learner(hub_url, name, token).start() for name in names[:2])
+    notebook = NOTEBOOKS[-1]
+    hang = threading.Thread(target=hung.run, args=(
+        f"from helpers.launch import run\nrun(source={HANG!r}, hosts=2, devices_per_host=4, "
+        f"timeout={HANG_SECONDS})",), kwargs={"timeout": 2 * HANG_SECONDS})
+    hang.start()
+    time.sleep(5)  # its hosts are up and waiting
+    start = time.perf_counter()
+    outputs = worker.run_all(Path(pwd.getpwnam(worker.name).pw_dir) / "course" / f"{notebook}.ipynb")
+    seconds = time.perf_counter() - start
+    still_hung = hang.is_alive()
+    hang.join()
+    for learner in (hung, worker):
+        learner.close()
+    if any(o.error for o in outputs):
+        raise RuntimeError(f"{notebook} failed beside a hung job: {next(o.error for o in outputs if o.error)}")
+    return {"seconds": seconds, "hung_throughout": still_hung}
+
+
 def measure(results, opts) -> None:
     from tools import hub
 
@@ -121,25 +160,38 @@ def measure(results, opts) -> None:
                     results.add(record(f"hub/{k} learners/{notebook}", walls))
                     log(f"hub: {k} learner(s), {notebook}: median {fmt_s(statistics.median(walls))}, "
                         f"worst {fmt_s(max(walls))}")
+            log("hub: one learner's job hangs while another runs notebook 08")
+            beside = _beside_a_hang(running.url, token, names)
+            results.add(record(f"hub/beside a hung job/{NOTEBOOKS[-1]}", [beside["seconds"]]))
+            log(f"hub: notebook 08 beside a hung job: {fmt_s(beside['seconds'])}")
     finally:
         hub.remove_accounts()
     results.sections[KEY] = {
         "cpus": os.cpu_count(), "memory_gib": psutil.virtual_memory().total / GIB,
-        "cpu_model": platform.processor() or platform.machine(),
+        "cpu_model": platform.processor() or platform.machine(), "beside_hang": beside,
+        "budgets": {notebook: _budget(notebook) for notebook in NOTEBOOKS},
         "rounds": {str(k): {"runall": {nb: [r["times"][n][nb] for n in r["times"]] for nb in NOTEBOOKS},
                             "peak_gib": [v / GIB for v in r["peak"].values()],
                             "cpu_s": list(r["cpu"].values())}
                    for k, r in rounds.items()}}
 
 
-def sizing(data: dict) -> tuple[float, float]:
-    """(learners per core, learners per GiB) from the largest round: CPU-seconds per learner over
-    the round's longest Run All pair, and the largest peak memory of one learner."""
-    k = max(data["rounds"], key=int)
-    r = data["rounds"][k]
-    wall = max(sum(pair) for pair in zip(*r["runall"].values()))
-    cores_per_learner = statistics.mean(r["cpu_s"]) / wall
-    return 1 / cores_per_learner, 1 / max(r["peak_gib"])
+def _budget(notebook: str) -> float:
+    from tools.course_table import budgets
+
+    return budgets()[notebook]
+
+
+def sizing(data: dict) -> tuple[float, float, float]:
+    """(CPU-seconds one learner's two Run Alls need, learners per core, learners per GiB).
+
+    The worst moment of a workshop: every learner presses Run All at once. For all of them to
+    finish within the notebooks' Run All budgets, a core may take budget / CPU-seconds learners.
+    Both numbers come from the largest round (the most contention), memory from its largest peak.
+    """
+    r = data["rounds"][max(data["rounds"], key=int)]
+    cpu = statistics.mean(r["cpu_s"])
+    return cpu, sum(data["budgets"].values()) / cpu, 1 / max(r["peak_gib"])
 
 
 def render(results) -> str:
@@ -152,14 +204,23 @@ def render(results) -> str:
             cells.append(f"{fmt_s(statistics.median(walls))} / {fmt_s(max(walls))}")
         cells += [f"{max(r['peak_gib']):.2f} GiB", f"{statistics.mean(r['cpu_s']):.0f} s"]
         rows.append(cells)
-    per_core, per_gib = sizing(data)
+    cpu, per_core, per_gib = sizing(data)
+    alone = statistics.median(data["rounds"]["1"]["runall"][NOTEBOOKS[-1]])
+    beside = data["beside_hang"]
     return "\n".join([
         f"{len(data['rounds'])} rounds on this machine ({data['cpus']} CPUs, {data['memory_gib']:.0f} GiB). "
         "Each learner's kernel, started through the hub, runs every code cell of notebooks 02 and 08 "
         "(its 2-host training runs included) while the other learners do the same.", "",
         md_table(["learners at once", "02 Run All, median / worst", "08 Run All, median / worst",
                   "peak memory of one learner", "CPU time per learner"], rows), "",
-        f"From the largest round: one learner keeps {1 / per_core:.2f} cores busy over the two Run Alls "
-        f"and needs at most {1 / per_gib:.2f} GiB, so about {per_core:.1f} learners per core and "
-        f"{per_gib:.1f} per GiB; INSTRUCTORS.md turns this into a machine size.",
+        f"Sizing, from the largest round: one learner's two Run Alls take {cpu:.0f} CPU-seconds and at "
+        f"most {1 / per_gib:.2f} GiB. For every learner to finish within the notebooks' Run All budgets "
+        f"({' + '.join(f'{b:g} s' for b in data['budgets'].values())}) when all of them press Run All "
+        f"at once, a core serves {per_core:.1f} learners, and a GiB of memory {per_gib:.1f}; "
+        "INSTRUCTORS.md turns this into a machine size.", "",
+        f"Beside a neighbour whose 2-host job hangs in a collective (host 0 waits for host 1, which "
+        f"never joins), notebook 08's Run All took {fmt_s(beside['seconds'])} against "
+        f"{fmt_s(alone)} alone (its budget: {data['budgets'][NOTEBOOKS[-1]]:g} s)"
+        + ("; the neighbour's job hung for the whole of it." if beside["hung_throughout"] else
+           "; the neighbour's job ended (at its timeout) before it finished."),
     ])

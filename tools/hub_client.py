@@ -22,6 +22,16 @@ class HubClientError(Exception):
     """A request to the hub failed; the message says which and why."""
 
 
+def _message(frame: str | bytes) -> dict:
+    """A kernel message from a websocket frame: JSON text, or Jupyter's binary frame (a count of
+    parts, their offsets, the JSON message, then binary buffers such as a widget's)."""
+    if isinstance(frame, str):
+        return json.loads(frame)
+    parts = int.from_bytes(frame[:4], "big")
+    offsets = [int.from_bytes(frame[4 + 4 * i:8 + 4 * i], "big") for i in range(parts)]
+    return json.loads(frame[offsets[0]:offsets[1] if parts > 1 else None])
+
+
 @dataclass
 class Output:
     """What a cell printed, and its error if it raised."""
@@ -82,7 +92,7 @@ class Learner:
             if time.monotonic() - start > timeout:
                 raise HubClientError(f"{self.name}'s cell did not finish within {timeout:g} s")
             self.socket.settimeout(timeout)
-            msg = json.loads(self.socket.recv())
+            msg = _message(self.socket.recv())
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             kind, content = msg["msg_type"], msg["content"]
