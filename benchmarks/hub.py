@@ -151,7 +151,7 @@ def measure(results, opts) -> None:
     rounds = {}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-hub-") as state, \
-                hub.Hub(names, hub._free_port(), token=token, state=Path(state)) as running:
+                hub.Hub(names, hub.free_port(), token=token, state=Path(state)) as running:
             for k in counts:
                 log(f"hub: {k} learner(s) run notebooks {', '.join(n[:2] for n in NOTEBOOKS)} at once")
                 rounds[k] = _one_round(running.url, token, names[:k])

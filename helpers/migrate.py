@@ -216,19 +216,37 @@ def _pmap_collective(s: _Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "every host")
 
 
-def _device_put_replicated(s: _Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+# calls that no longer exist, or only stack copies for pmap: -> (rule, what it does, instead)
+_OLD_CALLS = {
+    "jax.device_put_replicated": (
+        "device-put-replicated",
+        "jax.device_put_replicated was removed in jax 0.10 (AttributeError); it made pmap's "
+        "stacked copies",
+        "jax.device_put(x, NamedSharding(mesh, P())): one global array with a copy on every "
+        "device of the mesh"),
+    "jax.device_put_sharded": (
+        "device-put-replicated",
+        "jax.device_put_sharded was removed in jax 0.10 (AttributeError); it stacked one slice "
+        "per local device",
+        "jax.make_array_from_process_local_data(NamedSharding(mesh, P(('host', 'device'))), "
+        "this_hosts_rows)"),
+    "flax.jax_utils.replicate": (
+        "jax-utils-replicate",
+        "flax.jax_utils.replicate stacks a copy per local device (a leading axis that pmap strips)",
+        "jax.device_put(tree, NamedSharding(mesh, P())) once: one global value, on every device"),
+    "flax.jax_utils.unreplicate": (
+        "jax-utils-replicate",
+        "flax.jax_utils.unreplicate takes copy [0] of pmap's stack",
+        "nothing: a P() array already is the value (read it on any host)"),
+}
+
+
+def _old_calls(s: _Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
         name = s.name(call.func)
-        if _is(name, "jax.device_put_replicated"):
-            yield (call, "device-put-replicated",
-                   "jax.device_put_replicated was removed in jax 0.10 (AttributeError); it made "
-                   "pmap's stacked copies", "jax.device_put(x, NamedSharding(mesh, P())): one "
-                   "global array with a copy on every device of the mesh")
-        elif _is(name, "jax.device_put_sharded"):
-            yield (call, "device-put-replicated",
-                   "jax.device_put_sharded was removed in jax 0.10 (AttributeError); it stacked "
-                   "one slice per local device", "jax.make_array_from_process_local_data("
-                   "NamedSharding(mesh, P(('host', 'device'))), this_hosts_rows)")
+        for old, (rule, does, instead) in _OLD_CALLS.items():
+            if _is(name, old):
+                yield call, rule, does, instead
 
 
 def _experimental_shard_map(s: _Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -287,20 +305,6 @@ def _local_batch(s: _Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                            "the batch a step trains on is process_count() times this number",
                            "choose the GLOBAL batch size; each host loads global_batch // "
                            "jax.process_count() rows of it")
-
-
-def _jax_utils(s: _Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    for call in s.calls:
-        name = s.name(call.func)
-        if _is(name, "flax.jax_utils.replicate"):
-            yield (call, "jax-utils-replicate",
-                   "flax.jax_utils.replicate stacks a copy per local device (a leading axis that "
-                   "pmap strips)", "jax.device_put(tree, NamedSharding(mesh, P())) once: one "
-                   "global value, on every device")
-        elif _is(name, "flax.jax_utils.unreplicate"):
-            yield (call, "jax-utils-replicate",
-                   "flax.jax_utils.unreplicate takes copy [0] of pmap's stack",
-                   "nothing: a P() array already is the value (read it on any host)")
 
 
 def _device_only_spec(s: _Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -400,8 +404,8 @@ def _per_device_keys(s: _Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{MESH_AXES})): a different stream on every device of every host")
 
 
-_RULES = (_pmap, _pmap_collective, _device_put_replicated, _experimental_shard_map, _with_mesh,
-          _local_batch, _jax_utils, _device_only_spec, _process_zero, _per_device_keys)
+_RULES = (_pmap, _pmap_collective, _old_calls, _experimental_shard_map, _with_mesh, _local_batch,
+          _device_only_spec, _process_zero, _per_device_keys)
 
 
 def findings(source: str, path: str = "<script>", *, first_line: int = 1) -> list[Finding]:

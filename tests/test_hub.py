@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _uids(names) -> set[int]:
-    return {pwd.getpwnam(n).pw_uid for n in names if hub._ours(n)}
+    return {pwd.getpwnam(n).pw_uid for n in names if hub.learner_account(n)}
 
 
 def _running_as(uids: set[int]) -> list[int]:
@@ -46,7 +46,7 @@ def served(tmp_path_factory):
     passwords = {name: hub.make_account(name) for name in LEARNERS}
     uids = _uids(LEARNERS)
     token = secrets.token_hex(16)
-    port = hub._free_port()
+    port = hub.free_port()
     running = hub.Hub(LEARNERS, port, token=token, state=tmp_path_factory.mktemp("hub"))
     try:
         yield running, passwords, token
@@ -54,7 +54,7 @@ def served(tmp_path_factory):
         running.stop()
         hub.remove_accounts()
         assert not survivors(_running_as(uids)), "a learner's process outlived the hub"
-        assert not any(hub._ours(n) for n in LEARNERS)
+        assert not any(hub.learner_account(n) for n in LEARNERS)
 
 
 def test_a_learner_logs_in_with_their_password_and_a_wrong_one_is_refused(served):
@@ -124,7 +124,7 @@ def _make_hub(*args, env=None) -> subprocess.CompletedProcess:
 
 def test_a_learner_name_with_odd_characters_is_one_line_and_nothing_is_made():
     before = {p.pw_name for p in pwd.getpwall()}
-    out = _make_hub("--learners", "ana Bo!", "--port", str(hub._free_port()))
+    out = _make_hub("--learners", "ana Bo!", "--port", str(hub.free_port()))
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert "learner name 'Bo!' cannot be a Unix account" in out.stderr
     assert {p.pw_name for p in pwd.getpwall()} == before
@@ -137,12 +137,12 @@ def test_the_hubs_port_in_use_is_one_line_and_nothing_is_started():
         port = taken.getsockname()[1]
         out = _make_hub("--learners", "jmczed", "--port", str(port))
     assert out.returncode == 2 and f"port {port} on 127.0.0.1 is in use" in out.stderr
-    assert out.stderr.count("\n") == 1 and not hub._ours("jmczed")
+    assert out.stderr.count("\n") == 1 and not hub.learner_account("jmczed")
 
 
 def test_a_missing_proxy_is_one_line(monkeypatch):
     with pytest.raises(hub.HubError, match="no proxy at .*: run make hub"):
-        hub.preflight(hub._free_port(), proxy=ROOT / "hub" / "no-such-proxy")
+        hub.preflight(hub.free_port(), proxy=ROOT / "hub" / "no-such-proxy")
 
 
 def test_an_account_that_is_not_a_learners_is_never_touched():

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 from processes import survivors
+from test_launch import FAULT
 
 from helpers import launch, launch_netns, launch_warm
 from helpers.launch_netns import HostsApart, HostsApartError
@@ -31,19 +32,6 @@ STEP_LOSS = re.compile(r"^step\s+(\d+)\s+loss\s+(\S+)$", re.MULTILINE)
 
 needs_root = pytest.mark.skipif(bool(launch_netns.unavailable()),
                                 reason=launch_netns.unavailable() or "available")
-
-HANG = """
-import os, signal, time
-from helpers.launch import initialize
-initialize()
-import jax
-from jax.experimental import multihost_utils
-print("ready", flush=True)
-if jax.process_index() == 1:
-    {fault}
-multihost_utils.process_allgather(jax.numpy.ones(1))
-print("done")
-"""
 
 # Host 0 listens on its loopback and on its own address; host 1 dials both.
 APART = """
@@ -226,7 +214,7 @@ def test_gloo_advertising_loopback_fails_and_the_launcher_names_the_cause():
 @needs_root
 @pytest.mark.multiprocess
 def test_a_killed_namespaced_host_is_named_at_once():
-    result = launch.run(source=HANG.format(fault="os.kill(os.getpid(), signal.SIGKILL)"),
+    result = launch.run(source=FAULT.format(fault="os.kill(os.getpid(), signal.SIGKILL)"),
                         hosts=2, devices_per_host=2, netns=True, timeout=NEVER)
     assert result.message.startswith("host 1 failed (killed by SIGKILL)"), result.message
     assert result.failed_first == (1,)
@@ -236,7 +224,7 @@ def test_a_killed_namespaced_host_is_named_at_once():
 @needs_root
 @pytest.mark.multiprocess
 def test_a_stalled_run_is_stopped_and_cleaned_up():
-    result = launch.run(source=HANG.format(fault="time.sleep(600)"), hosts=2, devices_per_host=2,
+    result = launch.run(source=FAULT.format(fault="time.sleep(600)"), hosts=2, devices_per_host=2,
                         netns=True, stall=2, timeout=NEVER)
     assert result.message.startswith("stopped after no host printed anything for 2 s")
     _nothing_left(result)
@@ -257,7 +245,7 @@ def test_an_interrupt_removes_every_namespace_and_host():
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            launch.run(source=HANG.format(fault="time.sleep(600)"), hosts=2, devices_per_host=2,
+            launch.run(source=FAULT.format(fault="time.sleep(600)"), hosts=2, devices_per_host=2,
                        netns=True, timeout=60)
     finally:
         timer.cancel()
@@ -287,7 +275,7 @@ def test_a_failure_while_making_the_network_leaves_nothing_half_made(monkeypatch
 @pytest.mark.multiprocess
 def test_the_cli_names_each_address_first_and_a_killed_launchers_namespaces_are_swept(tmp_path):
     script = tmp_path / "hang.py"
-    script.write_text(HANG.format(fault="time.sleep(600)"))
+    script.write_text(FAULT.format(fault="time.sleep(600)"))
     cli = subprocess.Popen([sys.executable, "-m", "helpers.launch", "--netns", "--hosts", "2",
                             "--devices-per-host", "1", str(script)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -58,7 +58,7 @@ def check_names(names: list[str]) -> list[str]:
     return names
 
 
-def _ours(name: str) -> bool | None:
+def learner_account(name: str) -> bool | None:
     """True: an account this tool made; False: someone else's; None: no such account."""
     try:
         return pwd.getpwnam(name).pw_gecos == MARKER
@@ -68,10 +68,10 @@ def _ours(name: str) -> bool | None:
 
 def make_account(name: str) -> str:
     """Make (or renew) a learner's account with a copy of the notebooks; return its new password."""
-    if _ours(name) is False:
+    if learner_account(name) is False:
         raise HubError(f"an account named {name!r} already exists and is not a course learner's: "
                        "choose another name")
-    if _ours(name) is None:
+    if learner_account(name) is None:
         subprocess.run(["useradd", "--create-home", "--user-group", "--shell", "/bin/bash",
                         "--comment", MARKER, name], check=True, capture_output=True)
     home = Path(pwd.getpwnam(name).pw_dir)
@@ -109,7 +109,7 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -176,8 +176,8 @@ class Hub:
         state.mkdir(parents=True, exist_ok=True)
         state.chmod(0o700)
         self.log = open(state / "jupyterhub.log", "w")
-        env = {**os.environ, "COURSE_HUB_PORT": str(port), "COURSE_HUB_API_PORT": str(_free_port()),
-               "COURSE_HUB_PROXY_API_PORT": str(_free_port()), "COURSE_HUB_STATE": str(state),
+        env = {**os.environ, "COURSE_HUB_PORT": str(port), "COURSE_HUB_API_PORT": str(free_port()),
+               "COURSE_HUB_PROXY_API_PORT": str(free_port()), "COURSE_HUB_STATE": str(state),
                "COURSE_HUB_LEARNERS": ",".join(learners), "COURSE_HUB_PROXY": str(proxy),
                "COURSE_HUB_PYTHON": str(learner_python()),
                "COURSE_HUB_PREFIX": sys.prefix,
