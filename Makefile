@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # processes (start-ups, barriers, stall limits). Measured here: 696 s with 2, 556 s with 3.
 PYTEST_WORKERS ?= 3
 
-.PHONY: lab test test-browser site hub bench-hub python-versions notebook bench bench-tests bench-compare doctor solutions notebooks venv clean help
+.PHONY: lab test test-browser site linkcheck hub bench-hub python-versions notebook bench bench-tests bench-compare doctor solutions notebooks venv clean help
 
 help:
 	@echo "make lab            set up .venv and open JupyterLab on the course"
@@ -16,6 +16,7 @@ help:
 	@echo "make test-browser   only the real-browser test"
 	@echo "make python-versions  the pins and nbval on notebooks 00 and 08 with Python 3.12 and 3.13 (pyenv; minutes)"
 	@echo "make site           build the course as a static site in build/site/ (its own pins: requirements-site.txt)"
+	@echo "make linkcheck      the site's external links, each with its pages (to open with a network)"
 	@echo "make doctor         preflight check for a workshop laptop"
 	@echo "make hub            as root: JupyterHub on 127.0.0.1:8000 for LEARNERS=\"learner1 learner2 learner3\""
 	@echo "make bench-hub      as root: K = 1, 2, 4 learners Run All 02 and 08 through the hub; BENCHMARKS.md"
@@ -83,6 +84,10 @@ test-browser: $(STAMP)
 
 site: $(SITE_STAMP)
 	$(BIN)/python site/build.py
+
+# Every external link of the built site, with its pages, for someone with a network to open.
+linkcheck: site
+	$(BIN)/python site/links.py --external build/site
 
 # Not in `make test`: two installs of the pins and two nbval runs take minutes.
 PYTHON_VERSIONS ?= 3.12 3.13

@@ -35,6 +35,7 @@ if str(ROOT) not in sys.path:  # run as `python site/build.py`: make `tools` imp
 from helpers.exercises import get  # noqa: E402
 from tools.course_table import NotebookInfo, read_all  # noqa: E402
 from tools.nbrun import course_notebooks, exercise_id  # noqa: E402
+from links import internal_problems  # noqa: E402  (site/links.py, beside this file)
 
 SITE = ROOT / "site"
 BUILD = ROOT / "build"
@@ -219,6 +220,10 @@ def build(out: Path) -> None:
                "-d", str(out.with_name(out.name + "-doctrees")), str(sources), str(out)]
     if subprocess.run(command).returncode:
         sys.exit("make site: the build has warnings or errors (above); the site is strict")
+    broken = internal_problems(out)
+    if broken:
+        sys.exit("make site: internal links that do not resolve (the site is strict):\n  "
+                 + "\n  ".join(broken))
     print(f"make site: {out / 'index.html'} in {time.perf_counter() - start:.1f} s")
 
 
