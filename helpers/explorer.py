@@ -5,6 +5,7 @@ needed to test it); the widgets only copy control values in and results out.
 """
 from __future__ import annotations
 
+import base64
 import html
 import io
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from helpers.layout import ShardingLayout, format_spec, sharding_layout
-from helpers.viz import draw_layout
+from helpers.viz import draw_layout, layout_words
 
 # Spec entry choices: the label a learner sees -> the PartitionSpec entry.
 SPEC_CHOICES = {
@@ -132,6 +133,13 @@ class ExplorerState:
         return ExplorerResult(sharding_png, mesh_png, layout.text(), code, None, layout)
 
 
+def _img(png: bytes, css_class: str, words: str) -> str:
+    """An <img> of a PNG, with what it shows in words as its alt text (screen readers, the site)."""
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<img class="{css_class}" alt="{html.escape(words)}" src="data:image/png;base64,{data}" '
+            'style="max-width: 100%">')
+
+
 def _png(fig) -> bytes:
     """PNG bytes of a figure made with pyplot=False (nothing to close: pyplot never saw it)."""
     buf = io.BytesIO()
@@ -186,8 +194,9 @@ class ShardingExplorer(widgets.VBox):
             "dimension of the array (type the shape, then Enter).</div>"
         )
         self.error = widgets.HTML().add_class("explorer-error")
-        self.mesh_picture = widgets.Image(format="png").add_class("explorer-mesh-picture")
-        self.picture = widgets.Image(format="png").add_class("explorer-picture")
+        # pictures as <img> in HTML widgets: an Image widget cannot carry alt text
+        self.mesh_picture = widgets.HTML().add_class("explorer-mesh-picture-box")
+        self.picture = widgets.HTML().add_class("explorer-picture-box")
         self.text = widgets.HTML().add_class("explorer-text")
         self.code_view = widgets.HTML().add_class("explorer-code")
         controls = [self.hosts, self.devices_per_host, self.order, self.shape, *self.specs]
@@ -234,9 +243,10 @@ class ShardingExplorer(widgets.VBox):
             self.text.value = ""
         else:
             self.error.value = ""
-            if bytes(self.mesh_picture.value) != result.mesh_png:
-                self.mesh_picture.value = result.mesh_png
-            self.picture.value = result.png
+            mesh_img = _img(result.mesh_png, "explorer-mesh-picture", layout_words(result.layout, sharding=False))
+            if self.mesh_picture.value != mesh_img:
+                self.mesh_picture.value = mesh_img
+            self.picture.value = _img(result.png, "explorer-picture", layout_words(result.layout, mesh=False))
             self.picture.layout.display = self.mesh_picture.layout.display = None
             self.text.value = f'<pre style="margin: 0">{html.escape(result.text)}</pre>'
         return result

@@ -77,6 +77,10 @@ class ShardingLayout:
         lines.append(self.axes_summary())
         return "\n".join(lines)
 
+    def words(self) -> str:
+        """The text form as sentences on one line: what a reader who cannot see the picture hears."""
+        return "; ".join(line.strip().rstrip(".") for line in self.text().splitlines()) + "."
+
     def summary(self) -> str:
         """One sentence on tiles and replication, e.g. 'each tile is held by 2 devices ...'."""
         n = len(self.tiles)
@@ -202,6 +206,29 @@ def _wrap(head: str, items: list[str]) -> list[str]:
         current.append(item)
     lines.append((head if not lines else " " * len(head)) + "  ".join(current))
     return lines
+
+
+def mesh_words(mesh, *, host_of: HostOf | None = None) -> str:
+    """The mesh in one line, row by row, with each device's host: a picture's words."""
+    mesh = check_mesh(mesh)
+    host = host_function(host_of)
+    devs = np.asarray(mesh.devices, dtype=object)
+    names = list(mesh.axis_names)
+    hosts = {host(d) for d in devs.flat}
+    head = f"mesh {mesh_label(mesh)}: {plural(devs.size, 'device')} on {plural(len(hosts), 'host')}"
+    if devs.ndim == 0:
+        return f"{head}: device {devs.item().id} (host {host(devs.item())})."
+    rows = []
+    for index in np.ndindex(devs.shape[:-1]):
+        row = list(devs[index])
+        owners = {host(d) for d in row}
+        where = ", ".join(f"{n}={i}" for n, i in zip(names[:-1], index))
+        if len(owners) == 1:
+            ids = f"devices {', '.join(str(d.id) for d in row)} (host {owners.pop()})"
+        else:
+            ids = "devices " + ", ".join(f"{d.id} (host {host(d)})" for d in row)
+        rows.append(f"{where + ': ' if where else ''}{ids} along {names[-1]}")
+    return f"{head}; " + "; ".join(rows) + "."
 
 
 def shape_text(shape: tuple[int, ...]) -> str:

@@ -10,9 +10,9 @@ XLA op is blue.
 """
 from __future__ import annotations
 
-from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+from helpers.described import DescribedFigure, described
 from helpers.traces import Event, collectives, during, is_collective, steps as step_spans
 
 COLLECTIVE, COMPUTE, HOST_WORK, STEP_EDGE = "#C0102A", "#0072B2", "#999999", "#222222"
@@ -33,7 +33,7 @@ def _offsets(traces: dict[int, list[Event]], first_step: int) -> dict[int, float
 
 
 def draw_timeline(traces: dict[int, list[Event]], *, steps: tuple[int, ...] = (1, 2), title: str | None = None,
-                  host_names: tuple[str, ...] = HOST_NAMES) -> Figure:
+                  host_names: tuple[str, ...] = HOST_NAMES) -> DescribedFigure:
     """Rows per host: its Python thread (step annotations, input, sleep), then one per device."""
     import matplotlib.pyplot as plt
 
@@ -78,4 +78,6 @@ def draw_timeline(traces: dict[int, list[Event]], *, steps: tuple[int, ...] = (1
     ax.set_title(title or f"steps {', '.join(map(str, steps))} on {len(traces)} hosts", fontsize=9)
     fig.tight_layout(rect=(0, 0.3 / fig.get_figheight(), 1, 1))
     plt.close(fig)
-    return fig
+    return described(fig, f"Timeline of {ax.get_title()}: one row per host's Python thread and per device "
+                          f"({len(rows)} rows), boxes for collectives, other XLA ops and host work, hosts lined "
+                          "up where a collective ends.")

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import jax
 import matplotlib.pyplot as plt
-from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
+from helpers.described import DescribedFigure, described
 from helpers.traffic import Traffic, format_bytes
 from helpers.viz import device_style
 
@@ -29,7 +29,7 @@ def _order(report: Traffic) -> list:
     return sorted(report.hosts, key=lambda d: (report.hosts[d], position[d]))
 
 
-def draw_traffic(report: Traffic, *, title: str | None = None) -> Figure:
+def draw_traffic(report: Traffic, *, title: str | None = None) -> DescribedFigure:
     """One row per collective: arcs for the transfers, red where they cross hosts."""
     folded = report.folded()  # an unrolled loop is one row, 'x7'
     shown = folded[:MAX_PANELS]
@@ -42,7 +42,8 @@ def draw_traffic(report: Traffic, *, title: str | None = None) -> Figure:
              "width grows with bytes", fontsize=8, color="#555555", va="center")
     if not shown:
         fig.text(0.5, 0.5, "no collectives: nothing moves between devices", ha="center", fontsize=10)
-        return fig
+        return described(fig, f"Picture of {title or 'a program'}'s traffic: no collectives, nothing "
+                              "moves between devices.")
     devices = _order(report)
     slot = {d: i for i, d in enumerate(devices)}
     positions = {d: i for i, d in enumerate(jax.devices())}
@@ -54,7 +55,9 @@ def draw_traffic(report: Traffic, *, title: str | None = None) -> Figure:
     if len(folded) > MAX_PANELS:
         fig.text(0.98, 0.17 / fig.get_figheight(), f"... and {len(folded) - MAX_PANELS} more",
                  fontsize=8, ha="right", va="center")
-    return fig
+    kinds = ", ".join(c.kind + (f" x{c.repeats}" if c.repeats > 1 else "") for c in folded)
+    return described(fig, f"Picture of {title or 'the program'}'s traffic, one row of arcs per collective "
+                          f"({kinds}), red where bytes cross hosts: {report.summary()}.")
 
 
 def _panel(ax, report: Traffic, collective, devices, slot, positions, biggest: float) -> None:

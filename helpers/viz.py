@@ -27,6 +27,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch, Rectangle
 from matplotlib.transforms import Affine2D
 
+from helpers.described import DescribedFigure, described
 from helpers.layout import (  # noqa: F401  (re-exported: one import for the notebooks)
     HostOf,
     ShardingLayout,
@@ -35,6 +36,7 @@ from helpers.layout import (  # noqa: F401  (re-exported: one import for the not
     format_spec,
     mesh_label,
     mesh_text,
+    mesh_words,
     sharding_layout,
     sharding_text,
 )
@@ -212,7 +214,7 @@ class _MeshPlan:
                 p.text(x + cols * cw / 2, y - self.top + 0.12, title, size=9)
 
 
-def draw_mesh(mesh, *, host_of: HostOf | None = None) -> Figure:
+def draw_mesh(mesh, *, host_of: HostOf | None = None) -> DescribedFigure:
     """The mesh as a grid of devices: id, owning host, host outlines, axis names and sizes.
 
     1-D and 2-D meshes are one grid; a 3-D mesh is one panel per index of its first axis.
@@ -221,7 +223,7 @@ def draw_mesh(mesh, *, host_of: HostOf | None = None) -> Figure:
     plan = _MeshPlan(mesh, host_function(host_of))
     p = _Painter(plan.width, plan.height, pyplot=True)
     plan.draw(p, 0, _positions())
-    return p.fig
+    return described(p.fig, "Picture of the " + mesh_words(mesh, host_of=host_of))
 
 
 # ----------------------------------------------------------------------------- sharding
@@ -456,21 +458,22 @@ def _badge_plan(w: float, h: float, copies: int, groups: list[int]) -> _BadgePla
     return _BadgePlan(fmt=fmt, bw=bw, bh=bh, cols=cols, gcols=gcols, gh=gh, x0=x0, y0=y0, label=label)
 
 
-def draw_sharding(x_or_shape, mesh=None, spec=None, *, host_of: HostOf | None = None) -> Figure:
+def draw_sharding(x_or_shape, mesh=None, spec=None, *, host_of: HostOf | None = None) -> DescribedFigure:
     """The global array as tiles: a tile held by one device is filled with its colour; a tile
     held by several is pale, with one badge per holding device (a full copy each) inside it.
 
     Pass a jax.Array with a NamedSharding, or a shape with `mesh` and `spec`. 0-D to 2-D
     arrays are one picture; a 3-D array is one panel per block of dimension 0.
     """
-    plan = _ShardingPlan(sharding_layout(x_or_shape, mesh, spec, host_of=host_of))
+    layout = sharding_layout(x_or_shape, mesh, spec, host_of=host_of)
+    plan = _ShardingPlan(layout)
     p = _Painter(plan.width, plan.height, pyplot=True)
     plan.draw(p, 0)
-    return p.fig
+    return described(p.fig, "Picture of the array's tiles: " + layout.words())
 
 
 def draw_layout(layout: ShardingLayout, *, mesh: bool = True, sharding: bool = True,
-                pyplot: bool = False) -> Figure:
+                pyplot: bool = False) -> DescribedFigure:
     """The mesh (on top) and/or the sharding of an already-built layout, in one figure.
 
     The explorer uses this with pyplot=False: the figure never enters pyplot's registry.
@@ -490,4 +493,10 @@ def draw_layout(layout: ShardingLayout, *, mesh: bool = True, sharding: bool = T
         else:
             plan.draw(p, top)
         top += plan.height
-    return p.fig
+    return described(p.fig, layout_words(layout, mesh=mesh, sharding=sharding))
+
+
+def layout_words(layout: ShardingLayout, *, mesh: bool = True, sharding: bool = True) -> str:
+    """What `draw_layout` shows, in words (the explorer's pictures say it too)."""
+    words = ["Picture of the " + mesh_words(layout.mesh, host_of=layout.hosts.__getitem__)] if mesh else []
+    return " ".join(words + (["Picture of the array's tiles: " + layout.words()] if sharding else []))

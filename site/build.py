@@ -103,6 +103,16 @@ def npm_file(package: str, version: str) -> Path:
     return tarball
 
 
+# The accessibility engine the site's browser test runs on every page (not shipped in the site).
+AXE = ("axe-core", "4.14.1")
+
+
+def axe_script() -> str:
+    """axe-core's axe.min.js, from its pinned npm tarball (fetched once into build/site-cache/)."""
+    with tarfile.open(npm_file(*AXE)) as tar:
+        return tar.extractfile("package/axe.min.js").read().decode("utf-8")
+
+
 def ship_widget_js(stage: Path) -> None:
     """Put require.js and the widget manager (embed-amd.js and the fonts it loads) in the site."""
     for package, version, members in WIDGET_JS:
@@ -134,13 +144,57 @@ def folded_help(ex_id: str) -> str:
             f"<pre><code>{solution}</code></pre>\n</details>\n")
 
 
+# A coloured cell of rich's HTML (jax.debug.visualize_array_sharding): its text colour, its background.
+_RICH_CELL = re.compile(r'color: #(?P<fg>[0-9a-fA-F]{6}); text-decoration-color: #(?P=fg); '
+                        r'background-color: #(?P<bg>[0-9a-fA-F]{6})')
+
+
+def _luminance(hex_colour: str) -> float:
+    """WCAG's relative luminance of an sRGB colour such as 'de9ed6'."""
+    def channel(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (channel(int(hex_colour[i:i + 2], 16) / 255) for i in (0, 2, 4))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def readable_cells(html_text: str) -> str:
+    """rich's coloured cells with black or white text, whichever contrasts more with the cell:
+    JAX's own picture of a sharding, same words and colours, labels readable (WCAG's 4.5:1)."""
+    def mend(cell: re.Match) -> str:
+        background = _luminance(cell["bg"])
+        text = "000000" if (background + 0.05) / 0.05 > 1.05 / (background + 0.05) else "ffffff"
+        return f"color: #{text}; text-decoration-color: #{text}; background-color: #{cell['bg']}"
+
+    return _RICH_CELL.sub(mend, html_text)
+
+
+def picture_words(cell, name: str) -> str | None:
+    """The alt text of a code cell's picture: its description (helpers.described), kept beside the
+    PNG as text/plain; None if the cell draws nothing. A picture without one stops the build."""
+    pictures = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+    if not pictures:
+        return None
+    words = [o["data"].get("text/plain", "") for o in pictures]
+    if len(pictures) > 1 or not words[0] or words[0].startswith("<Figure"):
+        sys.exit(f"make site: {name}: a cell ({cell.source.splitlines()[-1]!r}) shows "
+                 f"{'several pictures' if len(pictures) > 1 else 'a picture with no description'}: "
+                 "one picture per cell, described with helpers.described (its alt text on the site)")
+    return words[0]
+
+
 def stage_notebook(path: Path, stage: Path) -> None:
-    """The committed notebook, with the site's notes and folded help, into the staged sources."""
+    """The committed notebook, with the site's notes, folded help and alt texts, into the staged sources."""
     nb = nbformat.read(path, as_version=4)
     shutil.copy2(path, stage / "downloads" / path.name)
     cells = [nb.cells[0], markdown_cell(RUN_NOTE.format(name=path.name))]
     pending = None  # the exercise whose check cell comes next
     for cell in nb.cells[1:]:
+        if cell.cell_type == "code" and (alt := picture_words(cell, path.name)):
+            cell.metadata.setdefault("mystnb", {})["image"] = {"alt": alt}
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else ():
+            if "text/html" in output.get("data", {}):
+                output["data"]["text/html"] = readable_cells(output["data"]["text/html"])
         if cell.cell_type == "code" and any(WIDGET_VIEW in o.get("data", {}) for o in cell.get("outputs", [])):
             cells.append(markdown_cell(LIVE_NOTE))
         cells.append(cell)

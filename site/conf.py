@@ -28,6 +28,7 @@ html_extra_path = ["_extra"]  # the widget manager's fonts (site/build.py)
 html_favicon = "_static/favicon.svg"
 html_context = {"default_mode": "light"}
 html_css_files = ["course.css"]
+html_js_files = [("course-a11y.js", {"defer": "defer"})]  # names for the theme's unnamed controls
 html_theme_options = {
     "show_toc_level": 2,
     "use_download_button": False,  # each notebook page has its own download link

@@ -3,7 +3,9 @@ from helpers.devices import use_fake_devices
 
 use_fake_devices(8)
 
+import base64  # noqa: E402
 import html  # noqa: E402
+import re  # noqa: E402
 
 import jax  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
@@ -75,7 +77,12 @@ def test_widget_redraws_on_every_change_and_shows_errors_inline():
     w = sharding_explorer()
     assert "explorer" in w._dom_classes
     assert "explorer-spec-0" in w.specs[0]._dom_classes and "explorer-shape" in w.shape._dom_classes
-    assert bytes(w.mesh_picture.value).startswith(PNG) and bytes(w.picture.value).startswith(PNG) and "dev 4 [0:2, :]" in html.unescape(w.text.value)
+    for box, css in ((w.mesh_picture, "explorer-mesh-picture"), (w.picture, "explorer-picture")):
+        img = re.fullmatch(r'<img class="(.+?)" alt="(.+?)" src="data:image/png;base64,(.+?)" .*>', box.value)
+        assert img and img[1] == css and base64.b64decode(img[3]).startswith(PNG)
+    assert "dev 4 [0:2, :]" in html.unescape(w.text.value)
+    assert html.unescape(re.search(r'alt="(.+?)"', w.picture.value)[1]).startswith(
+        "Picture of the array's tiles: shape (8, 4), P('device', None)")
 
     w.specs[0].value = "('host', 'device')"
     assert w.state.spec[0] == "('host', 'device')"

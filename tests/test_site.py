@@ -5,8 +5,10 @@ A page fails on a console error, an uncaught script error, a failed request (or 
 leaves 127.0.0.1), an internal link or anchor that does not resolve, an image that did not
 render, or an empty widget area; a notebook's page also fails when its first heading is not
 the notebook's title, its "run this notebook" note or download link is missing, or a solution
-is visible before its reveal is clicked. Screenshots of three pages (02 with its explorer, 10,
-13) go to test-artifacts/site/.
+is visible before its reveal is clicked. axe-core (pinned, from the npm registry) runs on every
+page: no "serious" or "critical" violation; every picture's alt text says what it shows; folded
+hints and solutions open with the keyboard. Screenshots of three pages (02 with its explorer, 10,
+13), and of 02 in dark mode and on a phone-width screen, go to test-artifacts/site/.
 """
 from __future__ import annotations
 
@@ -33,6 +35,12 @@ REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts" / "site"
 SCREENSHOTS = ("02", "10", "13")
 WIDGET_VIEW = 'script[type="application/vnd.jupyter.widget-view+json"]'
+# axe-core on the page as it is: what breaks for a screen reader or the keyboard ("serious" and
+# "critical" only; "moderate" and "minor" are advice).
+AXE_RUN = """async () => (await axe.run(document, {resultTypes: ['violations']})).violations
+  .filter(v => ['serious', 'critical'].includes(v.impact))
+  .map(v => `${v.id} (${v.impact}, ${v.nodes.length} element(s), e.g. ${v.nodes[0].target.join(' ')}): ${v.help}`)"""
+PHONE = {"width": 390, "height": 844}
 
 # What one page shows, read in the browser once it has settled.
 _PAGE_STATE = """() => {
@@ -47,6 +55,8 @@ _PAGE_STATE = """() => {
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
     brokenImages: [...document.querySelectorAll('img')].filter(i => !(i.complete && i.naturalWidth > 0))
                   .map(i => i.getAttribute('src')),
+    pictures: [...document.querySelectorAll('article img')].map(i => ({
+      src: i.getAttribute('src'), words: i.getAttribute('alt') || i.getAttribute('title') || ''})),
     widgets: [...document.querySelectorAll('%s')].map(s => {
       const area = s.parentElement.querySelector('.widget-subarea');
       return area ? area.querySelectorAll('.jupyter-widgets').length && area.offsetHeight : 0; }),
@@ -127,6 +137,10 @@ def browser(chromium, tmp_path_factory):
 def pages(site, server, browser):
     """Every page of the site, opened once: {page path: what it showed and what went wrong}."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(REPO / "site"))
+    from build import axe_script  # the pinned axe-core, from build/site-cache
+
+    axe = axe_script()
     seen, problems = {}, []
     page = browser.new_page()
     page.on("console", lambda m: m.type == "error" and problems.append(f"console error: {m.text}"))
@@ -153,7 +167,8 @@ def pages(site, server, browser):
             if widget.count():
                 widget.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / f"{Path(name).stem}.png"))
-        seen[name] = {**state, "problems": list(problems)}
+        page.add_script_tag(content=axe)
+        seen[name] = {**state, "problems": list(problems), "axe": page.evaluate(AXE_RUN)}
     page.close()
     return seen
 
@@ -197,6 +212,27 @@ def test_internal_links_and_anchors_resolve(pages, site, server):
     assert not broken, "\n".join(broken)
 
 
+def test_no_serious_or_critical_accessibility_violation(pages):
+    bad = [f"{name}: {v}" for name, p in pages.items() for v in p["axe"]]
+    assert not bad, "axe-core found:\n" + "\n".join(bad)
+
+
+def test_every_picture_says_what_it_shows(pages):
+    """Alt text (or the explorer's title) written from the data that drew the picture: the mesh,
+    the spec, who holds what; never the file name or a word like 'figure'."""
+    vague = re.compile(r"^(?:figure|image|picture|plot|chart)?$|\.png$", re.IGNORECASE)
+    bad, seen = [], 0
+    for name, p in pages.items():
+        for picture in p["pictures"]:
+            seen += 1
+            if vague.search(picture["words"].strip()) or len(picture["words"]) < 40:
+                bad.append(f"{name}: {picture['src'][:60]}: {picture['words']!r}")
+    assert seen >= 25 and not bad, "\n".join(bad)
+    spec_page = next(p for n, p in pages.items() if n.startswith("notebooks/02_"))
+    assert any("P('device')" in pic["words"] and "dev 4 [0:2]" in pic["words"]
+               for pic in spec_page["pictures"]), "notebook 02's pictures do not say who holds what"
+
+
 def test_images_render_and_no_widget_area_is_empty(pages):
     bad = [f"{name}: images {p['brokenImages']}" for name, p in pages.items() if p["brokenImages"]]
     bad += [f"{name}: widget areas {p['widgets']}" for name, p in pages.items() if not all(p["widgets"])]
@@ -231,6 +267,47 @@ def test_hints_and_solutions_are_folded_until_clicked(pages, server, browser):
     assert not solution.locator("pre").is_visible()
     solution.locator("summary").click()
     assert solution.locator("pre").is_visible(), "a click on the summary does not reveal the solution"
+    page.close()
+
+
+def test_folded_help_opens_with_the_keyboard(pages, server, browser):
+    name = next(n for n in pages if n.startswith("notebooks/02_"))
+    page = browser.new_page()
+    page.goto(server + name, wait_until="load")
+    for kind in ("course-hints", "course-solution"):
+        folded = page.locator(f"details.{kind}").first
+        folded.locator("summary").focus()
+        page.keyboard.press("Enter")
+        assert folded.evaluate("d => d.open"), f"Enter on a focused summary does not open {kind}"
+    page.close()
+
+
+def test_dark_mode_and_a_phone_screen_keep_the_mesh_pictures_readable(pages, server, browser):
+    """One screenshot each (test-artifacts/site/), looked at by a person. In dark mode every picture
+    fits the page; on a phone-width screen every picture keeps its own size (no label shrunk or
+    cut) and its cell scrolls sideways."""
+    name = next(n for n in pages if n.startswith("notebooks/02_"))
+    page = browser.new_page()
+    for label, size in (("dark", {"width": 1280, "height": 1800}), ("phone", PHONE)):
+        page.set_viewport_size(size)
+        page.goto(server + name, wait_until="load")
+        if label == "dark":  # the theme's own switch: data-theme on <html>
+            page.evaluate("() => { document.documentElement.dataset.theme = 'dark'; "
+                          "document.documentElement.dataset.mode = 'dark'; }")
+        page.locator("article img").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"{Path(name).stem}-{label}.png"))
+        pictures = page.evaluate("""() => [...document.querySelectorAll('article .cell_output > img')].map(i => {
+            const r = i.getBoundingClientRect(), box = i.parentElement;
+            return {src: i.getAttribute('src').slice(-20), width: r.width, natural: i.naturalWidth,
+                    fits: r.right <= document.documentElement.clientWidth + 1,
+                    scrolls: getComputedStyle(box).overflowX === 'auto' && box.scrollWidth >= r.width - 1};
+          })""")
+        assert pictures
+        if label == "dark":
+            bad = [p for p in pictures if not p["fits"]]
+        else:
+            bad = [p for p in pictures if abs(p["width"] - p["natural"]) > 1 or not (p["fits"] or p["scrolls"])]
+        assert not bad, f"{label}: pictures shrunk or cut: {bad}"
     page.close()
 
 

@@ -313,3 +313,21 @@ def test_a_tile_with_one_holder_is_filled_with_its_colour(two_hosts):
     assert not [t for t in fig.findobj(Text) if "badges" in t.get_text() or t.get_gid() == "copies-label"]
     assert not fig.findobj(FancyBboxPatch)
     assert len(_device_labels(fig)) == 8
+
+
+def test_a_picture_is_described_in_words_from_its_data():
+    from helpers.described import described
+
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    by_four = lambda d: d.id // 4  # noqa: E731 - host h owns devices 4h..4h+3
+    assert repr(draw_mesh(mesh, host_of=by_four)) == ("Picture of the mesh (host=2, device=4): 8 devices on 2 hosts; host=0: "
+                                     "devices 0, 1, 2, 3 (host 0) along device; host=1: devices 4, 5, 6, 7 "
+                                     "(host 1) along device.")
+    words = repr(draw_sharding((8,), mesh, P("device"), host_of=by_four))
+    assert words.startswith("Picture of the array's tiles: shape (8,), P('device'), mesh (host=2, device=4); "
+                            "host 0: dev 0 [0:2] dev 1 [2:4]")
+    assert "each tile is held by 2 devices, on 2 different hosts" in words
+    with pytest.raises(ValueError, match="empty"):
+        described(draw_mesh(mesh), "  ")
+    with pytest.raises(TypeError, match="matplotlib Figure"):
+        described("not a figure", "words")
