@@ -5,8 +5,10 @@
 or, from a notebook, `run("train.py", hosts=2, devices_per_host=4)`. With `--max-restarts N`
 (`run(..., max_restarts=N)`) a failed run starts again, every host, at most N times. Host i is
 an OS process with D fake CPU devices; the script calls `helpers.launch.initialize()` first,
-which joins the run (jax.distributed, coordinator on 127.0.0.1, gloo collectives). The same
-script also runs under mpirun/srun (initialize falls back to JAX's cluster auto-detection) or alone.
+which joins the run (jax.distributed, coordinator on 127.0.0.1, gloo collectives). With
+`--netns` (`run(..., netns=True)`, root only) each host is in a network namespace of its own, at
+its own address (helpers.launch_netns). The same script also runs under mpirun/srun (initialize
+falls back to JAX's cluster auto-detection) or alone.
 
 The launcher is also the tool that explains a broken run: a host that fails (exception,
 non-zero exit status, signal) stops the others at once, and the result says for every host

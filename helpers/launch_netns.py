@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["NETWORK", "ETC_HOSTS", "HostsApart", "HostsApartError", "unavailable", "address",
-           "hostname", "addresses_line", "enter_from_env", "exec_apart"]
+           "hostname", "addresses_line", "enter_from_env", "exec_apart", "ENV_NAMES"]
 
 # The only addresses --netns uses: RFC 2544's benchmarking range, which no real network routes.
 NETWORK = ipaddress.IPv4Network("198.18.0.0/24")
@@ -44,7 +44,7 @@ DEBIAN_LOOPBACK = "127.0.1.1"  # the address Debian's installer gives a machine'
 _NETNS_DIR = Path("/run/netns")
 _PREFIX = "jmc"  # every namespace this launcher makes: jmc-<launcher pid>-<run>-<host or sw>
 _OURS = re.compile(rf"^{_PREFIX}-(?P<pid>\d+)-\d+-(?:\d+|sw)$")
-_ENV = ("HELPERS_NETNS", "HELPERS_NETNS_HOSTNAME", "HELPERS_NETNS_ETC_HOSTS")
+ENV_NAMES = ("HELPERS_NETNS", "HELPERS_NETNS_HOSTNAME", "HELPERS_NETNS_ETC_HOSTS")  # what a host reads
 _IP_SECONDS = 10
 _runs = itertools.count()
 
@@ -170,7 +170,7 @@ class HostsApart:
         return "\n".join(lines) + "\n"
 
     def env(self, host: int) -> dict[str, str]:
-        return dict(zip(_ENV, (self.names[host], hostname(host),
+        return dict(zip(ENV_NAMES, (self.names[host], hostname(host),
                                str(Path(self.files, f"hosts{host}")))))
 
     def close(self) -> None:
@@ -199,7 +199,7 @@ _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 def enter_from_env() -> None:
     """In a host, before anything else: enter the namespace, hostname and /etc/hosts the launcher
     made for it (nothing when the environment names none). The process must still be single-threaded."""
-    name, host, hosts_file = (os.environ.pop(k, None) for k in _ENV)
+    name, host, hosts_file = (os.environ.pop(k, None) for k in ENV_NAMES)
     if name is None:
         return
     libc = ctypes.CDLL(None, use_errno=True)

@@ -24,11 +24,14 @@ import sys
 import threading
 from collections import OrderedDict
 
+from helpers import launch_netns
+
 # Read only after the import, so hosts that differ in these share a warm process: the run's
 # coordinates, and the device count (XLA_FLAGS is read when the backend starts; JAX reads
 # JAX_NUM_CPU_DEVICES at import, so a fork sets it in JAX's config).
 _AFTER_IMPORT = frozenset({"JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
-                           "HELPERS_LAUNCH_PARENT", "XLA_FLAGS", "JAX_NUM_CPU_DEVICES"})
+                           "HELPERS_LAUNCH_PARENT", "XLA_FLAGS", "JAX_NUM_CPU_DEVICES",
+                           *launch_netns.ENV_NAMES})  # a fork enters its namespace (--netns)
 _CONTROL_FD = "HELPERS_WARM_CONTROL_FD"
 _SERVE = "import helpers.launch as launch; launch._warm_host_main()"
 _STACK_MODULES = ("flax.nnx", "optax", "orbax.checkpoint", "grain")
