@@ -235,13 +235,19 @@ def test_a_stalled_run_is_stopped_and_cleaned_up():
 def test_an_interrupt_removes_every_namespace_and_host():
     seen: list[int] = []
 
-    def interrupt():
-        seen.extend(p.pid for p in psutil.Process().children(recursive=True)
-                    if p.pid not in launch_warm.pids())
+    def hosts() -> list[int]:
+        return [p.pid for p in psutil.Process().children(recursive=True)
+                if p.pid not in launch_warm.pids() and "launch" in " ".join(p.cmdline())]
+
+    def interrupt():  # once both hosts run (a loaded machine may take seconds), then Ctrl-C
+        deadline = time.monotonic() + 30
+        while len(hosts()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        seen.extend(hosts())
         seen.append(-1 if launch_netns.leftovers() else 0)  # the run's namespaces existed
         os.kill(os.getpid(), signal.SIGINT)
 
-    timer = threading.Timer(3.0, interrupt)
+    timer = threading.Timer(0.5, interrupt)
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -249,7 +255,7 @@ def test_an_interrupt_removes_every_namespace_and_host():
                        netns=True, timeout=60)
     finally:
         timer.cancel()
-    assert seen[-1] == -1 and len(seen) >= 3
+    assert seen[-1] == -1 and len(seen) >= 3, seen
     assert not survivors(seen[:-1])
     _nothing_left()
 

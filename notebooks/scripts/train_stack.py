@@ -27,7 +27,9 @@ import argparse
 import os
 import signal
 import sys
+import time
 from functools import partial
+from pathlib import Path
 
 from helpers.launch import initialize
 from helpers.stack_ckpt import CheckpointError, DamagedCheckpoint, finished_steps, newest_step
@@ -199,6 +201,11 @@ for step in range(start, args.steps):
                                 or (args.save_every and done % args.save_every == 0)):
         if fresh and host == 0 and done == args.kill_in_save:  # dies before it can commit
             stack_ckpt.save(manager, done, state, loader.state(done), wait=False)
+            writing = f"{done}.orbax-checkpoint-tmp*"  # once Orbax is writing (at most 10 s), not before
+            for _ in range(1000):
+                if any(Path(args.ckpt_dir).glob(writing)):
+                    break
+                time.sleep(0.01)
             os.kill(os.getpid(), signal.SIGKILL)
         saved = stack_ckpt.save(manager, done, state, loader.state(done))
         if host == 0:
