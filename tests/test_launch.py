@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import psutil
 import pytest
@@ -212,17 +213,27 @@ def test_with_grace_the_others_show_what_a_dead_host_does_to_them():
 def test_an_interrupt_kills_every_host(monkeypatch):
     seen: list[int] = []
 
-    def interrupt():
-        seen.extend(p.pid for p in psutil.Process().children(recursive=True)
-                    if p.pid not in launch_warm.pids())  # kept between runs, by design
+    def hosts() -> list[int]:
+        return [p.pid for p in psutil.Process().children(recursive=True)
+                if p.pid not in launch_warm.pids()  # kept between runs, by design
+                and "launch" in " ".join(p.cmdline())]
+
+    def interrupt():  # once both hosts run (a loaded machine may take seconds), then Ctrl-C
+        deadline = time.monotonic() + 30
+        while len(hosts()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        seen.extend(hosts())
         os.kill(os.getpid(), signal.SIGINT)
 
-    timer = threading.Timer(2.0, interrupt)
+    timer = threading.Timer(0.5, interrupt)
     timer.start()
+    result = None
     try:
         with pytest.raises(KeyboardInterrupt):
-            launch.run(source=FAULT.format(fault="time.sleep(600)"), hosts=2,
-                       devices_per_host=2, timeout=60)
+            result = launch.run(source=FAULT.format(fault="time.sleep(600)"), hosts=2,
+                                devices_per_host=2, timeout=60)
+    except pytest.fail.Exception:
+        pytest.fail(f"the run ended before the interrupt: {result}")
     finally:
         timer.cancel()
     assert len(seen) >= 2

@@ -29,6 +29,7 @@ import sysconfig
 import time
 from pathlib import Path
 
+import psutil
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,6 +167,23 @@ def learner_python() -> Path:
     return python
 
 
+def _exited(pid: int, timeout: float) -> bool:
+    """Whether child `pid` has exited within `timeout` seconds, without reaping it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _signal_group(group: int, sig: int) -> None:
+    try:
+        os.killpg(group, sig)
+    except ProcessLookupError:
+        pass
+
+
 class Hub:
     """A running JupyterHub and its proxy; `stop()` ends it and every learner's process."""
 
@@ -207,18 +225,26 @@ class Hub:
         raise HubError(f"the hub did not answer on {self.url} within {START_SECONDS:g} s; its log: {log}")
 
     def stop(self) -> None:
-        """Stop the hub (it stops the learners' servers), then anything a learner still runs."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the proxy, if it outlived the hub
-        except ProcessLookupError:
-            pass
+        """Stop the hub (it stops the learners' servers), then its proxy and anything a learner runs.
+
+        The hub's process group is signalled only while the hub is not yet reaped: until then no
+        other process can be given its group id (a reaped one's id may already be another's).
+        """
+        group = self.proc.pid
+        if self.proc.returncode is None:
+            _signal_group(group, signal.SIGTERM)
+            if not _exited(group, 15):
+                _signal_group(group, signal.SIGKILL)
+                _exited(group, 5)
+            _signal_group(group, signal.SIGKILL)  # the proxy, if it outlived the hub
+            self.proc.wait()
+        else:  # reaped at start (it failed): kill what is left of its group, one by one
+            for proc in psutil.process_iter():
+                try:
+                    if os.getpgid(proc.pid) == group:
+                        proc.kill()
+                except (psutil.Error, ProcessLookupError):
+                    pass
         for name in self.learners:
             subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
         self.log.close()

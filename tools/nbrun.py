@@ -151,18 +151,28 @@ def solved_cells(nb) -> list[int]:
     return [n for n in range(last + 1) if n in kept or nb.cells[n].cell_type != "code"]
 
 
+# A kernel that dies before its first reply (one of its ports taken in the moment between its
+# choice and its bind, by another of the suite's processes) is started again; nothing has run.
+KERNEL_STARTS = 3
+
+
 def execute(nb, *, cell_timeout: int = 180, cwd: Path = NOTEBOOKS, quiet_kernel: bool = False):
     """Execute a notebook in place on a fresh python3 kernel, as a learner's Run All would.
 
     quiet_kernel: hide the kernel's own log warnings (not the notebook's outputs).
     """
-    client = NotebookClient(
-        nb, timeout=cell_timeout, kernel_name="python3", record_timing=False,
-        resources={"metadata": {"path": str(cwd)}},
-        extra_arguments=["--IPKernelApp.log_level=ERROR"] if quiet_kernel else [],
-    )
-    client.execute(env={**os.environ, "COURSE_PROGRESS_FILE": "off"})  # tool runs leave no progress
-    return nb
+    for attempt in range(1, KERNEL_STARTS + 1):
+        client = NotebookClient(
+            nb, timeout=cell_timeout, kernel_name="python3", record_timing=False,
+            resources={"metadata": {"path": str(cwd)}},
+            extra_arguments=["--IPKernelApp.log_level=ERROR"] if quiet_kernel else [],
+        )
+        try:
+            client.execute(env={**os.environ, "COURSE_PROGRESS_FILE": "off"})  # tool runs leave no progress
+            return nb
+        except RuntimeError as error:  # the kernel never started: no cell has run yet
+            if "Kernel died before replying to kernel_info" not in str(error) or attempt == KERNEL_STARTS:
+                raise
 
 
 def check_lines(nb) -> dict[str, str]:
