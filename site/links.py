@@ -44,6 +44,11 @@ def _read(path: Path) -> _Page:
     return page
 
 
+def anchors(path: Path) -> set[str]:
+    """The ids and names a page's links may point at (#fragment)."""
+    return _read(path).ids
+
+
 def pages(site: Path) -> list[Path]:
     return sorted(p for p in site.rglob("*.html")
                   if not p.relative_to(site).as_posix().startswith(SKIPPED))
@@ -67,7 +72,7 @@ def internal_problems(site: Path) -> list[str]:
             name = path.relative_to(site).as_posix()
             if not file.is_file():
                 broken.append(f"{name}: {target} (no such file)")
-            elif parts.fragment and file.suffix == ".html" and unquote(parts.fragment) not in _read(file).ids:
+            elif parts.fragment and file.suffix == ".html" and unquote(parts.fragment) not in anchors(file):
                 broken.append(f"{name}: {target} (no such anchor)")
     return broken
 

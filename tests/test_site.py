@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import sys
 import threading
-from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -32,6 +31,8 @@ from tools.nbrun import course_notebooks
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "site"))
+import links  # noqa: E402  (site/links.py: what `make site` checks on the built HTML)
 ARTIFACTS = REPO / "test-artifacts" / "site"
 SCREENSHOTS = ("02", "10", "13")
 WIDGET_VIEW = 'script[type="application/vnd.jupyter.widget-view+json"]'
@@ -68,22 +69,6 @@ _PAGE_STATE = """() => {
     solutions: document.querySelectorAll('details.course-solution').length,
   };
 }""" % WIDGET_VIEW
-
-
-class _Ids(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.ids: set[str] = set()
-
-    def handle_starttag(self, tag, attrs):
-        self.ids.update(value for name, value in attrs if name in ("id", "name") and value)
-
-
-@functools.cache
-def _anchors(path: Path) -> frozenset[str]:
-    parser = _Ids()
-    parser.feed(path.read_text(encoding="utf-8"))
-    return frozenset(parser.ids)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -137,7 +122,6 @@ def browser(chromium, tmp_path_factory):
 def pages(site, server, browser):
     """Every page of the site, opened once: {page path: what it showed and what went wrong}."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(REPO / "site"))
     from build import axe_script  # the pinned axe-core, from build/site-cache
 
     axe = axe_script()
@@ -207,7 +191,7 @@ def test_internal_links_and_anchors_resolve(pages, site, server):
             path, fragment = target
             if not path.is_file():
                 broken.append(f"{name}: {url} (no such file)")
-            elif fragment and path.suffix == ".html" and fragment not in _anchors(path):
+            elif fragment and path.suffix == ".html" and fragment not in links.anchors(path):
                 broken.append(f"{name}: {url} (no such anchor)")
     assert not broken, "\n".join(broken)
 
