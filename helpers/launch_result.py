@@ -31,6 +31,10 @@ LOG_NOISE_PATTERNS = (
     r"\[helpers\.launch\] the script ended",
     r"(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):",  # a stack dump the
     r'  File "[^"]*", line \d+ in ',  # launcher asked for (its frames have no comma)
+    # the continuation lines of a coordination-service record (on stderr when a bare host's
+    # native log is not kept apart): which RPC failed, and gRPC's own status
+    r"Additional GRPC error information from remote target ",
+    r":[A-Z_]+:Error received from peer ",
 )
 LOG_NOISE = re.compile("^(?:" + "|".join(LOG_NOISE_PATTERNS) + ")")
 # A fatal record of absl's log (the reason a host aborted): 'F1130 08:29:06.212153  24958 client.h:80] ...'.

@@ -435,6 +435,17 @@ def test_failed_host_stderr_is_trimmed_and_filtered():
     assert clean_stderr(noise) == ""
 
 
+def test_a_bare_hosts_coordination_record_is_noise_with_its_continuation_lines():
+    # CI saw these three lines on a bare host's stderr once the launcher stopped its peer
+    record = ("E1203 11:02:03.123456    4643 coordination_service_agent.cc:332] Polled an error\n"
+              "Additional GRPC error information from remote target coordination_service while "
+              "calling /xla.coordination.CoordinationService/PollForError:\n"
+              ':UNKNOWN:Error received from peer  {grpc_message:"Socket closed", grpc_status:14}\n')
+    python = "ValueError: host 1 read a corrupt batch\n"
+    assert clean_stderr(python + record) == python
+    assert HostResult(1, "failed", 1, "", python + record).error_tail() == python.strip()
+
+
 def test_exit_descriptions_and_host_lists():
     assert describe_exit(0) == "exit status 0" and describe_exit(3) == "exit status 3"
     assert describe_exit(-6) == "killed by SIGABRT" and describe_exit(-9) == "killed by SIGKILL"
