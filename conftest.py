@@ -32,7 +32,7 @@ else:
         os.environ.setdefault(name, value)
 
 from helpers.devices import use_fake_devices  # noqa: E402 (after the cache settings: it imports JAX)
-from helpers.launch_result import LOG_NOISE  # noqa: E402
+from helpers.launch.result import LOG_NOISE  # noqa: E402
 
 use_fake_devices(8)
 os.environ["COURSE_PROGRESS_FILE"] = "off"
@@ -188,13 +188,13 @@ def initialize_calls(monkeypatch):
     launcher, SLURM or MPI variables left in the environment (a test sets the ones it needs)."""
     import jax
 
-    from helpers import launch
+    from helpers.launch import host
 
     calls: list[dict] = []
     monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: calls.append(k))
-    monkeypatch.setattr(launch, "_joined_via", None)
+    monkeypatch.setattr(host, "_joined_via", None)
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)
-    monkeypatch.setattr(launch, "_native_stdout_off_the_pipe", lambda **kwargs: None)  # keep pytest's fd 1
+    monkeypatch.setattr(host, "_native_stdout_off_the_pipe", lambda **kwargs: None)  # keep pytest's fd 1
     for var in list(os.environ):
         if var.startswith(("SLURM_", "OMPI_", "PMIX_")) or var in (
                 "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "HELPERS_LAUNCH_PARENT"):

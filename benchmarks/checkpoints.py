@@ -1,8 +1,8 @@
 """Section 6: Orbax save and restore of a sharded train state, against its size, 2 x 4 -> 4 x 2.
 
 A real 2 x 4 run (benchmarks/launched_stack.py ckpt_save) saves each state with
-`helpers.stack_ckpt.save`; a real 4 x 2 run restores it onto its own mesh with
-`stack_ckpt.restore` and checks every number came back (a difference stops the benchmark).
+`helpers.training.checkpoints.save`; a real 4 x 2 run restores it onto its own mesh with
+`checkpoints.restore` and checks every number came back (a difference stops the benchmark).
 """
 from __future__ import annotations
 
@@ -61,10 +61,10 @@ def render(results) -> str:
                       f"restore on {RESTORE_MESH[0]} × {RESTORE_MESH[1]}"], rows)
     method = (
         f"A real {SAVE_MESH[0]}-host × {SAVE_MESH[1]}-device run saves each train state with "
-        f"`helpers.stack_ckpt.save` (Orbax `CheckpointManager`: a `StandardSave` of the state "
+        f"`helpers.training.checkpoints.save` (Orbax `CheckpointManager`: a `StandardSave` of the state "
         f"and a `JsonSave` of the loader position, waiting until the save is finished), then a "
         f"real {RESTORE_MESH[0]} × {RESTORE_MESH[1]} run restores it onto its own mesh with "
-        f"`stack_ckpt.restore` and checks that every number came back and sits on the new mesh "
+        f"`checkpoints.restore` and checks that every number came back and sits on the new mesh "
         f"(a difference stops the benchmark). Notebook 10's state is placed by "
         f"`nnx_model.state_shardings`; the synthetic states have its layout: parameters "
         f"replicated, two AdamW-like moments split over `'device'`. Each figure is the slowest "

@@ -2,14 +2,14 @@
 
 The times come from real runs (benchmarks/launched_stack.py allreduce) on 2 x 4 and 4 x 2,
 where crossing hosts means crossing processes (gloo over localhost); both programs must give
-the same sums. The bytes come from `helpers.traffic`'s cost model of the same compiled
+the same sums. The bytes come from `helpers.measure.traffic`'s cost model of the same compiled
 programs, counted in one process with 8 fake devices (`cost_model`, run by `run_worker`).
 """
 from __future__ import annotations
 
 from benchmarks.measure import log, record, run_stack, run_worker, slowest
 from benchmarks.tables import fmt_bench, md_table
-from helpers.allreduce import AXES, BODIES
+from helpers.measure.allreduce import AXES, BODIES
 
 KEY = "collectives"
 TITLE = "Collectives: the hierarchical all-reduce against the flat psum"
@@ -27,13 +27,13 @@ def program(mesh, name: str):
 
 
 def cost_model(meshes: list, columns: list[int]) -> tuple[list, dict]:
-    """Bytes across and inside hosts of each program, by helpers.traffic (one process)."""
+    """Bytes across and inside hosts of each program, by helpers.measure.traffic (one process)."""
     import jax
     import jax.numpy as jnp
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from helpers import traffic
+    from helpers.measure import traffic
 
     out = {}
     for hosts, devices in meshes:
@@ -103,7 +103,7 @@ def render(results) -> str:
         "Notebook 13's two all-reduces of one row of float32 per device: the flat "
         "`psum` over `('host', 'device')`, and the hierarchical one (`psum_scatter` over "
         "`'device'`, `psum` over `'host'`, `all_gather` over `'device'`). The bytes are "
-        "`helpers.traffic`'s cost model of the compiled programs (ring algorithms, counted in one "
+        "`helpers.measure.traffic`'s cost model of the compiled programs (ring algorithms, counted in one "
         "process with the hosts read from the mesh); the times are real runs where each host is "
         "a process and crossing hosts means gloo over localhost, the slowest host's time of "
         f"each call, median (min–max) of {data['reps']} calls after a compiling one, each "

@@ -122,7 +122,7 @@ def render_train(results) -> str:
     n = len(results.values(train_step.step_name(int(batches[0]), "pmap")))
     cpus = results.facts["machine"]["CPUs"].split()[0]
     parts.append(
-        f"One SGD step of helpers.train's MLP and data set on {train['devices']} fake CPU "
+        f"One SGD step of helpers.training.tiny's MLP and data set on {train['devices']} fake CPU "
         f"devices, written as the course writes it: `jax.jit` on one device; `jax.pmap` with "
         f"`pmean` of the gradients over its axis; `jax.shard_map` on a `('host', 'device')` mesh "
         f"with `check_vma` on, taking the gradient of the `pmean`'d loss (notebook 06's fix of "

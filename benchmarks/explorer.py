@@ -21,7 +21,7 @@ def bench_name(devices: int, kind: str) -> str:
 
 def worker(hosts: int, devices_per_host: int, renders: int) -> tuple[list, dict]:
     """Time ExplorerState.render: the first one, then `renders` redraws of each kind (pyperf)."""
-    from helpers.explorer import ExplorerState
+    from helpers.pictures.explorer import ExplorerState
 
     state = ExplorerState(hosts=hosts, devices_per_host=devices_per_host, shape=SHAPE,
                           spec=list(SPECS[-1]))

@@ -1,6 +1,6 @@
 """Part II's measurements inside real JAX processes, started by `helpers.launch.run`.
 
-    ckpt_save OPTS     save train states of growing size with Orbax (helpers.stack_ckpt)
+    ckpt_save OPTS     save train states of growing size with Orbax (helpers.training.checkpoints)
     ckpt_restore OPTS  restore them onto this run's mesh, and check every number came back
     loaders OPTS       examples per second per host: notebook 07's numpy loader against
                        notebook 11's Grain HostLoader, each then feeding
@@ -71,7 +71,7 @@ def train_state(size, on_mesh):
     """
     from flax import nnx
 
-    from helpers import nnx_model
+    from helpers.training import nnx_model
 
     if size == checkpoints.COURSE:
         shardings = nnx_model.state_shardings(on_mesh)
@@ -97,7 +97,7 @@ def state_bytes(state) -> int:
 def ckpt_save(directory: str, sizes: list, reps: int) -> None:
     import orbax.checkpoint as ocp
 
-    from helpers import stack_ckpt
+    from helpers.training import checkpoints
 
     m, out = mesh(), {"save": {}, "bytes": {}, "arrays": {}}
     for size in sizes:
@@ -106,7 +106,7 @@ def ckpt_save(directory: str, sizes: list, reps: int) -> None:
         times = []
         for r in range(reps + 1):  # the first save pays Orbax's first-call costs: a warm-up
             seconds, _ = timed(f"save-{size}-{r}",
-                               lambda: stack_ckpt.save(manager, r, state, {"next_step": r}))
+                               lambda: checkpoints.save(manager, r, state, {"next_step": r}))
             times.append(seconds)
         manager.close()
         out["save"][str(size)], out["bytes"][str(size)] = times[1:], state_bytes(state)
@@ -117,20 +117,20 @@ def ckpt_save(directory: str, sizes: list, reps: int) -> None:
 def ckpt_restore(directory: str, sizes: list, reps: int) -> None:
     import orbax.checkpoint as ocp
 
-    from helpers import stack_ckpt
+    from helpers.training import checkpoints
 
     m, out = mesh(), {"restore": {}}
     same = jax.jit(lambda a, b: jnp.all(jnp.asarray([jnp.array_equal(x, y) for x, y in
                                                      zip(jax.tree.leaves(a), jax.tree.leaves(b))])))
     for size in sizes:
         expected, abstract, shardings = train_state(size, m)  # built on this run's mesh
-        targets = stack_ckpt.restore_targets(abstract, shardings)
+        targets = checkpoints.restore_targets(abstract, shardings)
         manager = ocp.CheckpointManager(f"{directory}/{size}")
         times = []
         for r in range(reps + 1):
             seconds, (state, position) = timed(
                 f"restore-{size}-{r}", lambda: jax.block_until_ready(
-                    stack_ckpt.restore(manager, r, targets)))
+                    checkpoints.restore(manager, r, targets)))
             times.append(seconds)
             if position != {"next_step": r} or not bool(same(state, expected)):
                 wrong(f"the {size} state restored from step {r} differs from the one saved")
@@ -146,17 +146,17 @@ def ckpt_restore(directory: str, sizes: list, reps: int) -> None:
 def loaders(global_batches: list[int], steps: int, reps: int) -> None:
     import grain
 
-    from helpers import train
-    from helpers.stack_data import ArrayRecords, HostLoader
+    from helpers.training import tiny
+    from helpers.training.data import ArrayRecords, HostLoader
 
     host, hosts = jax.process_index(), jax.process_count()
     sharding = NamedSharding(mesh(), P(AXES))
     out = {"read": {}, "assembled": {}}
     for batch in global_batches:
-        grain_loader = HostLoader(ArrayRecords(*train.dataset()), batch,
+        grain_loader = HostLoader(ArrayRecords(*tiny.dataset()), batch,
                                   grain.sharding.ShardByJaxProcess(), seed=0)
         read = {
-            "numpy": lambda s: dict(zip("xy", train.host_batch(s, host, hosts, batch))),
+            "numpy": lambda s: dict(zip("xy", tiny.host_batch(s, host, hosts, batch))),
             "grain": grain_loader.batch,
         }
         for name, read_step in read.items():

@@ -1,7 +1,7 @@
 """Section 7: examples per second per host, Grain's per-host loader against notebook 07's numpy one.
 
 In a real 2 x 4 run (benchmarks/launched_stack.py loaders) every host reads its rows of each
-global batch, with `helpers.train.host_batch` (notebook 07) or `helpers.stack_data.HostLoader`
+global batch, with `helpers.training.tiny.host_batch` (notebook 07) or `helpers.training.data.HostLoader`
 (Grain, notebook 11), alone and then followed by `jax.make_array_from_process_local_data`.
 """
 from __future__ import annotations

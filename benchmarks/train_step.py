@@ -1,4 +1,4 @@
-"""One SGD step of the course's model (helpers.train), written every way the course teaches.
+"""One SGD step of the course's model (helpers.training.tiny), written every way the course teaches.
 
 Each variant is built as the notebooks build it, and is *checked* before it is timed: after
 `steps` steps, its parameters must agree with the single-device reference within `TOLERANCE`,
@@ -12,7 +12,7 @@ wrong program.
     jit, Explicit mesh  jax.jit of the global step under jax.set_mesh on an Explicit mesh; the
                         shardings are in the inputs' types and XLA adds the all-reduce (nb 09)
     Flax NNX, single device
-                        notebook 10's reference: `helpers.nnx_model.reference_step` (nnx.jit,
+                        notebook 10's reference: `helpers.training.nnx_model.reference_step` (nnx.jit,
                         AdamW through nnx.Optimizer) on one device
     Flax NNX + Optax, mesh
                         notebook 10's distributed step: jax.jit of merge -> value_and_grad ->
@@ -75,25 +75,25 @@ def build_variants(global_batch: int, names: tuple[str, ...] = VARIANTS) -> dict
     from jax.sharding import AxisType, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from helpers import train
+    from helpers.training import tiny
 
-    lr = train.LEARNING_RATE
+    lr = tiny.LEARNING_RATE
     n = jax.device_count()
-    x, y = train.global_batch_at(0, global_batch)
-    params = train.init_params()
+    x, y = tiny.global_batch_at(0, global_batch)
+    params = tiny.init_params()
 
     def global_step(p, xb, yb):  # the step single device and jit run: the whole batch's loss
-        loss, grads = jax.value_and_grad(train.loss_fn)(p, xb, yb)
+        loss, grads = jax.value_and_grad(tiny.loss_fn)(p, xb, yb)
         return _sgd(p, grads, lr), loss
 
     def pmap_step(p, xb, yb):  # per device: its slice's gradient, then the mean over devices
-        loss, grads = jax.value_and_grad(train.loss_fn)(p, xb, yb)
+        loss, grads = jax.value_and_grad(tiny.loss_fn)(p, xb, yb)
         grads, loss = jax.lax.pmean((grads, loss), "batch")
         return _sgd(p, grads, lr), loss
 
     def shard_map_step(p, xb, yb):  # check_vma on: differentiate the pmean'd loss
         def mean_loss(q):
-            return jax.lax.pmean(train.loss_fn(q, xb, yb), AXES)
+            return jax.lax.pmean(tiny.loss_fn(q, xb, yb), AXES)
 
         loss, grads = jax.value_and_grad(mean_loss)(p)
         return _sgd(p, grads, lr), loss
@@ -151,7 +151,7 @@ def _nnx_variant(name: str, x, y, mesh) -> Variant:
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from helpers import nnx_model
+    from helpers.training import nnx_model
 
     graphdef, _ = nnx_model.abstract_state()
 

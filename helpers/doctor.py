@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from helpers import launch, launch_netns
+from helpers import launch
+from helpers.launch import netns
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_PYTHON = (3, 11)
@@ -147,7 +148,7 @@ print("psum", jax.process_count(), jax.device_count(), float(total.addressable_d
 def check_multiprocess(hosts: int = 2, devices_per_host: int = 2, timeout: float = 60,
                        netns: bool = False, etc_hosts: str = "address") -> Outcome:
     """A real run of `hosts` JAX processes over localhost (gloo) finishes a psum (with `netns`:
-    each host in a network namespace of its own, see helpers.launch_netns)."""
+    each host in a network namespace of its own, see helpers.launch.netns)."""
     result = launch.run(source=_PSUM_SOURCE, hosts=hosts, devices_per_host=devices_per_host,
                         timeout=timeout, netns=netns, etc_hosts=etc_hosts)
     # host h holds devices_per_host elements equal to h + 1; psum adds every device's block
@@ -169,13 +170,13 @@ def check_multiprocess(hosts: int = 2, devices_per_host: int = 2, timeout: float
 
 def check_hosts_apart() -> Outcome:
     """Optional, as root: the psum with every host in a network namespace of its own (--netns)."""
-    why = launch_netns.unavailable()
+    why = netns.unavailable()
     if why:
         return (True, "not tried: " + why.split(";")[0] + " (notebook 08 shows such runs from "
                       "recordings)", "")
     try:
         return check_multiprocess(netns=True)
-    except launch_netns.HostsApartError as error:
+    except netns.HostsApartError as error:
         return False, str(error), "run make doctor as root on a Linux machine with iproute2"
 
 

@@ -170,7 +170,7 @@ def readable_cells(html_text: str) -> str:
 
 
 def picture_words(cell, name: str) -> str | None:
-    """The alt text of a code cell's picture: its description (helpers.described), kept beside the
+    """The alt text of a code cell's picture: its description (helpers.pictures.described), kept beside the
     PNG as text/plain; None if the cell draws nothing. A picture without one stops the build."""
     pictures = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
     if not pictures:
@@ -179,7 +179,7 @@ def picture_words(cell, name: str) -> str | None:
     if len(pictures) > 1 or not words[0] or words[0].startswith("<Figure"):
         sys.exit(f"make site: {name}: a cell ({cell.source.splitlines()[-1]!r}) shows "
                  f"{'several pictures' if len(pictures) > 1 else 'a picture with no description'}: "
-                 "one picture per cell, described with helpers.described (its alt text on the site)")
+                 "one picture per cell, described with helpers.pictures.described (its alt text on the site)")
     return words[0]
 
 

@@ -8,7 +8,7 @@
 - `chromium_context(playwright, workdir)`: Debian's Chromium, headless, with a fresh profile
   (`playwright install` cannot download browsers here).
 - `LabPage`: open a notebook, run every cell, read what the notebook shows, and drive the
-  sharding explorer (helpers/explorer.py).
+  sharding explorer (helpers/pictures/explorer.py).
 """
 from __future__ import annotations
 

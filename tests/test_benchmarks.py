@@ -103,12 +103,12 @@ def test_the_gradient_trap_is_caught_before_anything_is_timed(variants):
     import jax
     from jax.sharding import PartitionSpec as P
 
-    from helpers import train
+    from helpers.training import tiny
 
     def pmean_of_grads(p, x, y):  # the trap: with check_vma on, grads are already summed
-        loss, grads = jax.value_and_grad(train.loss_fn)(p, x, y)
+        loss, grads = jax.value_and_grad(tiny.loss_fn)(p, x, y)
         grads, loss = jax.lax.pmean((grads, loss), train_step.AXES)
-        return jax.tree.map(lambda a, g: a - train.LEARNING_RATE * g, p, grads), loss
+        return jax.tree.map(lambda a, g: a - tiny.LEARNING_RATE * g, p, grads), loss
 
     mesh = jax.make_mesh((2, 4), train_step.AXES)
     trapped = dict(variants)
@@ -126,7 +126,7 @@ def test_a_flax_step_that_trains_on_one_hosts_rows_is_caught(variants):
     import jax
     from flax import nnx
 
-    from helpers import nnx_model
+    from helpers.training import nnx_model
 
     right = variants[train_step.NNX_MESH]
     graphdef, _ = nnx_model.abstract_state()

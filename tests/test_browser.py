@@ -3,7 +3,7 @@
 Each test starts JupyterLab from this environment on a copy of a notebook, opens it in
 Debian's Chromium through Playwright, runs every cell, checks that no cell failed and that the
 figures rendered, then changes the sharding explorer's first PartitionSpec entry and checks that
-its picture and text follow (the text must equal what helpers.explorer computes here for the
+its picture and text follow (the text must equal what helpers.pictures.explorer computes here for the
 same choice). Screenshots before and after the change go to test-artifacts/browser/.
 JupyterLab, its kernel and the browser are stopped afterwards, pass or fail, and the test
 fails if any of their processes is left running.
@@ -35,10 +35,10 @@ SPEC_0_CHOICES = ["('host', 'device')", "'device'", "'host'", "None", "('device'
 
 HARNESS_CELLS = [
     "from helpers.devices import use_fake_devices\nuse_fake_devices(8)\n\n"
-    "import jax\nfrom helpers.emulation import emulate_hosts\n\nemulate_hosts(2)\njax.device_count()",
-    "import numpy as np\nfrom jax.sharding import Mesh\nfrom helpers.viz import draw_mesh\n\n"
+    "import jax\nfrom helpers.emulated.topology import emulate_hosts\n\nemulate_hosts(2)\njax.device_count()",
+    "import numpy as np\nfrom jax.sharding import Mesh\nfrom helpers.pictures.sharding import draw_mesh\n\n"
     "mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ('host', 'device'))\ndraw_mesh(mesh)",
-    "from helpers.explorer import sharding_explorer\n\nsharding_explorer()",
+    "from helpers.pictures.explorer import sharding_explorer\n\nsharding_explorer()",
 ]
 
 
@@ -64,8 +64,8 @@ def _live_children() -> dict:
 
 
 def _expected(view: dict, spec0: str):
-    """What helpers.explorer computes for the controls shown, with spec entry 0 set to spec0."""
-    from helpers.explorer import ORDERS, ExplorerState
+    """What helpers.pictures.explorer computes for the controls shown, with spec entry 0 set to spec0."""
+    from helpers.pictures.explorer import ORDERS, ExplorerState
 
     spec = [spec0, *view["spec"][1:]]
     state = ExplorerState(int(view["hosts"]), int(view["devices_per_host"]), order_value(view, ORDERS),

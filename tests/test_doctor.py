@@ -110,15 +110,15 @@ def test_a_hostname_that_does_not_resolve_fails_and_names_the_fix():
 
 
 def test_hosts_apart_without_root_passes_and_says_why_not_tried(monkeypatch):
-    monkeypatch.setattr(doctor.launch_netns.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(doctor.netns.os, "geteuid", lambda: 1000)
     ok, detail, fix = doctor.check_hosts_apart()
     assert ok and not fix
     assert detail.startswith("not tried: --netns needs root")
 
 
 @pytest.mark.multiprocess
-@pytest.mark.skipif(bool(doctor.launch_netns.unavailable()),
-                    reason=doctor.launch_netns.unavailable() or "available")
+@pytest.mark.skipif(bool(doctor.netns.unavailable()),
+                    reason=doctor.netns.unavailable() or "available")
 def test_a_host_advertising_loopback_is_named_as_the_cause():
     ok, detail, fix = doctor.check_multiprocess(netns=True, etc_hosts="loopback")
     assert not ok

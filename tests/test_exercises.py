@@ -13,7 +13,7 @@ from helpers.exercises import core, forms
 from helpers.exercises.kinds import ProgramExercise, SpecExercise, ValueExercise, close, placement, same_spec
 from helpers.exercises.processes import ProcessExercise
 from tools.nbrun import course_notebooks, exercise_id, read
-from helpers.emulation import emulated_hosts
+from helpers.emulated.topology import emulated_hosts
 
 IDS = exercises.all_ids()
 GARBAGE = [None, 3, "P('host')", [], {"a": 1}, object(), (lambda *a, **k: 1 / 0), float("nan"),

@@ -1,4 +1,4 @@
-"""helpers.explorer: the sharding explorer, driven by setting control values (no browser)."""
+"""helpers.pictures.explorer: the sharding explorer, driven by setting control values (no browser)."""
 from helpers.devices import use_fake_devices
 
 use_fake_devices(8)
@@ -14,8 +14,8 @@ import pytest  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from helpers.viz import sharding_text  # noqa: E402
-from helpers.explorer import SPEC_CHOICES, ExplorerState, sharding_explorer  # noqa: E402
+from helpers.pictures.sharding import sharding_text  # noqa: E402
+from helpers.pictures.explorer import SPEC_CHOICES, ExplorerState, sharding_explorer  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -1,4 +1,4 @@
-"""helpers.hosts: the one-process emulation equals real multi-process JAX, device by device.
+"""helpers.emulated.hosts: the one-process emulation equals real multi-process JAX, device by device.
 
 The real side runs ONE launcher run (2 processes x 4 fake devices) that loops over every case
 and prints JSON; the emulation side runs the same cases in one fresh 8-device process. Both
@@ -13,7 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import emulation, launch
+from helpers import launch
+from helpers.emulated import topology
 
 # Shared by both sides: meshes are built from jax.devices() positions, which are the same in
 # a real 2 x 4 run (process 0's devices first) and in one process with 8 devices.
@@ -75,7 +76,7 @@ REPORT_CASES = ["mapld-host_device-P('device')", "mapld-host_device-P('host')",
                 "mapld-interleaved-P('host')", "mapld-host_device-P(('host','device'))"]
 
 def report(x):
-    from helpers.hosts import replica_report
+    from helpers.emulated.hosts import replica_report
     r = replica_report(x)
     pos = {d.id: i for i, d in enumerate(jax.devices())}  # real ids are 0-3 and 2048-2051
     return {"consistent": r.consistent, "only_local": r.only_local, "copies": r.copies,
@@ -112,8 +113,8 @@ print("RESULT " + json.dumps(run_cases(build)))
 '''
 
 EMU_DRIVER = r'''
-from helpers import hosts
-from helpers.emulation import emulate_hosts
+from helpers.emulated import hosts
+from helpers.emulated.topology import emulate_hosts
 
 emulate_hosts(2)  # as the notebooks' first cell does: building an array does not set it
 
@@ -224,7 +225,7 @@ def eight():
 
     if jax.device_count() != 8:
         pytest.skip("needs the 8 fake devices that conftest.py sets up")
-    with emulation.emulated_hosts(1):
+    with topology.emulated_hosts(1):
         yield jax
 
 
@@ -247,7 +248,7 @@ def _sharding(spec, order="host_device"):
 def test_uneven_rows_say_how_many_each_host_needs(eight):
     from jax.sharding import PartitionSpec as P
 
-    from helpers import hosts
+    from helpers.emulated import hosts
 
     with pytest.raises(ValueError, match=r"into 8 equal parts.*6 entries \(2 hosts x 3 each\)"
                                          r".*multiple of 4 entries along axis 0"):
@@ -258,7 +259,7 @@ def test_uneven_rows_say_how_many_each_host_needs(eight):
 def test_host_count_must_divide_the_devices(eight):
     from jax.sharding import PartitionSpec as P
 
-    from helpers import hosts
+    from helpers.emulated import hosts
 
     with pytest.raises(ValueError, match=r"data for 3 hosts, but 8 devices cannot be split"):
         hosts.make_array_from_process_local_data(_sharding(P("host")), [np.zeros(4)] * 3)
@@ -267,16 +268,16 @@ def test_host_count_must_divide_the_devices(eight):
 def test_host_count_must_match_the_emulated_hosts(eight):
     from jax.sharding import PartitionSpec as P
 
-    from helpers import hosts
+    from helpers.emulated import hosts
 
-    with emulation.emulated_hosts(4), pytest.raises(ValueError, match=r"data for 2 hosts, but this notebook emulates 4"):
+    with topology.emulated_hosts(4), pytest.raises(ValueError, match=r"data for 2 hosts, but this notebook emulates 4"):
         hosts.make_array_from_process_local_data(_sharding(P("host")), [np.zeros(4)] * 2)
 
 
 def test_hosts_with_conflicting_shapes_are_named(eight):
     from jax.sharding import PartitionSpec as P
 
-    from helpers import hosts
+    from helpers.emulated import hosts
 
     with pytest.raises(ValueError, match=r"host 0 passed \(4,\) -> global \(8,\); "
                                          r"host 1 passed \(8,\) -> global \(16,\)"):
@@ -287,7 +288,7 @@ def test_hosts_with_conflicting_shapes_are_named(eight):
 def test_global_shape_that_fits_neither_whole_nor_part(eight):
     from jax.sharding import PartitionSpec as P
 
-    from helpers import hosts
+    from helpers.emulated import hosts
 
     with pytest.raises(ValueError, match=r"host 0's data has 4 entries along axis 0.*whole "
                                          r"axis \(16\) or its own part of it \(8\)"):
@@ -301,7 +302,7 @@ def test_global_shape_that_fits_neither_whole_nor_part(eight):
 def test_other_input_mistakes(eight):
     from jax.sharding import PartitionSpec as P
 
-    from helpers import hosts
+    from helpers.emulated import hosts
 
     with pytest.raises(ValueError, match="one numpy array per emulated host"):
         hosts.make_array_from_process_local_data(_sharding(P("host")), np.zeros(4))
@@ -317,7 +318,7 @@ def test_other_input_mistakes(eight):
 def test_hla2ga_refuses_a_mesh_whose_host_blocks_are_not_contiguous(eight):
     from jax.sharding import PartitionSpec as P
 
-    from helpers import hosts
+    from helpers.emulated import hosts
 
     with pytest.raises(ValueError, match=r"contiguous subcube.*host 0's devices are spread out"
                                          r".*make_array_from_process_local_data"):
@@ -329,13 +330,13 @@ def test_hla2ga_refuses_a_mesh_whose_host_blocks_are_not_contiguous(eight):
 def test_replica_report_names_the_disagreeing_devices_and_hosts(eight):
     from jax.sharding import PartitionSpec as P
 
-    from helpers import hosts
+    from helpers.emulated import hosts
 
     x = hosts.make_array_from_process_local_data(_sharding(P("device")),
                                                  [np.arange(4.0), 100 + np.arange(4.0)])
-    with emulation.emulated_hosts(2):  # building x left the emulated host count alone
+    with topology.emulated_hosts(2):  # building x left the emulated host count alone
         report = hosts.replica_report(x)
-    assert emulation.num_hosts() == 1
+    assert topology.num_hosts() == 1
     assert not report.consistent
     assert str(report) == repr(report)
     assert str(report).splitlines()[:4] == [
@@ -350,7 +351,7 @@ def test_replica_report_names_the_disagreeing_devices_and_hosts(eight):
 def test_replica_report_when_all_is_well(eight):
     from jax.sharding import PartitionSpec as P
 
-    from helpers import hosts
+    from helpers.emulated import hosts
 
     same = [np.arange(4.0), np.arange(4.0)]
     assert hosts.replica_report(
@@ -368,7 +369,7 @@ def test_interleaved_mesh_places_rows_like_jax(eight):
     """Fact 12: with P(('host','device')) on an interleaved mesh host 0 holds rows 0,2,4,6."""
     from jax.sharding import PartitionSpec as P
 
-    from helpers import hosts
+    from helpers.emulated import hosts
 
     x = hosts.make_array_from_process_local_data(
         _sharding(P(("host", "device")), "interleaved"), [np.arange(4.0), 10 + np.arange(4.0)])

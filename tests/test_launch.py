@@ -16,8 +16,9 @@ import psutil
 import pytest
 from processes import survivors
 
-from helpers import launch, launch_warm
-from helpers.launch_result import (HostResult, LaunchError, RunResult, clean_stderr,
+from helpers import launch
+from helpers.launch import host, runner, warm
+from helpers.launch.result import (HostResult, LaunchError, RunResult, clean_stderr,
                                    describe_exit, fatal_message, hosts_text)
 
 PSUM = """
@@ -215,7 +216,7 @@ def test_an_interrupt_kills_every_host(monkeypatch):
 
     def hosts() -> list[int]:
         return [p.pid for p in psutil.Process().children(recursive=True)
-                if p.pid not in launch_warm.pids()  # kept between runs, by design
+                if p.pid not in warm.pids()  # kept between runs, by design
                 and "launch" in " ".join(p.cmdline())]
 
     def interrupt():  # once both hosts run (a loaded machine may take seconds), then Ctrl-C
@@ -246,8 +247,8 @@ def test_a_taken_port_is_retried_on_a_new_one(monkeypatch):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         ports = iter([taken.getsockname()[1]])
-        real = launch._free_port
-        monkeypatch.setattr(launch, "_free_port", lambda: next(ports, None) or real())
+        real = runner._free_port
+        monkeypatch.setattr(runner, "_free_port", lambda: next(ports, None) or real())
         result = launch.run(source=PSUM, hosts=2, devices_per_host=2, timeout=60)
     assert result.ok, str(result)
     assert result.attempts == 2
@@ -368,7 +369,7 @@ def test_run_argument_errors(tmp_path):
 
 def test_child_environment_binds_loopback_and_sets_devices(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --other_flag")
-    env = launch._child_env(1, 2, 4, "127.0.0.1:12345")
+    env = runner._child_env(1, 2, 4, "127.0.0.1:12345")
     assert env["JAX_COORDINATOR_ADDRESS"] == "127.0.0.1:12345"
     assert (env["JAX_NUM_PROCESSES"], env["JAX_PROCESS_ID"]) == ("2", "1")
     assert env["XLA_FLAGS"] == "--other_flag --xla_force_host_platform_device_count=4"
@@ -387,7 +388,7 @@ def test_initialize_under_the_course_launcher(initialize_calls, monkeypatch):
     monkeypatch.setenv("JAX_NUM_PROCESSES", "2")
     monkeypatch.setenv("JAX_PROCESS_ID", "1")
     waited = []  # host 1 first waits for host 0's coordinator (none listens here: recorded, not waited)
-    monkeypatch.setattr(launch, "_wait_for_coordinator", lambda address, timeout: waited.append((address, timeout)))
+    monkeypatch.setattr(host, "_wait_for_coordinator", lambda address, timeout: waited.append((address, timeout)))
     assert launch.initialize(timeout=7) == "course launcher"
     assert waited == [("127.0.0.1:4321", 7)]
     assert initialize_calls == [dict(
@@ -497,12 +498,12 @@ def test_library_frames_are_folded_in_the_error_tail():
 
 
 def test_failures_at_the_same_moment_are_grouped_and_a_cascade_keeps_its_order():
-    assert launch._failure_groups({1: 10.0, 0: 10.3}) == [[0, 1]]
-    assert launch._failure_groups({1: 10.0, 0: 13.0, 2: 13.2}) == [[1], [0, 2]]
-    assert launch._failure_groups({}) == []
+    assert runner._failure_groups({1: 10.0, 0: 10.3}) == [[0, 1]]
+    assert runner._failure_groups({1: 10.0, 0: 13.0, 2: 13.2}) == [[1], [0, 2]]
+    assert runner._failure_groups({}) == []
     r = [HostResult(0, "failed", -6, "", ""), HostResult(1, "failed", -9, "", ""),
          HostResult(2, "stopped", None, "", "")]
-    assert launch._failure_message([[1], [0]], r) == (
+    assert runner._failure_message([[1], [0]], r) == (
         "host 1 failed (killed by SIGKILL), then host 0 (killed by SIGABRT); "
         "the launcher stopped host 2")
 
@@ -511,8 +512,8 @@ def test_a_host_whose_collective_lost_its_peer_is_named_after_the_host_that_died
     lost = "jax.errors.JaxRuntimeError: UNKNOWN: Gloo AllGather failed: Connection closed by peer\n"
     r = [HostResult(0, "failed", 1, "", lost), HostResult(1, "failed", -9, "", ""),
          HostResult(2, "failed", 1, "", "ValueError: boom\n")]
-    assert launch._causes_first([[0, 1, 2]], r) == [[1, 2], [0]]
-    assert launch._causes_first([[0], [1]], r) == [[0], [1]]
+    assert runner._causes_first([[0, 1, 2]], r) == [[1, 2], [0]]
+    assert runner._causes_first([[0], [1]], r) == [[0], [1]]
 
 
 @pytest.mark.multiprocess

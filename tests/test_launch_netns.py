@@ -20,8 +20,9 @@ import pytest
 from processes import survivors
 from test_launch import FAULT
 
-from helpers import launch, launch_netns, launch_warm
-from helpers.launch_netns import HostsApart, HostsApartError
+from helpers import launch
+from helpers.launch import cli, netns, runner, warm
+from helpers.launch.netns import HostsApart, HostsApartError
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "notebooks" / "scripts"
@@ -30,8 +31,8 @@ NEVER = 300  # a timeout no test should reach: a failure must stop the run at on
 SAME = 1e-6  # the issue's bound for "the same losses" on loopback and under --netns
 STEP_LOSS = re.compile(r"^step\s+(\d+)\s+loss\s+(\S+)$", re.MULTILINE)
 
-needs_root = pytest.mark.skipif(bool(launch_netns.unavailable()),
-                                reason=launch_netns.unavailable() or "available")
+needs_root = pytest.mark.skipif(bool(netns.unavailable()),
+                                reason=netns.unavailable() or "available")
 
 # Host 0 listens on its loopback and on its own address; host 1 dials both.
 APART = """
@@ -71,7 +72,7 @@ def _root_links() -> list[str]:
 
 
 def _nothing_left(result: launch.RunResult | None = None) -> None:
-    assert launch_netns.leftovers() == [], "a namespace outlived its run"
+    assert netns.leftovers() == [], "a namespace outlived its run"
     if result is not None:
         assert not survivors(result.pids)
 
@@ -83,11 +84,11 @@ def _losses(text: str) -> dict[int, float]:
 # ------------------------------------------------------------------------ anywhere
 
 def test_without_root_it_says_so_in_one_line_and_makes_nothing(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(launch_netns.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
     before = _namespaces()
     script = tmp_path / "hello.py"
     script.write_text("print('hello')\n")
-    assert launch.main(["--netns", str(script)]) == 2
+    assert cli.main(["--netns", str(script)]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == ["[launch] --netns needs root (it makes network namespaces); run as "
                                 "root, or leave out --netns to run every host on 127.0.0.1"]
@@ -97,8 +98,8 @@ def test_without_root_it_says_so_in_one_line_and_makes_nothing(monkeypatch, caps
 
 
 def test_addresses_hostnames_and_hosts_files():
-    assert launch_netns.addresses_line(2) == "host 0 at 198.18.0.1 (host0), host 1 at 198.18.0.2 (host1)"
-    assert all(ipaddress.ip_address(launch_netns.address(i)) in launch_netns.NETWORK
+    assert netns.addresses_line(2) == "host 0 at 198.18.0.1 (host0), host 1 at 198.18.0.2 (host1)"
+    assert all(ipaddress.ip_address(netns.address(i)) in netns.NETWORK
                for i in range(8))
     right, wrong = HostsApart(2, "address"), HostsApart(2, "loopback")
     assert right.hosts_file(1).splitlines() == ["127.0.0.1 localhost", "198.18.0.2 host1",
@@ -114,9 +115,9 @@ def test_the_gist_names_a_loopback_address_that_gloo_dialled():
              "Connection refused, remote=[127.0.1.1]:<port>")
     host = launch.HostResult(host=1, status="failed", returncode=1, stdout="", stderr=error)
     ok = launch.HostResult(host=0, status="stopped", returncode=None, stdout="", stderr="")
-    gist = launch._loopback_gist([ok, host])
+    gist = runner._loopback_gist([ok, host])
     assert gist.startswith(" (gloo on host 1 dialled 127.0.1.1, a loopback address")
-    assert launch._loopback_gist([ok]) == ""
+    assert runner._loopback_gist([ok]) == ""
 
 
 # --------------------------------------------------------------------------- as root
@@ -127,7 +128,7 @@ def test_hosts_are_apart_each_at_its_own_address():
     links = _root_links()
     result = launch.run(source=APART, hosts=2, devices_per_host=1, netns=True, timeout=60)
     assert result.ok, str(result)
-    assert str(result).splitlines()[0] == launch_netns.addresses_line(2)
+    assert str(result).splitlines()[0] == netns.addresses_line(2)
     assert result.hosts[0].stdout.splitlines() == ["listening", "host 0 was reached from 198.18.0.2"]
     assert result.hosts[1].stdout.splitlines() == ["198.18.0.1:<port> reached",
                                                    "127.0.0.1:<port>: Connection refused"]
@@ -237,14 +238,14 @@ def test_an_interrupt_removes_every_namespace_and_host():
 
     def hosts() -> list[int]:
         return [p.pid for p in psutil.Process().children(recursive=True)
-                if p.pid not in launch_warm.pids() and "launch" in " ".join(p.cmdline())]
+                if p.pid not in warm.pids() and "launch" in " ".join(p.cmdline())]
 
     def interrupt():  # once both hosts run (a loaded machine may take seconds), then Ctrl-C
         deadline = time.monotonic() + 30
         while len(hosts()) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         seen.extend(hosts())
-        seen.append(-1 if launch_netns.leftovers() else 0)  # the run's namespaces existed
+        seen.append(-1 if netns.leftovers() else 0)  # the run's namespaces existed
         os.kill(os.getpid(), signal.SIGINT)
 
     timer = threading.Timer(0.5, interrupt)
@@ -262,7 +263,7 @@ def test_an_interrupt_removes_every_namespace_and_host():
 
 @needs_root
 def test_a_failure_while_making_the_network_leaves_nothing_half_made(monkeypatch):
-    real, calls = launch_netns._ip, []
+    real, calls = netns._ip, []
 
     def fails_at_the_fifth(*args):
         calls.append(args)
@@ -270,7 +271,7 @@ def test_a_failure_while_making_the_network_leaves_nothing_half_made(monkeypatch
             raise HostsApartError("--netns: 'ip ...' failed: made up for the test")
         real(*args)
 
-    monkeypatch.setattr(launch_netns, "_ip", fails_at_the_fifth)
+    monkeypatch.setattr(netns, "_ip", fails_at_the_fifth)
     with pytest.raises(HostsApartError, match="made up for the test"):
         launch.run(source="print(1)", hosts=2, devices_per_host=1, netns=True)
     assert len(calls) == 5
@@ -282,19 +283,19 @@ def test_a_failure_while_making_the_network_leaves_nothing_half_made(monkeypatch
 def test_the_cli_names_each_address_first_and_a_killed_launchers_namespaces_are_swept(tmp_path):
     script = tmp_path / "hang.py"
     script.write_text(FAULT.format(fault="time.sleep(600)"))
-    cli = subprocess.Popen([sys.executable, "-m", "helpers.launch", "--netns", "--hosts", "2",
+    launcher = subprocess.Popen([sys.executable, "-m", "helpers.launch", "--netns", "--hosts", "2",
                             "--devices-per-host", "1", str(script)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert cli.stderr.readline() == f"[launch] {launch_netns.addresses_line(2)}\n"
-        assert sorted(cli.stdout.readline() for _ in range(2)) == ["[host 0] ready\n",
+        assert launcher.stderr.readline() == f"[launch] {netns.addresses_line(2)}\n"
+        assert sorted(launcher.stdout.readline() for _ in range(2)) == ["[host 0] ready\n",
                                                                    "[host 1] ready\n"]
-        children = [p.pid for p in psutil.Process(cli.pid).children(recursive=True)]
-        theirs = {n for n in _namespaces() if n.startswith(f"jmc-{cli.pid}-")}
+        children = [p.pid for p in psutil.Process(launcher.pid).children(recursive=True)]
+        theirs = {n for n in _namespaces() if n.startswith(f"jmc-{launcher.pid}-")}
         assert len(theirs) == 3  # two hosts and the switch
     finally:
-        cli.kill()  # no chance to clean up
-        cli.wait()
+        launcher.kill()  # no chance to clean up
+        launcher.wait()
     assert not survivors(children)
     deadline = time.monotonic() + 10
     while theirs & _namespaces() and time.monotonic() < deadline:  # the next run sweeps them

@@ -9,6 +9,7 @@ import pytest
 from processes import survivors
 
 from helpers import launch
+from helpers.launch import cli
 
 # Host 1 fails (exit status 3) after step 5 until it has been started argv[2] times; host 0
 # only says how it was started (no JAX here, so nothing makes it wait for host 1).
@@ -76,7 +77,7 @@ def test_restart_args_are_a_list_not_a_text():
 def test_the_command_line_reports_every_attempt(tmp_path, capsys):
     script = tmp_path / "flaky.py"
     script.write_text(FLAKY)
-    code = launch.main(["--hosts", "2", "--max-restarts", "1", "--restart-args=--resume",
+    code = cli.main(["--hosts", "2", "--max-restarts", "1", "--restart-args=--resume",
                         str(script), str(tmp_path), "5"])
     err = capsys.readouterr().err
     assert code == 1, err

@@ -1,4 +1,4 @@
-"""helpers.launch_warm: hosts forked from a process that has imported JAX are what cold hosts are."""
+"""helpers.launch.warm: hosts forked from a process that has imported JAX are what cold hosts are."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,8 @@ import signal
 import pytest
 from processes import survivors
 
-from helpers import launch, launch_warm
+from helpers import launch
+from helpers.launch import warm
 
 # What a script can see of how it was started, printed as one JSON line per host.
 SEEN = """
@@ -53,10 +54,10 @@ def test_a_forked_host_sees_what_a_cold_host_sees(tmp_path, monkeypatch):
 @pytest.mark.multiprocess
 def test_one_warm_process_serves_every_device_count(tmp_path):
     assert [h["devices"] for h in _seen(tmp_path, devices=2)] == [2, 2]
-    warm = launch_warm.pids()
+    before = warm.pids()
     assert [h["devices"] for h in _seen(tmp_path, devices=3)] == [3, 3]
     assert [h["global"] for h in _seen(tmp_path, devices=2)] == [4, 4]
-    assert launch_warm.pids() == warm
+    assert warm.pids() == before
 
 
 @pytest.mark.multiprocess
@@ -71,9 +72,9 @@ def test_a_bare_run_never_forks(tmp_path):
 @pytest.mark.multiprocess
 def test_a_dead_warm_process_is_replaced(tmp_path):
     _seen(tmp_path)
-    for pid in launch_warm.pids():
+    for pid in warm.pids():
         os.kill(pid, signal.SIGKILL)
-    assert not survivors(launch_warm.pids())
+    assert not survivors(warm.pids())
     assert [h["imported"] for h in _seen(tmp_path)] == [True, True]
 
 
@@ -87,3 +88,11 @@ def test_a_script_that_uses_the_stack_finds_it_imported(tmp_path):
                      encoding="utf-8")
     assert launch.run(uses, hosts=2, devices_per_host=1, timeout=60).stdout == ("True True\n",) * 2
     assert launch.run(plain, hosts=2, devices_per_host=1, timeout=60).stdout == ("False True\n",) * 2
+
+
+def test_a_script_that_imports_the_stack_through_the_course_is_forked_from_a_stack_process():
+    uses = ("from helpers.training import checkpoints, nnx_model, tiny", "import helpers.training.nnx_model",
+            "from helpers.training.data import HostLoader", "import orbax.checkpoint as ocp")
+    plain = ("from helpers.training import tiny", "import jax  # from helpers.training import data")
+    assert all(warm._USES_STACK.search(line) for line in uses)
+    assert not any(warm._USES_STACK.search(line) for line in plain)

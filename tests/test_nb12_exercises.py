@@ -9,8 +9,8 @@ from helpers import launch
 from helpers.exercises import Kernel, Mistake, NotAttempted, ProcessExercise, get
 from helpers.exercises.kinds import Raised
 from helpers.exercises.processes import failure
-from helpers.launch_result import HostResult, RunResult
-from helpers.launch_stall import Code
+from helpers.launch.result import HostResult, RunResult
+from helpers.launch.stall import Code
 
 LOST_PEER = ("Traceback (most recent call last):\n"
              "jax.errors.JaxRuntimeError: UNKNOWN: Gloo AllGather failed: Connection closed by peer\n")

@@ -1,4 +1,4 @@
-"""helpers.nnx_model: the NNX MLP is the course's MLP, AdamW is Optax's, the reference run is seeded."""
+"""helpers.training.nnx_model: the NNX MLP is the course's MLP, AdamW is Optax's, the reference run is seeded."""
 from __future__ import annotations
 
 import jax
@@ -8,7 +8,7 @@ import optax
 from jax import P
 import pytest
 
-from helpers import nnx_model, train
+from helpers.training import nnx_model, tiny
 
 
 def test_same_seed_builds_the_same_numbers_and_another_seed_does_not():
@@ -31,24 +31,24 @@ def test_built_under_jit_or_eagerly_the_numbers_are_the_same():
 
 def test_the_module_computes_the_mlp_of_helpers_train():
     model, _ = nnx_model.create()
-    x, _ = train.global_batch_at(0, 64)
+    x, _ = tiny.global_batch_at(0, 64)
     np.testing.assert_allclose(np.asarray(model(x)),
-                               np.asarray(train.predict(nnx_model.params_of(model), x)),
+                               np.asarray(tiny.predict(nnx_model.params_of(model), x)),
                                rtol=1e-6, atol=1e-6)
     assert {k: v.shape for k, v in nnx_model.params_of(model).items()} == \
-        {k: v.shape for k, v in train.init_params().items()}
+        {k: v.shape for k, v in tiny.init_params().items()}
 
 
 def test_reference_step_is_adamw_on_the_mean_squared_error():
-    """The NNX step gives the losses of plain optax.adamw on the params dict of helpers.train."""
+    """The NNX step gives the losses of plain optax.adamw on the params dict of helpers.training.tiny."""
     model, optimizer = nnx_model.create()
     params = {k: jnp.asarray(v) for k, v in nnx_model.params_of(model).items()}
     tx = optax.adamw(nnx_model.LEARNING_RATE, weight_decay=nnx_model.WEIGHT_DECAY)
     state = tx.init(params)
     for step in range(5):
-        x, y = map(jnp.asarray, train.global_batch_at(step, 64))
+        x, y = map(jnp.asarray, tiny.global_batch_at(step, 64))
         nnx_loss = nnx_model.reference_step(model, optimizer, x, y)
-        loss, grads = jax.value_and_grad(train.loss_fn)(params, x, y)
+        loss, grads = jax.value_and_grad(tiny.loss_fn)(params, x, y)
         updates, state = tx.update(grads, state, params)
         params = optax.apply_updates(params, updates)
         np.testing.assert_allclose(float(nnx_loss), float(loss), rtol=1e-5)

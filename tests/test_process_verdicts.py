@@ -9,7 +9,7 @@ import pytest
 from helpers import exercises, launch
 from helpers.exercises import ProcessExercise
 from helpers.exercises.core import MEMO
-from helpers.emulation import emulated_hosts
+from helpers.emulated.topology import emulated_hosts
 from conftest import TEST_STALL_SECONDS
 
 PROCESS_IDS = [i for i in exercises.all_ids() if isinstance(exercises.get(i), ProcessExercise)]

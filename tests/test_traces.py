@@ -1,4 +1,4 @@
-"""helpers.traces reads profiler traces; helpers.timeline_viz draws them. The traces are recorded here.
+"""helpers.measure.traces reads profiler traces; helpers.pictures.timeline draws them. The traces are recorded here.
 
 The module's fixture records two traces in this process (8 fake devices), as if two hosts had each
 written one: two steps of a jitted sum over a sharded array (XLA makes it an all-reduce), each
@@ -15,8 +15,8 @@ import pytest
 from jax import P
 from jax.sharding import NamedSharding
 
-from helpers.timeline_viz import draw_timeline
-from helpers.traces import (collective_ms, collectives, during, is_collective, read_hosts, read_trace, steps,
+from helpers.pictures.timeline import draw_timeline
+from helpers.measure.traces import (collective_ms, collectives, during, is_collective, read_hosts, read_trace, steps,
                             trace_file)
 
 

@@ -12,7 +12,7 @@ import pytest
 from jax import P
 from jax.sharding import Mesh, NamedSharding
 
-from helpers import traffic as T
+from helpers.measure import traffic as T
 
 DEVICES = np.array(jax.devices())
 ORDERS = {
@@ -436,7 +436,7 @@ def test_bytes_by_hand_for_the_notebooks_programs():
 
 
 def test_the_picture_has_one_row_per_folded_collective():
-    from helpers.traffic_viz import draw_traffic
+    from helpers.pictures.traffic import draw_traffic
 
     hosts = {d: d.id // 4 for d in D}
     permute = T.Collective("collective-permute", "p", "ppermute", 8, (), ((D[3], D[4]),))

@@ -195,10 +195,10 @@ def train_stack_under_mpirun(mpirun, tmp_path):
 # ------------------------------------------------------------- the pieces the script uses
 
 def test_the_global_batch_of_a_step_does_not_depend_on_the_number_of_hosts():
-    from helpers import train
-    from helpers.stack_data import ArrayRecords, HostLoader, ShardOptions
+    from helpers.training import tiny
+    from helpers.training.data import ArrayRecords, HostLoader, ShardOptions
 
-    source = ArrayRecords(*train.dataset())
+    source = ArrayRecords(*tiny.dataset())
     for step in (0, 7, 16, 40):  # 16 steps an epoch: 16 and 40 are in later epochs
         ids = {hosts: np.concatenate([HostLoader(source, 256, ShardOptions(h, hosts), seed=3)
                                       .batch(step)["id"] for h in range(hosts)])
@@ -212,7 +212,7 @@ def test_the_global_batch_of_a_step_does_not_depend_on_the_number_of_hosts():
 
 
 def test_padding_and_mask_give_the_exact_mean_of_an_uneven_data_set():
-    from helpers.stack_data import ArrayRecords, ShardOptions, eval_batch, padded_rows
+    from helpers.training.data import ArrayRecords, ShardOptions, eval_batch, padded_rows
 
     values = np.arange(1.0, 1002.0, dtype=np.float32).reshape(-1, 1)
     source = ArrayRecords(values, values)

@@ -1,4 +1,4 @@
-"""helpers.viz: the text form reports exactly JAX's placement; pictures have one label per
+"""helpers.pictures.sharding: the text form reports exactly JAX's placement; pictures have one label per
 device, colour each device the same everywhere, draw copies as badges inside one pale tile
 (never as strips that look like a split), and leave no figure open; bad requests raise a
 ValueError that says what to change."""
@@ -18,8 +18,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import FancyBboxPatch, Rectangle  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from helpers import emulation  # noqa: E402
-from helpers.viz import (  # noqa: E402
+from helpers.emulated import topology  # noqa: E402
+from helpers.pictures.sharding import (  # noqa: E402
     MAX_WIDTH,
     device_style,
     draw_mesh,
@@ -76,7 +76,7 @@ _ITEM = re.compile(r"dev (\d+) (\[[^\]]*\]|\(scalar\))")
 @pytest.fixture
 def two_hosts():
     """Emulate 2 hosts for one test, then put the previous setting back."""
-    with emulation.emulated_hosts(2):
+    with topology.emulated_hosts(2):
         yield
 
 
@@ -112,7 +112,7 @@ def test_text_reports_exactly_what_jax_places(two_hosts, mesh_name, shape, spec)
     text = sharding_text(shape, mesh, spec)
     placement, hosts = _parse(text, shape)
     assert placement == expected
-    assert hosts == {d.id: emulation.host_of(d) for d in mesh.devices.flat}
+    assert hosts == {d.id: topology.host_of(d) for d in mesh.devices.flat}
     layout = sharding_layout(shape, mesh, spec)
     assert {d.id: idx for d, idx in layout.placement.items()} == expected
     copies = {}
@@ -316,7 +316,7 @@ def test_a_tile_with_one_holder_is_filled_with_its_colour(two_hosts):
 
 
 def test_a_picture_is_described_in_words_from_its_data():
-    from helpers.described import described
+    from helpers.pictures.described import described
 
     mesh = jax.make_mesh((2, 4), ("host", "device"))
     by_four = lambda d: d.id // 4  # noqa: E731 - host h owns devices 4h..4h+3

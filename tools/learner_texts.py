@@ -37,7 +37,7 @@ from helpers.exercises.kinds import ProgramExercise  # noqa: E402
 from helpers.exercises.processes import ProcessExercise  # noqa: E402
 from helpers.practice import KINDS, drill  # noqa: E402
 from helpers.practice.form import DrillSession  # noqa: E402
-from helpers.emulation import emulated_hosts  # noqa: E402
+from helpers.emulated.topology import emulated_hosts  # noqa: E402
 from tools.nbrun import course_notebooks, exercise_id, read  # noqa: E402
 
 GARBAGE = [None, 3, "P('host')", [], {"a": 1}, object(), (lambda *a, **k: 1 / 0), float("nan"),

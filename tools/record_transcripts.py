@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python tools/NAME.py`
     sys.path.insert(0, str(ROOT))
 
-from helpers import launch  # noqa: E402
-from helpers.launch_result import LOG_NOISE  # noqa: E402
+from helpers.launch import runner  # noqa: E402
+from helpers.launch.result import LOG_NOISE  # noqa: E402
 
 TRANSCRIPTS = ROOT / "notebooks" / "transcripts"
 SCRIPTS = ROOT / "notebooks" / "scripts"
@@ -35,7 +35,7 @@ CASES = {  # transcript name -> (script, run options)
 }
 _NATIVE_FRAME = re.compile(r"^\s*@\s+0x[0-9a-f]+\s")
 # The header of a stack dump the launcher asks for before it stops a host; its frames are
-# launch._DUMP_FRAME. The launcher's report gives the script's line.
+# runner.DUMP_FRAME. The launcher's report gives the script's line.
 _DUMP_HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+")
 _WIDTH = 150  # characters of a line kept (native log records run to a thousand), but a fatal one
 _EXCEPTION = re.compile(r"^[\w.]+(?:Error|Exception): ")  # a traceback's last line: kept whole too
@@ -44,7 +44,7 @@ _LOG_PREFIX = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+")  # date
 
 def _tidy(line: str, script: Path) -> str:
     line = _LOG_PREFIX.sub(r"\1 ", line).replace(str(script), script.name)
-    line = launch._PORT.sub(r"\1:<port>", line)
+    line = runner.ADDRESS_PORT.sub(r"\1:<port>", line)
     line = re.sub(r"/tmp/[\w./-]+", "<tmp>", line)
     line = re.sub(r"(?:/[^\s\"':]+)*/site-packages/", "site-packages/", line)
     line = line.replace(f"{ROOT}/", "")
@@ -62,15 +62,15 @@ def record(name: str) -> str:
 
     def on_line(host: int, stream: str, line: str) -> None:
         text = line.rstrip("\n")
-        dump = _DUMP_HEADER.match(text) or launch._DUMP_FRAME.match(text)
+        dump = _DUMP_HEADER.match(text) or runner.DUMP_FRAME.match(text)
         if not text.strip() or _NATIVE_FRAME.match(text) or dump or (
                 stream == "stdout" and LOG_NOISE.match(text)):
             return
         with lock:
             lines.append(f"{time.monotonic() - start:6.1f} s  host {host} {stream:6}| {_tidy(text, path)}")
 
-    result = launch._launch(path, options.get("args", ()), hosts=2, devices_per_host=2,
-                            limits=launch._Limits(options["timeout"], options.get("grace", 0.0)),
+    result = runner.launch(path, options.get("args", ()), hosts=2, devices_per_host=2,
+                            limits=runner.Limits(options["timeout"], options.get("grace", 0.0)),
                             display={str(path): path.name}, on_line=on_line,
                             bare=options.get("bare", False),
                             etc_hosts=options.get("etc_hosts") if options.get("netns") else None)

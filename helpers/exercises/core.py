@@ -20,7 +20,8 @@ from typing import Any, Callable, NamedTuple, Union
 import jax
 import numpy as np
 
-from helpers import emulation, progress_store
+from helpers import progress_store
+from helpers.emulated import topology
 from helpers.errors import ERROR_CHARS, explain, shorten  # noqa: F401  (ERROR_CHARS: the engine's bound)
 from helpers.devices import backend_started
 
@@ -99,9 +100,9 @@ class Kernel:
         return self._hosts_problem()
 
     def _hosts_problem(self) -> str | None:
-        if self.hosts is None or emulation.num_hosts() == self.hosts:
+        if self.hosts is None or topology.num_hosts() == self.hosts:
             return None
-        have = emulation.num_hosts()
+        have = topology.num_hosts()
         return (f"the kernel emulates {have} host{'s' * (have != 1)}, not {self.hosts}: run the "
                 f"notebook's first cell (emulate_hosts({self.hosts})), then this one")
 

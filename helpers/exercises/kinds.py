@@ -1,7 +1,7 @@
 """Kinds of exercise where the catalogue of known wrong answers is the judge.
 
 - `ValueExercise`: a prediction (a number, a shape, a set of cells...). A form coerces the
-  answer; the right value is computed (from JAX or helpers.train); a table maps known wrong
+  answer; the right value is computed (from JAX or helpers.training.tiny); a table maps known wrong
   values to messages, and `Rule`s cover whole families of wrong values.
 - `SpecExercise`: one or more PartitionSpecs, each in a `Slot` (array shape, right spec, known
   wrong specs). Specs are compared by *placement* (`devices_indices_map` on the exercise's
@@ -33,13 +33,14 @@ import numpy as np
 from jax import P
 from jax.sharding import NamedSharding
 
-from helpers import hosts, progress_store
+from helpers import progress_store
+from helpers.emulated import hosts
 from helpers.exercises import forms
 from helpers.exercises.core import MEMO, Exercise, Message, Mistake, NotAttempted, guarded, describe, explain, say
 from helpers.exercises.forms import Form
 from helpers.exercises.rules import CodeRule, ErrorRule, OutputRule, SpecRule, TrafficRule, ValueRule, of_kind
-from helpers.layout import format_spec, placement, sharding_text
-from helpers.traffic import hosts_along, traffic
+from helpers.pictures.layout import format_spec, placement, sharding_text
+from helpers.measure.traffic import hosts_along, traffic
 
 
 def entry(i: int, *values: Any) -> Callable[[Any], bool]:
@@ -290,7 +291,7 @@ def placed(mesh, data, spec=P(("host", "device"))):
 
 def from_hosts(parts: list, spec):
     """The global array that len(parts) emulated hosts build from their own parts with `spec`, as
-    make_array_from_process_local_data does on the 2 x 4 course mesh (helpers.hosts)."""
+    make_array_from_process_local_data does on the 2 x 4 course mesh (helpers.emulated.hosts)."""
     return hosts.make_array_from_process_local_data(NamedSharding(course_mesh((2, 4)), spec), parts)
 
 
@@ -558,7 +559,7 @@ class PuzzleExercise(ProgramExercise):
         of_kind(TrafficRule, self.traffic, f"{self.id}: traffic")
 
     def traffic_of(self, body: Callable, mesh) -> Any:
-        """What the shard_map of `body` sends, by the cost model of helpers.traffic."""
+        """What the shard_map of `body` sends, by the cost model of helpers.measure.traffic."""
         fn, x = self.program(body, mesh)
         return traffic(fn, x, host_of=hosts_along(mesh))
 

@@ -11,7 +11,7 @@ from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, describe, register
 from helpers.exercises.kinds import ProgramExercise, ValueExercise, alone
 from helpers.exercises.rules import OutputRule, ValueRule
-from helpers.emulation import host_of
+from helpers.emulated.topology import host_of
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 

@@ -7,7 +7,7 @@ from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import Slot, SpecExercise, ValueExercise, course_mesh, normal_spec, placement
 from helpers.exercises.rules import SpecRule, ValueRule
-from helpers.layout import format_spec, sharding_layout
+from helpers.pictures.layout import format_spec, sharding_layout
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 MESH = (2, 4)  # 2 hosts x 4 devices, host h's devices in row h

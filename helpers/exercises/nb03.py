@@ -6,14 +6,14 @@ import numpy as np
 from jax import P
 from jax.sharding import Mesh
 
-from helpers import hosts
+from helpers.emulated import hosts
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import (
     Slot, SpecExercise, ValueExercise, alone, course_mesh, from_hosts, normal_spec, placement,
 )
 from helpers.exercises.rules import SpecRule, ValueRule
-from helpers.layout import format_spec
+from helpers.pictures.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 HOSTS = 2

@@ -14,7 +14,7 @@ from helpers.exercises.kinds import (
     ProgramExercise, Slot, SpecExercise, ValueExercise, axes_apart, course_mesh, lacks, placed, varying_over,
 )
 from helpers.exercises.rules import CodeRule, ErrorRule, SpecRule, ValueRule
-from helpers.layout import format_spec, sharding_text
+from helpers.pictures.layout import format_spec, sharding_text
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 DATA = ("host", "device")

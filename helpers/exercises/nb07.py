@@ -7,19 +7,19 @@ import jax
 import numpy as np
 from jax import P
 
-from helpers import train
+from helpers.training import tiny
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import (
     ValueExercise, course_mesh, entry, from_hosts, normal_spec, placed, placement, same_spec,
 )
 from helpers.exercises.rules import ValueRule
-from helpers.layout import format_spec
+from helpers.pictures.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 HOSTS, DEVICES = 2, 8
-_PER_DEVICE = train.GLOBAL_BATCH // DEVICES
-_BATCH = (train.GLOBAL_BATCH, train.IN_DIM)
+_PER_DEVICE = tiny.GLOBAL_BATCH // DEVICES
+_BATCH = (tiny.GLOBAL_BATCH, tiny.IN_DIM)
 _CANDIDATES = (P(("host", "device")), P("device"), P("host"), P(("device", "host")), P())
 
 
@@ -28,10 +28,10 @@ def _data_parallel() -> tuple:
     """The spec (of the candidates) with which the two emulated hosts build the reference batch from their own
     rows, no device repeating another's rows, and the axes to average over: those it splits the batch over."""
     mesh = course_mesh((HOSTS, 4))
-    parts = [train.host_batch(7, h, HOSTS)[0] for h in range(HOSTS)]
+    parts = [tiny.host_batch(7, h, HOSTS)[0] for h in range(HOSTS)]
     for spec in _CANDIDATES:
         rows = placement(mesh, spec, _BATCH)
-        if len(set(rows.values())) == DEVICES and np.array_equal(from_hosts(parts, spec), train.global_batch_at(7)[0]):
+        if len(set(rows.values())) == DEVICES and np.array_equal(from_hosts(parts, spec), tiny.global_batch_at(7)[0]):
             axes = normal_spec(spec)[0]
             return spec, frozenset(axes if isinstance(axes, tuple) else (axes,))
     raise AssertionError("no candidate spec builds the reference batch")
@@ -74,7 +74,7 @@ register(ValueExercise(
              say="P() replicates the batch: every device would claim to hold all rows, and every host to have the "
                  "same ones"),
         ValueRule(lambda fix: len(normal_spec(fix[0])) > 1, example=(P("host", "device"), _BOTH),
-             say=lambda fix: f"{format_spec(fix[0])} splits axis 1 (the {train.IN_DIM} features) too; every device "
+             say=lambda fix: f"{format_spec(fix[0])} splits axis 1 (the {tiny.IN_DIM} features) too; every device "
                              "needs whole examples. Put both mesh axes in one tuple for axis 0"),
         ValueRule(lambda fix: fix[0] != _data_parallel()[0], example=(P("chip"), _BOTH),
              say=lambda fix: f"{format_spec(fix[0])} does not give every device its own rows; split axis 0 over "
@@ -146,15 +146,15 @@ register(ValueExercise(
 def _equal_copies() -> frozenset:
     """Devices whose parameter copies are equal after one step of the P('device') / 'device' step, run by JAX."""
     mesh = course_mesh((HOSTS, 4))
-    parts = [train.host_batch(0, h, HOSTS) for h in range(HOSTS)]
+    parts = [tiny.host_batch(0, h, HOSTS) for h in range(HOSTS)]
     x, y = (from_hosts([p[i] for p in parts], P("device")) for i in (0, 1))
 
     def body(params, x, y):
-        grads = jax.grad(lambda p: jax.lax.pmean(train.loss_fn(p, x, y), "device"))(params)
-        return jax.tree.map(lambda p, g: p - train.LEARNING_RATE * g, params, grads)
+        grads = jax.grad(lambda p: jax.lax.pmean(tiny.loss_fn(p, x, y), "device"))(params)
+        return jax.tree.map(lambda p, g: p - tiny.LEARNING_RATE * g, params, grads)
 
     step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P("device"), P("device")), out_specs=P()))
-    b2 = step(placed(mesh, train.init_params(), P()), x, y)["b2"]
+    b2 = step(placed(mesh, tiny.init_params(), P()), x, y)["b2"]
     groups: dict[bytes, set] = {}
     for shard in b2.addressable_shards:
         groups.setdefault(np.asarray(shard.data).tobytes(), set()).add(shard.device.id)

@@ -6,7 +6,7 @@ from typing import Callable
 import numpy as np
 from jax import P
 
-from helpers import train
+from helpers.training import tiny
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, describe, register
 from helpers.exercises.kinds import ProgramExercise, ValueExercise, from_hosts
@@ -197,17 +197,17 @@ register(ValueExercise(
     solution="gathered_shapes = ((256,), (2, 97))  # the global array whole; one row per host",
     form=forms.tuple_of(forms.shape("the shape of every"), forms.shape("the shape of copies"),
                         like="((3,), (2, 5))", of="shapes"),
-    right=lambda: ((train.GLOBAL_BATCH,), (HOSTS, _MINE)),
+    right=lambda: ((tiny.GLOBAL_BATCH,), (HOSTS, _MINE)),
     rules=(
-        ValueRule(lambda s: s[0] == (train.GLOBAL_BATCH // HOSTS,), example=((128,), (2, 97)),
+        ValueRule(lambda s: s[0] == (tiny.GLOBAL_BATCH // HOSTS,), example=((128,), (2, 97)),
              say="process_allgather(errors, tiled=True) returns the whole global array, (256,), on every host, not "
                  "this host's 128 errors"),
-        ValueRule(lambda s: s[0] == (HOSTS, train.GLOBAL_BATCH // HOSTS), example=((2, 128), (2, 97)),
+        ValueRule(lambda s: s[0] == (HOSTS, tiny.GLOBAL_BATCH // HOSTS), example=((2, 128), (2, 97)),
              say="errors is already one global array; tiled=True puts its shards back in their global places, "
                  "(256,), rather than one row per host"),
-        ValueRule(lambda s: s[0] == (train.GLOBAL_BATCH // 8,), example=((32,), (2, 97)),
+        ValueRule(lambda s: s[0] == (tiny.GLOBAL_BATCH // 8,), example=((32,), (2, 97)),
              say="a device's block has 32 errors, but process_allgather gathers all of them"),
-        ValueRule(lambda s: s[0] != (train.GLOBAL_BATCH,), example=((512,), (2, 97)),
+        ValueRule(lambda s: s[0] != (tiny.GLOBAL_BATCH,), example=((512,), (2, 97)),
              say=lambda s: f"{s[0]} is not the shape of the global errors array (one error per example of the "
                            "256-example batch)"),
         ValueRule(lambda s: s[1] in ((HOSTS * _MINE,), (_MINE,)), example=((256,), (194,)),
@@ -229,7 +229,7 @@ register(ValueExercise(
 
 def _pitfall_length() -> int:
     """The length of the global array the two hosts build from their (128, 4) batches with P('device')."""
-    parts = [np.zeros((train.GLOBAL_BATCH // HOSTS, train.IN_DIM), np.float32)] * HOSTS
+    parts = [np.zeros((tiny.GLOBAL_BATCH // HOSTS, tiny.IN_DIM), np.float32)] * HOSTS
     return from_hosts(parts, P("device")).shape[0]
 
 

@@ -10,14 +10,14 @@ import numpy as np
 from jax import P
 from jax.sharding import AxisType, Mesh
 
-from helpers import train
+from helpers.training import tiny
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, register
 from helpers.exercises.kinds import (
     ProgramExercise, Raised, Slot, SpecExercise, ValueExercise, course_mesh, entry, equations, varying_over,
 )
 from helpers.exercises.rules import ErrorRule, OutputRule, ValueRule
-from helpers.layout import format_spec
+from helpers.pictures.layout import format_spec
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 
@@ -40,19 +40,19 @@ register(SpecExercise(
 }''',
     mesh=lambda: course_mesh((2, 4)),
     slots=(
-        Slot(shape=(train.IN_DIM, train.HIDDEN), right=P(None, "device"), wrong={
+        Slot(shape=(tiny.IN_DIM, tiny.HIDDEN), right=P(None, "device"), wrong={
             P(None, "host"): _MODEL_AXIS_HOST,
             P("device"): "P('device') on w1 splits its rows, the 4 input features; tensor parallelism here splits "
                          "the 16 hidden units: w1's columns and w2's rows",
         }, otherwise=lambda spec: f"{format_spec(spec)} does not split w1's 16 hidden columns over 'device'"),
-        Slot(shape=(train.HIDDEN, train.OUT_DIM), right=P("device"), wrong={
+        Slot(shape=(tiny.HIDDEN, tiny.OUT_DIM), right=P("device"), wrong={
             P(None, "device"): _SINGLE_OUTPUT,
             P(None, "host"): _SINGLE_OUTPUT,
             P("host"): _MODEL_AXIS_HOST,
             P(): "w2 is replicated, but each device computes only 4 of the 16 hidden units; split w2's rows over "
                  "'device' so each device holds the 4 rows that multiply its units",
         }, otherwise=lambda spec: f"{format_spec(spec)} does not split w2's 16 rows over 'device'"),
-        Slot(shape=(train.GLOBAL_BATCH, train.IN_DIM), right=P("host"), wrong={
+        Slot(shape=(tiny.GLOBAL_BATCH, tiny.IN_DIM), right=P("host"), wrong={
             P(("host", "device")): _BATCH_OVER_DEVICE,
             P("device"): _BATCH_OVER_DEVICE,
             P(): "with x replicated, both hosts compute the same rows: data parallelism across hosts means "
@@ -195,8 +195,8 @@ def _right_types() -> tuple:
     """jax.typeof (spaces dropped) of each of _EXPRESSIONS on the notebook's h and pe; None where JAX refuses."""
     out = []
     with jax.set_mesh(course_mesh((2, 4))):
-        pe = jax.device_put(train.init_params(), _TP_SPECS)
-        h = jnp.tanh(jax.device_put(train.global_batch_at(0)[0], P("host", None)) @ pe["w1"] + pe["b1"])
+        pe = jax.device_put(tiny.init_params(), _TP_SPECS)
+        h = jnp.tanh(jax.device_put(tiny.global_batch_at(0)[0], P("host", None)) @ pe["w1"] + pe["b1"])
         for expression in _EXPRESSIONS:
             try:
                 out.append(str(jax.typeof(eval(expression, {"jnp": jnp, "h": h, "pe": pe}))).replace(" ", ""))

@@ -33,7 +33,7 @@ def _nu_factor() -> float:
     import jax.numpy as jnp
     import optax
 
-    from helpers import nnx_model
+    from helpers.training import nnx_model
 
     params = {"w": jnp.zeros(3)}
     tx = optax.adamw(nnx_model.LEARNING_RATE, weight_decay=nnx_model.WEIGHT_DECAY)
@@ -168,8 +168,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from helpers import nnx_model
-from helpers.layout import format_spec
+from helpers.training import nnx_model
+from helpers.pictures.layout import format_spec
 
 host = jax.process_index()
 _mine = nnx.state(nnx_model.create(nnx_model.SEED + 7 + host))  # what this host loaded
@@ -233,7 +233,7 @@ def output(namespace, layout):
 _SETUP = textwrap.dedent("""\
     from flax import nnx
     from jax.experimental import multihost_utils
-    from helpers import nnx_model
+    from helpers.training import nnx_model
 
     SEED = nnx_model.SEED
     mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ("host", "device"))
@@ -337,7 +337,7 @@ from flax import nnx
 from jax import P
 from jax.sharding import NamedSharding
 
-from helpers import nnx_model, train
+from helpers.training import nnx_model, tiny
 
 _B1 = 0.9  # optax.adamw's default b1
 _graphdef, _abstract = nnx_model.abstract_state(nnx_model.SEED)
@@ -399,7 +399,7 @@ def _inputs(layout):
     """The layout's mesh, its global batch (16 rows a device), the seed's state replicated on it, and one
     device's loss and gradient on that batch; the same for every program."""
     mesh = _mesh(layout)
-    x, y = train.global_batch_at(0, 16 * mesh.size)
+    x, y = tiny.global_batch_at(0, 16 * mesh.size)
     rows = NamedSharding(mesh, P(("host", "device")))
     xs, ys = (jax.make_array_from_callback(a.shape, rows, lambda index, a=a: a[index]) for a in (x, y))
     replicated = jax.tree.map(lambda _: NamedSharding(mesh, P()), _abstract)
@@ -420,7 +420,7 @@ def output(namespace, layout):
 _TRAP_SETUP = textwrap.dedent("""\
     from functools import partial
     from flax import nnx
-    from helpers import nnx_model
+    from helpers.training import nnx_model
 
     BOTH = ("host", "device")
     graphdef, _ = nnx_model.abstract_state(nnx_model.SEED)

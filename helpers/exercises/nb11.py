@@ -9,7 +9,7 @@ from helpers.exercises.core import Kernel, Mistake, call_learner, describe, regi
 from helpers.exercises.kinds import RETURNED_NONE, ProgramExercise, placed
 from helpers.exercises.rules import CodeRule, ErrorRule, OutputRule
 from helpers.exercises.processes import ProcessExercise
-from helpers.layout import format_spec
+from helpers.pictures.layout import format_spec
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8); no emulated hosts
 
@@ -175,7 +175,7 @@ import numpy as np
 from jax import P
 from jax.sharding import NamedSharding
 
-from helpers.stack_data import pad_with_mask
+from helpers.training.data import pad_with_mask
 
 hosts, devices = jax.process_count(), jax.local_device_count()
 shard = grain.sharding.ShardByJaxProcess()
@@ -272,7 +272,7 @@ def eval_rows(num_records, num_hosts, local_devices):
 # --------------------------------------------------------------------------- 11.3 restore targets
 
 _TARGET_SETUP = """\
-from helpers import nnx_model, stack_ckpt
+from helpers.training import checkpoints, nnx_model
 """
 
 
@@ -284,7 +284,7 @@ def _leaf_name(path) -> str:
 
 def _targets(targets_for, mesh) -> str:
     """What is wrong with the restore targets targets_for makes for `mesh` (its first wrong leaf), or 'right'."""
-    from helpers import nnx_model  # Flax: imported when a check needs it
+    from helpers.training import nnx_model  # Flax: imported when a check needs it
 
     _, abstract = nnx_model.abstract_state()
     got = targets_for(abstract, mesh)
@@ -335,7 +335,7 @@ def _what_it_does(case) -> str:
 
 
 def _uses_restore_targets(fn, mesh) -> bool:
-    """True when the function calls stack_ckpt.restore_targets (the exercise builds targets without it)."""
+    """True when the function calls checkpoints.restore_targets (the exercise builds targets without it)."""
     return "restore_targets" in getattr(getattr(fn, "__code__", None), "co_names", ())
 
 
@@ -410,8 +410,8 @@ def targets_for(abstract_state, mesh):
     ),
     checks=(CodeRule(_uses_restore_targets, example=(
         "def targets_for(abstract_state, mesh):\n"
-        "    return stack_ckpt.restore_targets(abstract_state, nnx_model.state_shardings(mesh))\n"),
-        say="your targets are right, but stack_ckpt.restore_targets built them: build one "
+        "    return checkpoints.restore_targets(abstract_state, nnx_model.state_shardings(mesh))\n"),
+        say="your targets are right, but checkpoints.restore_targets built them: build one "
             "jax.ShapeDtypeStruct per leaf yourself, to see what a target is"),),
     otherwise=_what_it_does,
     hints=(
@@ -437,8 +437,8 @@ from jax import P
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 
-from helpers import train
-from helpers.stack_data import ArrayRecords, HostLoader
+from helpers.training import tiny
+from helpers.training.data import ArrayRecords, HostLoader
 
 mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ("host", "device"))
 sharding = NamedSharding(mesh, P(("host", "device")))
@@ -447,14 +447,14 @@ sharding = NamedSharding(mesh, P(("host", "device")))
 def output(namespace, layout):
     out = []
     for step in (0, 3):
-        source = ArrayRecords(*train.dataset())
+        source = ArrayRecords(*tiny.dataset())
         ids = np.asarray(namespace["host_rows"](source, step)["id"])
         try:
             every = multihost_utils.process_allgather(jax.make_array_from_process_local_data(sharding, ids), tiled=True)
         except ValueError:  # rows that do not split over the devices: the same on every host
             out.append([len(ids), -1, 0, False, len(source.reads)])
             continue
-        alone = HostLoader(ArrayRecords(*train.dataset()), 256, grain.sharding.ShardOptions(0, 1), seed=0)
+        alone = HostLoader(ArrayRecords(*tiny.dataset()), 256, grain.sharding.ShardOptions(0, 1), seed=0)
         out.append([len(ids), int(every.shape[0]), len(set(every.tolist())),
                     bool(np.array_equal(every, alone.batch(step)["id"])), len(source.reads)])
     return out
@@ -497,7 +497,7 @@ def _grain_otherwise(case) -> str:
 register(ProcessExercise(
     id="11.4", kernel=KERNEL, answer_name="host_rows", signature="(source, step)",
     title="Grain reads only this host's block: ShardByJaxProcess, and nothing sharded twice",
-    setup="import grain\nfrom helpers.stack_data import HostLoader\nGLOBAL_BATCH = 256\n",
+    setup="import grain\nfrom helpers.training.data import HostLoader\nGLOBAL_BATCH = 256\n",
     solution='''
 def host_rows(source, step):
     """This host's rows of global batch `step`: Grain reads only this host's block of it."""

@@ -3,7 +3,7 @@
 Each puzzle is a program exercise: the learner's per-device body runs under shard_map on two
 (host, device) meshes with different device counts and is compared with the reference (and the
 catalogued wrong programs). Once the numbers are right, `TrafficRule`s read the compiled
-program (`helpers.traffic`) on the first mesh: which collectives it uses, and how many bytes
+program (`helpers.measure.traffic`) on the first mesh: which collectives it uses, and how many bytes
 cross hosts compared with the flat psum.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from jax import P
 from helpers.exercises.core import MEMO, Kernel, get, register
 from helpers.exercises.kinds import PuzzleExercise, course_mesh, placed
 from helpers.exercises.rules import ErrorRule, OutputRule, TrafficRule
-from helpers.traffic import format_bytes as _b, hosts_along, traffic
+from helpers.measure.traffic import format_bytes as _b, hosts_along, traffic
 
 KERNEL = Kernel(devices=8, hosts=2)  # the first cell: use_fake_devices(8), emulate_hosts(2)
 DATA = ("host", "device")

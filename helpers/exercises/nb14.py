@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from helpers import stack_ckpt
+from helpers.training import checkpoints
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import ValueExercise
@@ -129,7 +129,7 @@ register(ValueExercise(
     form=forms.whole("a step number"),
     right=_resumed_from,
     wrong={
-        8: f"8 is still in its temporary directory ({stack_ckpt.UNFINISHED_MARK}): the save never "
+        8: f"8 is still in its temporary directory ({checkpoints.UNFINISHED_MARK}): the save never "
            "finished, so Orbax does not list it",
         6: "Orbax lists 6 as finished, but one of its files was truncated: its restore fails, and "
            "train_stack.py skips it (one line) for the next older one",

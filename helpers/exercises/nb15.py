@@ -35,7 +35,7 @@ from jax import P
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 
-from helpers import traces as _traces
+from helpers.measure import traces as _traces
 
 _host = jax.process_index()
 _mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ("host", "device"))
@@ -92,7 +92,7 @@ def output(namespace, layout):
     return [_number(namespace["slowest_host"](_first_devices(traces, layout[1]))) for traces in _runs]
 '''
 
-_SETUP = "from helpers.traces import collective_ms, collectives, during, steps\n"
+_SETUP = "from helpers.measure.traces import collective_ms, collectives, during, steps\n"
 
 STRAGGLER_SOLUTION = textwrap.dedent('''\
     def slowest_host(traces):

@@ -5,14 +5,14 @@ import jax
 import numpy as np
 from jax import P
 
-from helpers import train
+from helpers.training import tiny
 from helpers.exercises.core import Kernel, Mistake, describe, register
 from helpers.exercises.kinds import ProgramExercise, course_mesh, placed, varying_over
 from helpers.exercises.rules import ErrorRule, OutputRule
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 DATA = ("host", "device")
-_SETUP = 'from helpers import train\nDATA = ("host", "device")\nLR = 0.3\n'
+_SETUP = 'from helpers.training import tiny\nDATA = ("host", "device")\nLR = 0.3\n'
 
 
 # ------------------------------------------------------------- 16.1 replicate -> one global value
@@ -25,9 +25,9 @@ def _held(leaf, mesh) -> list[int]:
 
 def _placed_params(fn, mesh):
     """The learner's params on the mesh: each leaf's values and how much of it each device holds."""
-    out = fn(train.init_params(), mesh)
-    if not isinstance(out, dict) or sorted(out) != sorted(train.init_params()):
-        raise Mistake(f"place_params should return the params dict (keys {sorted(train.init_params())}), "
+    out = fn(tiny.init_params(), mesh)
+    if not isinstance(out, dict) or sorted(out) != sorted(tiny.init_params()):
+        raise Mistake(f"place_params should return the params dict (keys {sorted(tiny.init_params())}), "
                       f"but returned {describe(out)}")
     return {name: (np.asarray(leaf), np.asarray(_held(leaf, mesh))) for name, leaf in out.items()}
 
@@ -99,8 +99,8 @@ def _step_output(fn, mesh):
     step = fn(mesh)
     if not callable(step):
         raise Mistake(f"make_train_step(mesh) should return the step function, but returned {describe(step)}")
-    x, y = train.global_batch_at(3)
-    params = placed(mesh, train.init_params(), P())
+    x, y = tiny.global_batch_at(3)
+    params = placed(mesh, tiny.init_params(), P())
     out = step(params, placed(mesh, x, P(DATA)), placed(mesh, y, P(DATA)))
     if not isinstance(out, (tuple, list)) or len(out) != 2:
         raise Mistake(f"the step should return (params, loss), but returned {describe(out)}")
@@ -109,7 +109,7 @@ def _step_output(fn, mesh):
 
 def _gradient_ratio(case) -> float:
     """How many times the learner's gradient step is the true one (nan if not one number)."""
-    start = train.init_params()["b2"]
+    start = tiny.init_params()["b2"]
     try:
         ratio = (np.asarray(case.got[0]["b2"], np.float64) - start) / (case.want[0]["b2"] - start)
     except Exception:  # another structure
@@ -133,31 +133,31 @@ register(ProgramExercise(
     title="pmap's pmean of the gradients, ported: the gradient of the pmean'd loss",
     setup=_SETUP,
     solution=_step('''        def global_loss(p):
-            return jax.lax.pmean(train.loss_fn(p, x, y), DATA)
+            return jax.lax.pmean(tiny.loss_fn(p, x, y), DATA)
 
         loss, grads = jax.value_and_grad(global_loss)(params)'''),
     run=_step_output,
     meshes=((2, 4), (2, 2)),
     wrong={
-        _step('''        loss, grads = jax.value_and_grad(train.loss_fn)(params, x, y)
+        _step('''        loss, grads = jax.value_and_grad(tiny.loss_fn)(params, x, y)
         grads = jax.lax.pmean(grads, DATA)
         loss = jax.lax.pmean(loss, DATA)'''):
             lambda case: f"that is pmap's step with the axis renamed, and its gradient is {case.devices}x the "
                          "true one: under check_vma the gradient of P() parameters is already summed over the "
                          "devices, and a pmean of it changes nothing. Take the gradient of the pmean'd loss",
-        _step('''        loss, grads = jax.value_and_grad(lambda p: jax.lax.psum(train.loss_fn(p, x, y), DATA))(params)'''):
+        _step('''        loss, grads = jax.value_and_grad(lambda p: jax.lax.psum(tiny.loss_fn(p, x, y), DATA))(params)'''):
             lambda case: f"your loss and gradient are {case.devices}x the true ones: psum adds up the devices' "
                          "mean losses; average them with pmean",
     },
     errors=(
         ErrorRule(lambda text: varying_over(text) is not None,
-                  example=_step('''        loss, grads = jax.value_and_grad(lambda p: jax.lax.pmean(train.loss_fn(p, x, y), "device"))(params)'''),
+                  example=_step('''        loss, grads = jax.value_and_grad(lambda p: jax.lax.pmean(tiny.loss_fn(p, x, y), "device"))(params)'''),
                   say="your loss still differs between the hosts (check_vma refuses out_specs=P()): pmap's "
                       "axis 'batch' spanned every device of every host, so average over both mesh axes, DATA"),
     ),
     families=(
         OutputRule(lambda case: case.devices != 8 and abs(_gradient_ratio(case) - case.devices / 8) < 1e-3,
-                   example=_step('''        loss, grads = jax.value_and_grad(lambda p: jax.lax.psum(train.loss_fn(p, x, y), DATA) / 8)(params)'''),
+                   example=_step('''        loss, grads = jax.value_and_grad(lambda p: jax.lax.psum(tiny.loss_fn(p, x, y), DATA) / 8)(params)'''),
                    say=lambda case: f"right on 8 devices only: on this {case.devices}-device mesh your step is "
                                     f"{case.devices}/8 of the true one, because you divide by 8. jax.lax.pmean "
                                     "divides by the mesh's device count"),

@@ -16,8 +16,8 @@ from typing import Any, Callable
 from helpers import launch
 from helpers.exercises.core import MEMO, PRELUDE, Mistake, NotAttempted, describe, say
 from helpers.exercises.kinds import ProgramExercise, Raised
-from helpers.launch_result import describe_exit
-from helpers.launch_stall import TRACE_COLLECTIVES, Code, describe_stall
+from helpers.launch.result import describe_exit
+from helpers.launch.stall import TRACE_COLLECTIVES, Code, describe_stall
 
 
 def _function_def(source: str, name: str) -> ast.FunctionDef | None:

@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec
 
 from helpers.exercises import forms
 from helpers.exercises.core import Mistake, describe
-from helpers.layout import format_index, format_spec, sharding_layout
+from helpers.pictures.layout import format_index, format_spec, sharding_layout
 from helpers.practice import mistakes as m
 from helpers.practice.parse import parse_answer
 from helpers.practice.question import KnownMistake, Question

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from jax.sharding import PartitionSpec
 
-from helpers.layout import format_spec
+from helpers.pictures.layout import format_spec
 from helpers.practice.scenario import axes_of
 
 TUPLE_ORDER = "tuple order"

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from helpers.exercises.core import Mistake, Outcome, Verdict, check_exercise, judge_exercise
 from helpers.exercises.kinds import DrillExercise
-from helpers.layout import sharding_text
+from helpers.pictures.layout import sharding_text
 from helpers.practice.scenario import Scenario
 
 

@@ -3,7 +3,7 @@
 Everything comes from a `random.Random`, so the same seed gives the same setting. Emulated
 host h owns devices h*D .. h*D+D-1 (D devices per host), as in the course's one-process
 emulation; the mesh may lay them out in order, shuffled, or with the hosts interleaved.
-Placement is asked of JAX (`helpers.layout.placement`).
+Placement is asked of JAX (`helpers.pictures.layout.placement`).
 """
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from helpers.layout import Index, format_spec, mesh_text, placement
-from helpers.emulation import emulated_host_of
+from helpers.pictures.layout import Index, format_spec, mesh_text, placement
+from helpers.emulated.topology import emulated_host_of
 
 DEVICES = 8
 

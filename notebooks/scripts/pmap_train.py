@@ -17,7 +17,7 @@ initialize()  # joins the run: the course launcher, mpirun, srun, or alone
 import jax
 from flax import jax_utils
 
-from helpers import train
+from helpers.training import tiny
 
 PER_DEVICE_BATCH = 32
 STEPS, LR = 40, 0.3
@@ -28,7 +28,7 @@ global_batch_size = host_batch_size * jax.process_count()
 
 @partial(jax.pmap, axis_name="batch", in_axes=(0, 0, 0))
 def train_step(params, x, y):  # x: f32[32, 4], this device's slice of this host's batch
-    loss, grads = jax.value_and_grad(train.loss_fn)(params, x, y)
+    loss, grads = jax.value_and_grad(tiny.loss_fn)(params, x, y)
     grads = jax.lax.pmean(grads, "batch")
     loss = jax.lax.pmean(loss, "batch")
     return jax.tree.map(lambda p, g: p - LR * g, params, grads), loss
@@ -36,12 +36,12 @@ def train_step(params, x, y):  # x: f32[32, 4], this device's slice of this host
 
 def device_batches(step):
     """This host's rows of the step, stacked one slice per local device."""
-    x, y = train.host_batch(step, jax.process_index(), jax.process_count(), global_batch_size)
+    x, y = tiny.host_batch(step, jax.process_index(), jax.process_count(), global_batch_size)
     return (x.reshape(jax.local_device_count(), -1, x.shape[-1]),
             y.reshape(jax.local_device_count(), -1, y.shape[-1]))
 
 
-params = jax_utils.replicate(train.init_params())
+params = jax_utils.replicate(tiny.init_params())
 for step in range(STEPS):
     params, loss = train_step(params, *device_batches(step))
     if jax.process_index() == 0 and step % 10 == 0:

@@ -14,7 +14,7 @@ initialize()  # joins the run: the course launcher, mpirun, srun, or alone
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from helpers import train
+from helpers.training import tiny
 
 PER_DEVICE_BATCH = 32
 STEPS, LR = 40, 0.3
@@ -29,7 +29,7 @@ batch_sharding = NamedSharding(mesh, P(BATCH))
 @partial(jax.shard_map, mesh=mesh, in_specs=(P(), P(BATCH), P(BATCH)), out_specs=(P(), P()))
 def train_step(params, x, y):  # x: f32[32, 4], this device's block of the global batch
     def global_loss(p):
-        return jax.lax.pmean(train.loss_fn(p, x, y), BATCH)
+        return jax.lax.pmean(tiny.loss_fn(p, x, y), BATCH)
 
     loss, grads = jax.value_and_grad(global_loss)(params)  # already the mean gradient
     return jax.tree.map(lambda p, g: p - LR * g, params, grads), loss
@@ -37,12 +37,12 @@ def train_step(params, x, y):  # x: f32[32, 4], this device's block of the globa
 
 def global_batch(step):
     """This host's rows of the step; JAX makes them this host's part of one global batch."""
-    x, y = train.host_batch(step, jax.process_index(), jax.process_count(), global_batch_size)
+    x, y = tiny.host_batch(step, jax.process_index(), jax.process_count(), global_batch_size)
     return (jax.make_array_from_process_local_data(batch_sharding, x),
             jax.make_array_from_process_local_data(batch_sharding, y))
 
 
-params = jax.device_put(train.init_params(), NamedSharding(mesh, P()))
+params = jax.device_put(tiny.init_params(), NamedSharding(mesh, P()))
 for step in range(STEPS):
     params, loss = train_step(params, *global_batch(step))
     loss = float(loss)  # on every host: loss is P(), the same everywhere

@@ -33,8 +33,8 @@ import numpy as np
 from jax import P
 from jax.sharding import NamedSharding
 
-from helpers import train
-from helpers.allreduce import BODIES  # notebook 13's flat psum and hierarchical all-reduce
+from helpers.training import tiny
+from helpers.measure.allreduce import BODIES  # notebook 13's flat psum and hierarchical all-reduce
 
 jax.config.update("jax_enable_compilation_cache", bool(args.cache_dir))
 if args.cache_dir:
@@ -48,11 +48,11 @@ batch = NamedSharding(mesh, P(("host", "device")))  # each device its own rows
 
 @jax.jit
 def train_step(params, x, y):  # x, y: the global batch; XLA adds the all-reduce of the gradients
-    loss, grads = jax.value_and_grad(train.loss_fn)(params, x, y)
-    return jax.tree.map(lambda p, g: p - train.LEARNING_RATE * g, params, grads), loss
+    loss, grads = jax.value_and_grad(tiny.loss_fn)(params, x, y)
+    return jax.tree.map(lambda p, g: p - tiny.LEARNING_RATE * g, params, grads), loss
 
 
-params = jax.device_put(train.init_params(), NamedSharding(mesh, P()))
+params = jax.device_put(tiny.init_params(), NamedSharding(mesh, P()))
 if args.collectives:  # 1 MiB of float32 per device, summed over every device two ways
     rows = P(("host", "device"))
     grads = jax.make_array_from_process_local_data(
@@ -69,7 +69,7 @@ for step in range(args.steps):
             time.sleep(args.sleep)
         start = time.perf_counter()
         with jax.profiler.TraceAnnotation("input"):
-            x_local, y_local = train.host_batch(step, host, num_hosts, train.GLOBAL_BATCH)
+            x_local, y_local = tiny.host_batch(step, host, num_hosts, tiny.GLOBAL_BATCH)
             x = jax.make_array_from_process_local_data(batch, x_local)
             y = jax.make_array_from_process_local_data(batch, y_local)
             jax.block_until_ready((x, y))

@@ -35,7 +35,7 @@ from jax import P
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 
-from helpers import train
+from helpers.training import tiny
 
 host, num_hosts = jax.process_index(), jax.process_count()
 mesh = jax.make_mesh((num_hosts, jax.local_device_count()), ("host", "device"))
@@ -52,7 +52,7 @@ batch_sharding = NamedSharding(mesh, batch_spec)
 @partial(jax.shard_map, mesh=mesh, in_specs=(P(), batch_spec, batch_spec), out_specs=(P(), P()))
 def train_step(params, x, y):  # x: f32[rows of this device, 4]
     def mean_loss(p):
-        return jax.lax.pmean(train.loss_fn(p, x, y), batch_axes)
+        return jax.lax.pmean(tiny.loss_fn(p, x, y), batch_axes)
 
     loss, grads = jax.value_and_grad(mean_loss)(params)
     return jax.tree.map(lambda p, g: p - args.lr * g, params, grads), loss
@@ -61,22 +61,22 @@ def train_step(params, x, y):  # x: f32[rows of this device, 4]
 @jax.jit
 @partial(jax.shard_map, mesh=mesh, in_specs=(P(), batch_spec, batch_spec), out_specs=batch_spec)
 def squared_errors(params, x, y):  # one number per example, sharded like the batch
-    return ((train.predict(params, x) - y) ** 2)[:, 0]
+    return ((tiny.predict(params, x) - y) ** 2)[:, 0]
 
 
 def global_batch(step):
     """This host reads its own rows of the step's batch; JAX stitches the hosts' parts together."""
-    x_local, y_local = train.host_batch(step, host, num_hosts, args.global_batch)
+    x_local, y_local = tiny.host_batch(step, host, num_hosts, args.global_batch)
     return (jax.make_array_from_process_local_data(batch_sharding, x_local),
             jax.make_array_from_process_local_data(batch_sharding, y_local))
 
 
-rows = train.host_rows(0, host, num_hosts, args.global_batch)
+rows = tiny.host_rows(0, host, num_hosts, args.global_batch)
 print(f"{how}: host {host} of {num_hosts}, {jax.local_device_count()} local devices, "
       f"mesh {dict(mesh.shape)}, batch {batch_spec}")
 print(f"step 0: this host reads rows {rows[0]}..{rows[-1]} of {args.global_batch}")
 
-params = jax.device_put(train.init_params(), NamedSharding(mesh, P()))
+params = jax.device_put(tiny.init_params(), NamedSharding(mesh, P()))
 for step in range(args.steps):
     x, y = global_batch(step)
     params, loss = train_step(params, x, y)

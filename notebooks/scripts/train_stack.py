@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 
 from helpers.launch import initialize
-from helpers.stack_ckpt import CheckpointError, DamagedCheckpoint, finished_steps, newest_step
+from helpers.training.checkpoints import CheckpointError, DamagedCheckpoint, finished_steps, newest_step
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--steps", type=int, default=8, help="train until this step (default 8)")
@@ -96,12 +96,12 @@ from jax import P
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 
-from helpers import nnx_model, stack_ckpt, train
-from helpers.stack_data import ArrayRecords, HostLoader, eval_batch
+from helpers.training import checkpoints, nnx_model, tiny
+from helpers.training.data import ArrayRecords, HostLoader, eval_batch
 
 host, num_hosts, local = jax.process_index(), jax.process_count(), jax.local_device_count()
 try:  # before any collective: a mesh that cannot split the batch stops here, on every host
-    stack_ckpt.check_batch_split(args.global_batch, num_hosts, local, args.batch_spec)
+    checkpoints.check_batch_split(args.global_batch, num_hosts, local, args.batch_spec)
 except ValueError as error:
     fail(str(error))
 mesh = jax.make_mesh((num_hosts, local), ("host", "device"))
@@ -110,7 +110,7 @@ batch_spec = P(("host", "device")) if args.batch_spec == "host,device" else P("d
 batch_sharding, replicated = NamedSharding(mesh, batch_spec), NamedSharding(mesh, P())
 
 # this host's loader: ShardByJaxProcess says which host this is, out of how many
-loader = HostLoader(ArrayRecords(*train.dataset()), args.global_batch,
+loader = HostLoader(ArrayRecords(*tiny.dataset()), args.global_batch,
                     grain.sharding.ShardByJaxProcess(), seed=args.data_seed)
 graphdef, abstract_state = nnx_model.abstract_state()  # shapes only, nothing computed
 # notebook 10's placement: parameters replicated, each AdamW moment split over 'device'
@@ -130,7 +130,7 @@ def train_step(state, x, y):
 first = loader.batch(0)
 rows = args.global_batch if args.batch_spec == "host,device" else loader.rows_per_host  # P('device'): one host's
 train_step = train_step.lower(
-    stack_ckpt.restore_targets(abstract_state, state_shardings),
+    checkpoints.restore_targets(abstract_state, state_shardings),
     *(jax.ShapeDtypeStruct((rows, *first[k].shape[1:]), first[k].dtype, sharding=batch_sharding)
       for k in ("x", "y"))).compile()
 print(f"{how}: host {host} of {num_hosts}, {local} local devices, mesh {dict(mesh.shape)}, "
@@ -143,11 +143,11 @@ if resume_step is None:  # the same seed on every host; built directly with its 
                     out_shardings=state_shardings)()
     start = 0
 else:
-    targets = stack_ckpt.restore_targets(abstract_state, state_shardings)  # onto *this* mesh
+    targets = checkpoints.restore_targets(abstract_state, state_shardings)  # onto *this* mesh
     for resume_step in reversed(finished_steps(args.ckpt_dir)):  # the newest that restores
         why = "it failed on another host"
         try:
-            state, position = stack_ckpt.restore(manager, resume_step, targets)
+            state, position = checkpoints.restore(manager, resume_step, targets)
             restored = True
         except DamagedCheckpoint as damaged:
             restored, why = False, f"Orbax: {damaged.gist}"
@@ -200,14 +200,14 @@ for step in range(start, args.steps):
     if manager is not None and (stop or done == args.steps
                                 or (args.save_every and done % args.save_every == 0)):
         if fresh and host == 0 and done == args.kill_in_save:  # dies before it can commit
-            stack_ckpt.save(manager, done, state, loader.state(done), wait=False)
+            checkpoints.save(manager, done, state, loader.state(done), wait=False)
             writing = f"{done}.orbax-checkpoint-tmp*"  # once Orbax is writing (at most 10 s), not before
             for _ in range(1000):
                 if any(Path(args.ckpt_dir).glob(writing)):
                     break
                 time.sleep(0.01)
             os.kill(os.getpid(), signal.SIGKILL)
-        saved = stack_ckpt.save(manager, done, state, loader.state(done))
+        saved = checkpoints.save(manager, done, state, loader.state(done))
         if host == 0:
             print(f"saved checkpoint {done}" if saved else f"not saved: Orbax keeps checkpoint "
                   f"{manager.latest_step()}, newer than step {done}")
@@ -228,7 +228,7 @@ def masked_mse(state, x, y, mask):
     return (errors * mask).sum() / mask.sum()
 
 
-held_out = ArrayRecords(*(a[:1001] for a in train.dataset(seed=1)))
+held_out = ArrayRecords(*(a[:1001] for a in tiny.dataset(seed=1)))
 shard = grain.sharding.ShardByJaxProcess()
 mine = eval_batch(held_out, shard, local)
 eval_sharding = NamedSharding(mesh, P(("host", "device")))

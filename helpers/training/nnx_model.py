@@ -1,6 +1,6 @@
 """The course's model as a Flax NNX module, its AdamW optimizer, and the pieces notebooks 10-11 share.
 
-The model is the MLP of `helpers.train` (4 -> 16 -> 1, tanh), written as an `nnx.Module`; the
+The model is the MLP of `helpers.training.tiny` (4 -> 16 -> 1, tanh), written as an `nnx.Module`; the
 optimizer is Optax AdamW, wrapped in `nnx.Optimizer` so that its state (step count, first and
 second moments) lives next to the parameters. `create(seed)` builds both from one seed, so every
 host that calls it with the same seed builds the same numbers:
@@ -9,7 +9,7 @@ host that calls it with the same seed builds the same numbers:
     >>> model(np.zeros((2, 4), np.float32)).shape
     (2, 1)
 
-`reference_losses(steps)` trains on one device on the global batches of `helpers.train`: the
+`reference_losses(steps)` trains on one device on the global batches of `helpers.training.tiny`: the
 curve every distributed run in notebooks 10-11 must reproduce. `state_shardings(mesh)` places
 the train state as notebook 10 does, optimizer-state sharding (ZeRO-1 style): parameters and
 step counts replicated, each AdamW moment split over the mesh's `'device'` axis (a copy per
@@ -26,7 +26,7 @@ from flax import nnx
 from jax import P
 from jax.sharding import NamedSharding
 
-from helpers import train
+from helpers.training import tiny
 
 __all__ = [
     "LEARNING_RATE", "WEIGHT_DECAY", "SEED", "MLP", "make_optimizer", "create", "loss_fn",
@@ -34,7 +34,7 @@ __all__ = [
     "state_specs", "state_shardings", "describe",
 ]
 
-LEARNING_RATE = 0.05  # AdamW; the loss falls from 1.04 to 0.25 in train.STEPS steps
+LEARNING_RATE = 0.05  # AdamW; the loss falls from 1.04 to 0.25 in tiny.STEPS steps
 WEIGHT_DECAY = 1e-4
 SEED = 0
 
@@ -43,8 +43,8 @@ class MLP(nnx.Module):
     """tanh(x @ hidden.kernel + hidden.bias) @ out.kernel + out.bias, for x of shape [batch, 4]."""
 
     def __init__(self, rngs: nnx.Rngs):
-        self.hidden = nnx.Linear(train.IN_DIM, train.HIDDEN, rngs=rngs)
-        self.out = nnx.Linear(train.HIDDEN, train.OUT_DIM, rngs=rngs)
+        self.hidden = nnx.Linear(tiny.IN_DIM, tiny.HIDDEN, rngs=rngs)
+        self.out = nnx.Linear(tiny.HIDDEN, tiny.OUT_DIM, rngs=rngs)
 
     def __call__(self, x):
         return self.out(jnp.tanh(self.hidden(x)))
@@ -76,9 +76,9 @@ def reference_step(model: MLP, optimizer: nnx.Optimizer, x, y):
     return loss
 
 
-def reference_losses(steps: int = train.STEPS, global_batch: int = train.GLOBAL_BATCH,
+def reference_losses(steps: int = tiny.STEPS, global_batch: int = tiny.GLOBAL_BATCH,
                      seed: int = SEED) -> np.ndarray:
-    """Losses of `steps` single-device steps on `train.global_batch_at(s)`: the curve to match."""
+    """Losses of `steps` single-device steps on `tiny.global_batch_at(s)`: the curve to match."""
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps must be a whole number of 1 or more; got {steps!r}")
     device = jax.devices()[0]
@@ -86,13 +86,13 @@ def reference_losses(steps: int = train.STEPS, global_batch: int = train.GLOBAL_
         model, optimizer = nnx.jit(create, static_argnums=0)(seed)  # one program, not many small ones
         losses = []
         for step in range(steps):
-            x, y = train.global_batch_at(step, global_batch)
+            x, y = tiny.global_batch_at(step, global_batch)
             losses.append(reference_step(model, optimizer, jnp.asarray(x), jnp.asarray(y)))
         return np.asarray(jax.device_get(losses), np.float32)
 
 
 def params_of(model: MLP) -> dict[str, np.ndarray]:
-    """The model's parameters as numpy, named as in `helpers.train.init_params` (w1, b1, w2, b2)."""
+    """The model's parameters as numpy, named as in `helpers.training.tiny.init_params` (w1, b1, w2, b2)."""
     return {
         "w1": np.asarray(model.hidden.kernel[...]), "b1": np.asarray(model.hidden.bias[...]),
         "w2": np.asarray(model.out.kernel[...]), "b2": np.asarray(model.out.bias[...]),

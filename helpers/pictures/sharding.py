@@ -5,7 +5,7 @@ colour-blind-safe Okabe-Ito palette; devices 8-15 get a lighter tint and hatchin
 black outline groups the devices one host owns. A tile held by one device is filled with its
 colour; a tile held by several (copies) is pale, with one small coloured badge per holder
 inside it, so a copy never looks like a slice. Placement comes only from JAX's
-`devices_indices_map`, via `helpers.layout.sharding_layout`, which also gives the text form.
+`devices_indices_map`, via `helpers.pictures.layout.sharding_layout`, which also gives the text form.
 
 >>> draw_mesh(mesh)                                  # doctest: +SKIP
 >>> draw_sharding((8, 4), mesh, P("device"))         # doctest: +SKIP
@@ -27,8 +27,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch, Rectangle
 from matplotlib.transforms import Affine2D
 
-from helpers.described import DescribedFigure, described
-from helpers.layout import (  # noqa: F401  (re-exported: one import for the notebooks)
+from helpers.pictures.described import DescribedFigure, described
+from helpers.pictures.layout import (  # noqa: F401  (re-exported: one import for the notebooks)
     HostOf,
     ShardingLayout,
     Tile,
@@ -40,7 +40,7 @@ from helpers.layout import (  # noqa: F401  (re-exported: one import for the not
     sharding_layout,
     sharding_text,
 )
-from helpers.layout import check_mesh, host_function, plural, shape_text
+from helpers.pictures.layout import check_mesh, host_function, plural, shape_text
 
 OKABE_ITO = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999")
 MAX_WIDTH = 7.8  # inches: fits JupyterLab's default notebook width
@@ -218,7 +218,7 @@ def draw_mesh(mesh, *, host_of: HostOf | None = None) -> DescribedFigure:
     """The mesh as a grid of devices: id, owning host, host outlines, axis names and sizes.
 
     1-D and 2-D meshes are one grid; a 3-D mesh is one panel per index of its first axis.
-    `host_of` maps a device to its host (default: `helpers.emulation.host_of`).
+    `host_of` maps a device to its host (default: `helpers.emulated.topology.host_of`).
     """
     plan = _MeshPlan(mesh, host_function(host_of))
     p = _Painter(plan.width, plan.height, pyplot=True)

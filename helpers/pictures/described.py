@@ -3,7 +3,7 @@
 `described(fig, text)` gives a matplotlib figure `text` as its plain-text form. A notebook keeps
 that text beside the PNG (its text/plain output), and the course's site makes it the picture's
 alt text (site/build.py refuses a picture that has none). The course's drawings describe
-themselves from the data that drew them (`helpers.viz`, `traffic_viz`, `timeline_viz`); a
+themselves from the data that drew them (`helpers.pictures.sharding`, `traffic`, `timeline`); a
 notebook's own plot says what its lines show in one call, from the numbers it plotted.
 """
 from __future__ import annotations

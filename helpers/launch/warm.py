@@ -24,20 +24,21 @@ import sys
 import threading
 from collections import OrderedDict
 
-from helpers import launch_netns
+from helpers.launch import netns
 
 # Read only after the import, so hosts that differ in these share a warm process: the run's
 # coordinates, and the device count (XLA_FLAGS is read when the backend starts; JAX reads
 # JAX_NUM_CPU_DEVICES at import, so a fork sets it in JAX's config).
 _AFTER_IMPORT = frozenset({"JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
                            "HELPERS_LAUNCH_PARENT", "XLA_FLAGS", "JAX_NUM_CPU_DEVICES",
-                           *launch_netns.ENV_NAMES})  # a fork enters its namespace (--netns)
+                           *netns.ENV_NAMES})  # a fork enters its namespace (--netns)
 _CONTROL_FD = "HELPERS_WARM_CONTROL_FD"
-_SERVE = "import helpers.launch as launch; launch._warm_host_main()"
+_SERVE = "from helpers.launch import host; host.warm_main()"
 _STACK_MODULES = ("flax.nnx", "optax", "orbax.checkpoint", "grain")
 # A script that uses the stack: imports it, or a helper module that does.
 _USES_STACK = re.compile(r"^\s*(?:from|import)\s+(?:flax|optax|orbax|grain)\b"
-                         r"|\bhelpers(?:\.| import )(?:stack_\w+|nnx_model)\b", re.MULTILINE)
+                         r"|^\s*(?:from|import)\s+helpers\.training(?:\.|\s+import\s+[\w, (]*?)"
+                         r"\b(?:data|checkpoints|nnx_model)\b", re.MULTILINE)
 _KEEP = 3  # warm processes kept while idle (each holds 190-240 MB)
 _START_SECONDS = 60.0  # how long a request may wait for a warm process still importing JAX
 _MESSAGE_BYTES = 1 << 20
@@ -157,7 +158,7 @@ def _warm_for(env: dict[str, str], stack: bool) -> _Warm:
 
 
 def start(argv: list[str], env: dict[str, str], log_fd: int) -> WarmHost:
-    """Fork a host that runs `launch._host_main` with `argv` (script path, arguments) and `env`
+    """Fork a host that runs `helpers.launch.host.main` with `argv` (script path, arguments) and `env`
     (without HELPERS_LAUNCH_LOG_FD: the fork's native stderr is `log_fd` from the start).
 
     Its stdout and stderr are new pipes (the WarmHost's text streams); `log_fd` becomes its
@@ -190,7 +191,7 @@ def serve(stdout_fd: int, stderr_fd: int) -> None:
     """The warm process: import JAX, then fork a host per request until the launcher goes.
 
     Python's stdout and stderr write to `stdout_fd` and `stderr_fd`. Only a fork returns from
-    here, with its streams in place, to run its script as `launch._host_main`.
+    here, with its streams in place, to run its script as `helpers.launch.host.main`.
     """
     control = socket.socket(fileno=int(os.environ.pop(_CONTROL_FD)))
     import importlib
@@ -250,7 +251,7 @@ def _become_host(request: dict, pipes: dict[int, int], log_fd: int) -> None:
 
     `pipes` maps Python's stdout and stderr descriptors to the launcher's pipes; the native
     stdout goes to /dev/null (the log with --verbose) and the native stderr to the log, as
-    `launch._native_stdout_off_the_pipe` and `_native_stderr_to_log` arrange in a cold host.
+    helpers.launch.host arranges in a cold host.
     """
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)

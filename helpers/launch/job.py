@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from helpers.launch_result import LaunchError, RunResult, describe_exit
+from helpers.launch.result import LaunchError, RunResult, describe_exit
 
 __all__ = ["JobResult", "last_step"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from matplotlib.patches import Patch, Rectangle
 
-from helpers.described import DescribedFigure, described
-from helpers.traces import Event, collectives, during, is_collective, steps as step_spans
+from helpers.pictures.described import DescribedFigure, described
+from helpers.measure.traces import Event, collectives, during, is_collective, steps as step_spans
 
 COLLECTIVE, COMPUTE, HOST_WORK, STEP_EDGE = "#C0102A", "#0072B2", "#999999", "#222222"
 HOST_NAMES = ("input", "$time sleep")  # host-side events worth a box on the Python row

@@ -96,7 +96,7 @@ def restore_targets(abstract_state: Any, shardings: Any) -> Any:
     """`abstract_state` (shapes and dtypes) with every leaf carrying the sharding to restore it with.
 
     `shardings` is one sharding for every leaf, or a tree of shardings with one per variable
-    of the state (as `helpers.nnx_model.state_shardings(mesh)` gives).
+    of the state (as `helpers.training.nnx_model.state_shardings(mesh)` gives).
     """
     import jax
 

@@ -2,7 +2,7 @@
 
 Placement comes only from JAX (`NamedSharding(mesh, spec).devices_indices_map(shape)`);
 this module checks the request first so a learner gets a plain ValueError with the fix,
-groups devices by host and tile, and prints it. `helpers.viz` draws the same data.
+groups devices by host and tile, and prints it. `helpers.pictures.sharding` draws the same data.
 
 >>> print(sharding_text((8,), mesh, P("device")))   # doctest: +SKIP
 shape (8,), P('device'), mesh (host=2, device=4)
@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from helpers import emulation
+from helpers.emulated import topology
 
 HostOf = Callable[[Any], int]
 Index = tuple[tuple[int, int], ...]  # (start, stop) for each array dimension
@@ -308,7 +308,7 @@ def _normalize(index, shape) -> Index:
 def host_function(host_of: HostOf | None) -> HostOf:
     if host_of is not None:
         return host_of
-    return emulation.host_of
+    return topology.host_of
 
 
 def check_mesh(mesh):

@@ -15,7 +15,7 @@ import dataclasses
 import re
 from typing import Sequence
 
-from helpers.launch_result import HostResult, RunResult, hosts_text
+from helpers.launch.result import HostResult, RunResult, hosts_text
 
 # One thread's block of a faulthandler dump, and one frame of it.
 _THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$", re.MULTILINE)

@@ -48,7 +48,7 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from helpers import emulation
+from helpers.emulated import topology
 
 HostOf = Callable[[Any], int]
 
@@ -553,10 +553,10 @@ def hosts_along(mesh, axis: str = "host") -> HostOf:
 def traffic(fn: Callable, *args: Any, host_of: HostOf | None = None) -> Traffic:
     """Bytes that `jax.jit(fn)(*args)` moves across hosts and inside hosts, by the cost model.
 
-    `host_of` maps a device to its host (default: `helpers.emulation.host_of`, the emulated
+    `host_of` maps a device to its host (default: `helpers.emulated.topology.host_of`, the emulated
     hosts); `hosts_along(mesh)` reads it from a mesh's 'host' axis instead.
     """
-    host_of = host_of or emulation.host_of
+    host_of = host_of or topology.host_of
     found = collectives(fn, *args)
     devices = {d for c in found for g in c.groups for d in g} | {d for c in found for p in c.pairs for d in p}
     return Traffic(tuple(found), {d: host_of(d) for d in devices})

@@ -1,4 +1,4 @@
-"""Interactive explorers built on helpers.viz. The logic lives in plain classes (no browser
+"""Interactive explorers built on helpers.pictures.sharding. The logic lives in plain classes (no browser
 needed to test it); the widgets only copy control values in and results out.
 
 >>> sharding_explorer()      # last line of a notebook cell        # doctest: +SKIP
@@ -15,8 +15,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
-from helpers.layout import ShardingLayout, format_spec, sharding_layout
-from helpers.viz import draw_layout, layout_words
+from helpers.pictures.layout import ShardingLayout, format_spec, sharding_layout
+from helpers.pictures.sharding import draw_layout, layout_words
 
 # Spec entry choices: the label a learner sees -> the PartitionSpec entry.
 SPEC_CHOICES = {

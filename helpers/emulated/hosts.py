@@ -1,15 +1,15 @@
 """What hosts build from their host-local data, emulated in one process: the global array a real
-multi-host run would build (the emulated hosts themselves: `helpers.emulation`).
+multi-host run would build (the emulated hosts themselves: `helpers.emulated.topology`).
 
 With one process `jax.make_array_from_process_local_data` is just `device_put`, so the
 host-local semantics never show. The functions here take one numpy array per emulated host
-(host h owns `jax.devices()[h*D:(h+1)*D]`, the rule of `helpers.emulation`) and build, with
+(host h owns `jax.devices()[h*D:(h+1)*D]`, the rule of `helpers.emulated.topology`) and build, with
 `jax.make_array_from_single_device_arrays`, exactly the per-device buffers that a real
 multi-process run would hold, following JAX 0.10.2's own algorithm host by host. That
 includes "replicas" that disagree when hosts pass different data for a replicated axis.
 Building an array changes no global state: host h's devices are worked out from the number
 of arrays passed. To make `host_of` and the pictures agree, emulate the same number of hosts
-(`helpers.emulation.emulate_hosts`, or the `emulated_hosts` context manager in judges and tests).
+(`helpers.emulated.topology.emulate_hosts`, or the `emulated_hosts` context manager in judges and tests).
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, Sharding
 
-from helpers import emulation
-from helpers.layout import format_index, format_spec
+from helpers.emulated import topology
+from helpers.pictures.layout import format_index, format_spec
 
 __all__ = [
     "make_array_from_process_local_data",
@@ -41,7 +41,7 @@ Index = tuple  # a tuple of slices, as in `sharding.devices_indices_map`
 def _require_single_process(real_name: str) -> None:
     if jax.process_count() > 1:
         raise RuntimeError(
-            f"helpers.hosts emulates hosts inside ONE process, but this is a real "
+            f"helpers.emulated.hosts emulates hosts inside ONE process, but this is a real "
             f"multi-process run ({jax.process_count()} processes). Use {real_name} directly "
             "in a real multi-process run, with this process's own data."
         )
@@ -77,12 +77,12 @@ def _claim_hosts(num_hosts: int) -> int:
             f"evenly into {num_hosts} hosts. Pass one array per host for a host count that "
             f"divides {count} (e.g. {fits})."
         )
-    current = emulation.num_hosts()
+    current = topology.num_hosts()
     if current not in (1, num_hosts):
         raise ValueError(
             f"you passed data for {num_hosts} hosts, but this notebook emulates {current} "
             f"hosts (emulate_hosts({current})). Pass one array per host ({current} arrays), "
-            f"or call helpers.emulation.emulate_hosts({num_hosts}) first."
+            f"or call helpers.emulated.topology.emulate_hosts({num_hosts}) first."
         )
     return count // num_hosts
 
@@ -118,8 +118,8 @@ def _check_rank(sharding: Sharding, ndim: int) -> None:
 
 
 def _owners(per_host: int) -> dict:
-    """Device -> its emulated host, with `per_host` devices per host (helpers.emulation's rule)."""
-    return {d: emulation.emulated_host_of(d, per_host) for d in jax.devices()}
+    """Device -> its emulated host, with `per_host` devices per host (helpers.emulated.topology's rule)."""
+    return {d: topology.emulated_host_of(d, per_host) for d in jax.devices()}
 
 
 def _slice_text(index: Index, shape: tuple[int, ...]) -> str:
@@ -472,10 +472,10 @@ def replica_report(x: jax.Array) -> ReplicaReport:
                 if v.shape == value.shape and np.array_equal(
                         v, value, equal_nan=value.dtype.kind in "fc"):
                     devs.append(device.id)
-                    hosts.append(emulation.host_of(device))
+                    hosts.append(topology.host_of(device))
                     break
             else:
-                groups.append(([device.id], [emulation.host_of(device)], value))
+                groups.append(([device.id], [topology.host_of(device)], value))
         if len(groups) > 1:
             index = placement[holders[k][0][0]]
             disagreements.append(SliceDisagreement(

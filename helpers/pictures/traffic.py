@@ -1,6 +1,6 @@
 """Pictures of a program's collectives: who sends to whom, and which transfers cross hosts.
 
-One row per collective of a `helpers.traffic.Traffic` report (a collective repeated in a row,
+One row per collective of a `helpers.measure.traffic.Traffic` report (a collective repeated in a row,
 as in an unrolled loop, is one row marked "x7"). The devices sit in a line,
 grouped by host (thick outline), coloured as in every other picture of the course. Each
 transfer of the cost model is an arc from sender to receiver: grey inside a host, red and
@@ -14,9 +14,9 @@ import jax
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from helpers.described import DescribedFigure, described
-from helpers.traffic import Traffic, format_bytes
-from helpers.viz import device_style
+from helpers.pictures.described import DescribedFigure, described
+from helpers.measure.traffic import Traffic, format_bytes
+from helpers.pictures.sharding import device_style
 
 INSIDE, ACROSS = "#888888", "#C0102A"
 MAX_PANELS = 8
