@@ -153,6 +153,30 @@ def test_a_stall_stops_a_silent_run_without_waiting_for_the_timeout():
     assert not survivors(result.pids)
 
 
+@pytest.mark.multiprocess
+def test_a_run_where_every_host_waits_is_stopped_at_the_idle_limit():
+    """Host 0 blocked in a collective, host 1 asleep: neither computes, so neither can print again."""
+    result = launch.run(source=FAULT.format(fault="time.sleep(600)"), hosts=2,
+                        devices_per_host=1, timeout=NEVER, stall=NEVER - 1, idle=2)
+    assert result.message == ("stopped after no host printed anything for 2 s, and none was computing: "
+                              "hosts 0 and 1 were still running")
+    assert result.stopped_after == 2
+    assert [h.activity for h in result.hosts] == ["idle", "idle"]
+    assert not survivors(result.pids)
+
+
+@pytest.mark.multiprocess
+def test_a_loop_is_told_from_a_host_waiting_in_a_collective_by_its_cpu():
+    """A host that spins or keeps waking up is computing: the idle limit leaves it to the stall limit."""
+    for fault, doing in (("while True: pass", "busy"), ("while True: time.sleep(0.01)", "waking")):
+        result = launch.run(source=FAULT.format(fault=fault), hosts=2, devices_per_host=1,
+                            timeout=NEVER, stall=4, idle=1)
+        assert result.stopped_after == 4, result.message
+        assert [h.activity for h in result.hosts] == ["idle", doing]
+        assert result.hosts[1].where == f"line 9: {fault}"
+        assert not survivors(result.pids)
+
+
 # Plain jax.distributed, no course code: host 1 raises, host 0 waits in a collective for it.
 BARE_CRASH = """
 import os, sys

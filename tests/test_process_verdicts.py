@@ -1,7 +1,8 @@
 """Every exercise judged in real processes, given a hang and an endless loop: the verdict names what
-happened in the learner's terms, comes at the checks' stall limit (not the run's timeout), and
-quotes no gloo, coordination-service or XLA text. The suite shortens that limit (conftest.py): a
-run stopped after TEST_STALL_SECONDS is one that asked for the checks' STALL_SECONDS."""
+happened in the learner's terms, comes at the checks' limits (a hang at the idle limit, a loop at
+the stall limit; never the run's timeout), and quotes no gloo, coordination-service or XLA text.
+The suite shortens the stall limit (conftest.py): a run stopped after TEST_STALL_SECONDS is one
+that asked for the checks' STALL_SECONDS."""
 import re
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from helpers import exercises, launch
 from helpers.exercises import ProcessExercise
 from helpers.exercises.core import MEMO
+from helpers.exercises.processes import IDLE_SECONDS
 from helpers.emulated.topology import emulated_hosts
 from conftest import TEST_STALL_SECONDS
 
@@ -21,7 +23,11 @@ RETURNS = {"08.4": "0.0", "11.1": "0.0", "10.3": "args[0]", "10.4": "None",
 # so JAX reports a mismatch at once instead of a hang: each host raises, naming its own call, and
 # the verdict names one of the two calls (the hosts' exits race when the machine is loaded).
 HANG_SAYS = {"14.1": re.compile(r"a host called `sync_global_devices\('(only host 0|step 2)'\)` while another "
-                                r"was in a different collective")}
+                                r"was in a different collective"),
+             # 14.3 runs the learner's function with its reference, the reference second: when the reference
+             # has not run yet, host 1 goes on into its collectives and they do not match host 0's
+             "14.3": re.compile(r"host 0 called `sync_global_devices` at line 4; host 1 never called it"
+                                r"|the hosts' collectives did not match")}
 RUNTIME_TEXT = re.compile(r"gloo|DEADLINE_EXCEEDED|coordination|XlaRuntimeError|JaxRuntimeError|GetKeyValue",
                           re.IGNORECASE)
 
@@ -65,13 +71,13 @@ def test_every_exercise_judged_in_processes_is_covered():
 
 
 @pytest.mark.parametrize("ex_id", PROCESS_IDS)
-def test_a_collective_on_host_0_only_is_named_at_the_stall_limit(ex_id, monkeypatch):
+def test_a_collective_on_host_0_only_is_named_at_the_idle_limit(ex_id, monkeypatch):
     message, results = _judged(ex_id, _hang(exercises.get(ex_id)), monkeypatch)
     if ex_id in HANG_SAYS:
         assert HANG_SAYS[ex_id].search(message), message
         return
     assert "host 0 called `sync_global_devices` at line 4; host 1 never called it" in message
-    assert results and all(r.stopped_after == TEST_STALL_SECONDS for r in results)
+    assert results and all(r.stopped_after == IDLE_SECONDS for r in results)
 
 
 @pytest.mark.parametrize("ex_id", PROCESS_IDS)
@@ -79,7 +85,8 @@ def test_an_endless_loop_is_named_as_one(ex_id, monkeypatch):
     message, results = _judged(ex_id, _loop(exercises.get(ex_id)), monkeypatch)
     assert "a loop that never ends" in message
     if exercises.get(ex_id).precheck is None:  # a precheck stops it in the kernel, before any run
-        assert f"still computing at line 3 (`while True:`) after {TEST_STALL_SECONDS:g} s" in message
+        assert (f"still computing at line 3 (`while True:`) after {TEST_STALL_SECONDS:g} s, waking up again "
+                "and again: a loop that never ends?") in message
         assert results and all(r.stopped_after == TEST_STALL_SECONDS for r in results)
 
 
@@ -93,3 +100,19 @@ def test_a_right_answer_in_the_learners_own_words_passes_in_one_run(monkeypatch)
         status, message = exercises.verdict("15.1", exercise.solution + "\n# in my own words\n")
     assert status == "pass", message
     assert len(runs) == 1
+
+
+def test_a_spinning_loop_is_named_apart_from_the_host_that_waits_for_it(monkeypatch):
+    """12.1: host 1 spins in a loop, host 0 waits in the next step's global_mean, a jitted call
+    already compiled (no Python frame of its own): the CPU tells the loop from the wait."""
+    spin = ("def log_line(step, x):\n"
+            "    m = float(global_mean(x))\n"
+            "    while jax.process_index() == 1:\n"
+            "        pass\n"
+            "    if jax.process_index() == 0:\n"
+            "        return f'step {step}: mean {m:.2f}'\n")
+    message, results = _judged("12.1", spin, monkeypatch)
+    assert (f"host 1 is still computing at line 3 (`while jax.process_index() == 1:`) after "
+            f"{TEST_STALL_SECONDS:g} s, busy on the CPU: a loop that never ends?; host 0 is waiting in "
+            "`global_mean` at line 2") in message
+    assert [r.stopped_after for r in results] == [TEST_STALL_SECONDS]

@@ -426,6 +426,9 @@ class InKernel:
         return MEMO.get((exercise.id, "output", source, layout),
                         lambda: self.output(exercise, exercise.run_source(source), layout))
 
+    def prefetch(self, exercise: "ProgramExercise", sources: tuple[str, ...], layout: tuple[int, ...]) -> None:
+        """Programs about to be looked up (in this kernel: computed when they are)."""
+
     def judged(self, exercise: "ProgramExercise") -> None:
         """After a judgement (nothing of the learner's is kept here)."""
 
@@ -487,6 +490,7 @@ class ProgramExercise(Exercise):
                 if rule.when(answer, runner.mesh(self.meshes[0])):
                     raise Mistake(say(rule.say, self._case(self.meshes[0])))
             return
+        runner.prefetch(self, tuple(self.wrong), case.layout)
         for source, message in self.wrong.items():
             if close(case.got, self.output_of_source(source, case.layout)):
                 raise Mistake(say(message, case))
@@ -535,6 +539,8 @@ class ProgramExercise(Exercise):
         """The case on the first layout where `output_on(layout)` parts from the reference; None if none."""
         for layout in self.meshes:
             got = output_on(layout)  # first: a real-process run of the learner's program takes the reference along
+            if isinstance(got, Raised):  # wrong whatever the reference gives: the catalogue is looked up next
+                self.runner.prefetch(self, (self.solution, *self.wrong), layout)
             want = self.output_of_source(self.solution, layout)
             if not close(got, want):
                 return self._case(layout, got, want)

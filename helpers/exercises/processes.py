@@ -10,6 +10,7 @@ import ast
 import inspect
 import json
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -17,7 +18,7 @@ from helpers import launch
 from helpers.exercises.core import MEMO, PRELUDE, Mistake, NotAttempted, describe, say
 from helpers.exercises.kinds import ProgramExercise, Raised
 from helpers.launch.result import describe_exit
-from helpers.launch.stall import TRACE_COLLECTIVES, Code, describe_stall
+from helpers.launch.stall import TRACE_COLLECTIVES, Code, describe_stall, looped
 
 
 def _function_def(source: str, name: str) -> ast.FunctionDef | None:
@@ -35,9 +36,13 @@ def _is_stub(function: ast.FunctionDef) -> bool:
     return len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.unparse(body[0])
 
 
-# The one time limit of every exercise run in processes: a run where no host printed for this
-# long is stopped, and the verdict says where each host was (the prompts say so).
+# The time limits of every exercise run in processes: a run where no host printed for STALL_SECONDS
+# is stopped, and the verdict says where each host was (the prompts say so); already after
+# IDLE_SECONDS when no host is computing either (helpers.launch.activity): every host is blocked,
+# waiting for another, and none can print again.
 STALL_SECONDS = 15.0
+IDLE_SECONDS = 4.0
+PARALLEL_RUNS = 3  # runs a catalogue lookup makes at once (each host holds 200-250 MB)
 _HEARTBEAT = "print('[check] running your code', flush=True)\n"  # arms the launcher's stall detection
 
 
@@ -57,7 +62,7 @@ def failure(result, code: tuple[Code, ...] = ()) -> Raised:
         text = f"{lines[first]} on host {first}"
         return Raised(text, text)
     text = "the run was stopped: " + describe_stall(result, code, result.stopped_after or STALL_SECONDS)
-    return Raised(text, "the run hung: " + text, verdict=True)
+    return Raised(text, ("the run looped: " if looped(result, code) else "the run hung: ") + text, verdict=True)
 
 
 def _crash(host) -> str:
@@ -114,6 +119,7 @@ class RealProcesses:
     on: tuple[int, int] | None
     timeout: float
     stall: float
+    idle: float
     apart: tuple[str, ...]  # catalogued programs that hang: each runs alone, not with the others
 
     def mesh(self, layout: tuple[int, int]) -> tuple[int, int]:
@@ -166,6 +172,23 @@ class RealProcesses:
         rest = tuple(s for s in exercise.known_sources() if s not in self.apart and self._not_run(exercise, s, layout))
         return rest if source in rest else (source,)
 
+    def prefetch(self, exercise: ProgramExercise, sources: tuple[str, ...], layout) -> None:
+        """Run the programs not yet known on this layout, their runs side by side (at most
+        PARALLEL_RUNS at once): a catalogue with several programs that hang waits for one idle
+        limit, not one per program, since hung hosts leave the cores to the others."""
+        batches, planned = [], set()
+        for source in sources:
+            if source in planned or not self._not_run(exercise, source, layout):
+                continue
+            batch = tuple(s for s in self._batch(exercise, source, layout) if s not in planned)
+            batches.append(batch)
+            planned.update(batch)
+        if len(batches) < 2:
+            return  # one run or none: `known` makes it when it is needed
+        with ThreadPoolExecutor(max_workers=PARALLEL_RUNS) as pool:
+            for outputs in pool.map(lambda batch: self._launch(exercise, batch, layout), batches):
+                MEMO.put(outputs)
+
     @staticmethod
     def _not_run(exercise: ProgramExercise, source: str, layout) -> bool:
         return (exercise.id, "output", source, layout) not in MEMO
@@ -190,7 +213,7 @@ class RealProcesses:
             code = (Code("<source>", before + head.count("\n") + 1, sources[0]),)
         num_hosts, per_host = self.on or layout
         result = launch.run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
-                            stall=self.stall)
+                            stall=self.stall, idle=self.idle)
         keys = [(exercise.id, "output", s, l) for s in sources for l in layouts]
         # A run that hangs or crashes is the doing of the learner's program, always first: the reference runs again.
         spoiled = [k for k in keys if k[2] == sources[0]] if handed_in(exercise, sources[0]) else keys
@@ -241,9 +264,10 @@ class ProcessExercise(ProgramExercise):
     on: tuple[int, int] | None = None
     timeout: float = 60.0  # the whole run's limit (the catalogue's run is longer than one program's)
     stall: float = STALL_SECONDS  # a run where every host printed, then none did for `stall` s, hung
+    idle: float = IDLE_SECONDS  # ... or for `idle` s, with no host computing
     apart: tuple[str, ...] = ()  # catalogued programs that hang: each runs alone, not with the others
 
     @property
     def runner(self) -> RealProcesses:
         return RealProcesses(self.driver, self.signature, self.precheck, self.together, self.on, self.timeout,
-                             self.stall, self.apart)
+                             self.stall, self.idle, self.apart)

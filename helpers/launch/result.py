@@ -119,6 +119,8 @@ class HostResult:
     log: str = dataclasses.field(default="", repr=False)  # native log lines (absl, gloo)
     script_ended: bool = False  # its script had ended; it waited at JAX's exit barrier
     where: str = ""  # the script line it was at when the launcher stopped it ('' if unknown)
+    # what it was doing when the launcher stopped the run: "busy", "waking", "idle" ('' if not known)
+    activity: str = dataclasses.field(default="", compare=False)
 
     @property
     def ok(self) -> bool:
@@ -177,6 +179,8 @@ class RunResult:
     failed_first: tuple[int, ...] = dataclasses.field(default=(), repr=False, compare=False)
     # the limit (seconds) at which the launcher stopped a run that had not ended; None if it ended
     stopped_after: float | None = dataclasses.field(default=None, repr=False, compare=False)
+    # when a host last printed a line (time.monotonic()); None if none did
+    last_output_at: float | None = dataclasses.field(default=None, repr=False, compare=False)
     # --netns: where each host was ('host 0 at 198.18.0.1 (host0), ...'); '' on one network
     apart: str = dataclasses.field(default="", repr=False)
 

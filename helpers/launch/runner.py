@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from helpers.devices import DEVICE_COUNT_FLAG
-from helpers.launch import netns, warm
+from helpers.launch import activity, netns, warm
 from helpers.launch.host import DUMP_SIGNAL
 from helpers.launch.job import JobResult
 from helpers.launch.netns import ETC_HOSTS
@@ -142,6 +142,7 @@ class _Host:
         ]
         for t in self.readers:
             t.start()
+        self.watch = activity.Watch(self.proc.pid)
 
     def _pump(self, stream, sink: list[str], name: str, on_line) -> None:
         for line in stream:
@@ -215,6 +216,7 @@ class Limits:
     timeout: float  # seconds from the start
     grace: float = 0.0  # seconds the others get to end by themselves after a host fails
     stall: float | None = None  # seconds without a printed line, once every host has printed
+    idle: float | None = None  # the same, when moreover no host is using the CPU (helpers.launch.activity)
 
     def check(self) -> None:
         if isinstance(self.timeout, bool) or not isinstance(self.timeout, (int, float)) \
@@ -223,10 +225,11 @@ class Limits:
         if isinstance(self.grace, bool) or not isinstance(self.grace, (int, float)) \
                 or self.grace < 0:
             raise ValueError(f"grace must be a number of seconds, 0 or more; got {self.grace!r}")
-        if self.stall is not None and (isinstance(self.stall, bool) or not isinstance(
-                self.stall, (int, float)) or self.stall <= 0):
-            raise ValueError(f"stall must be a positive number of seconds or None; got "
-                             f"{self.stall!r}")
+        for name in ("stall", "idle"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or value <= 0):
+                raise ValueError(f"{name} must be a positive number of seconds or None; got {value!r}")
 
 
 def _stalled(started: list[_Host], stall: float | None) -> bool:
@@ -244,15 +247,35 @@ def _stalled(started: list[_Host], stall: float | None) -> bool:
     return bool(times) and None not in times and time.monotonic() - max(times) > stall
 
 
+def _idle(started: list[_Host], idle: float | None) -> bool:
+    """Stalled for `idle` seconds, and every host still in its script was idle since its last line:
+    blocked, waiting for another (a hang), not computing (a loop, a compile)."""
+    if not _stalled(started, idle):
+        return False
+    waiting = [h for h in started if h.proc.poll() is None and SCRIPT_ENDED not in "".join(h.err)]
+    return all(h.watch.activity(since=h.last_output) == "idle" for h in waiting)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ending:
+    """How an attempt's hosts ended."""
+
+    status: list[str]  # each host's: "ok", "failed", "stopped", "timed out"
+    failed: list[list[int]]  # the failed hosts, grouped by when they failed
+    why: str = ""  # why the launcher stopped a run that had not failed ('' if it did not)
+    limit: float | None = None  # the limit (seconds) that stopped it
+    doing: dict[int, str] = dataclasses.field(default_factory=dict)  # each running host's activity then
+    printed_at: float | None = None  # when a host last printed, before the launcher stopped the run
+
+
 def _attempt(cmd: list[str], hosts: int, devices_per_host: int, limits: Limits,
              on_line, verbose: bool, bare: bool = False, etc_hosts: str | None = None,
-             ) -> tuple[list[_Host], list[str], list[list[int]], str, str]:
+             ) -> tuple[list[_Host], _Ending, str]:
     """Start the hosts once; stop them all `grace` s after the first failure, or at a limit.
 
     With `etc_hosts` (--netns), each host runs in a network namespace of its own
     (helpers.launch.netns), removed with everything else when the attempt ends.
-    Returns the hosts, their statuses, the failed hosts grouped by when they failed, why the
-    launcher stopped a run that had not failed ('' if it did not) and the coordinator's address.
+    Returns the hosts, how they ended, and the coordinator's address.
     """
     with contextlib.ExitStack() as stack:
         apart = (stack.enter_context(netns.HostsApart(hosts, etc_hosts))
@@ -265,12 +288,12 @@ def _attempt(cmd: list[str], hosts: int, devices_per_host: int, limits: Limits,
 def _run_hosts(cmd: list[str], hosts: int, devices_per_host: int, limits: Limits, on_line,
                verbose: bool, bare: bool, coordinator: str,
                apart: netns.HostsApart | None,
-               ) -> tuple[list[_Host], list[str], list[list[int]], str]:
+               ) -> tuple[list[_Host], _Ending]:
     """`_attempt`'s hosts, from their start until every one has ended or been stopped."""
     started: list[_Host] = []
     status = ["running"] * hosts
     failed_at: dict[int, float] = {}
-    why = ""
+    why, limit = "", None
     try:
         for i in range(hosts):
             env = _child_env(i, hosts, devices_per_host, coordinator, verbose)
@@ -278,8 +301,14 @@ def _run_hosts(cmd: list[str], hosts: int, devices_per_host: int, limits: Limits
                 env.update(apart.env(i))
             started.append(_Host(i, cmd, env, on_line, warm=not bare))
         deadline = time.monotonic() + limits.timeout
+        next_sample = 0.0
         while True:
             codes = [h.proc.poll() for h in started]
+            if (now := time.monotonic()) >= next_sample:
+                for h, code in zip(started, codes):
+                    if code is None:
+                        h.watch.sample(now)
+                next_sample = now + activity.SAMPLE_SECONDS
             for i, code in enumerate(codes):
                 if code is not None and status[i] == "running":
                     status[i] = "ok" if code == 0 else "failed"
@@ -290,12 +319,17 @@ def _run_hosts(cmd: list[str], hosts: int, devices_per_host: int, limits: Limits
             if all(c is not None for c in codes):
                 break
             if time.monotonic() > deadline:
-                why = "" if failed_at else f"the {limits.timeout:g} s timeout"
+                why, limit = ("", None) if failed_at else (f"the {limits.timeout:g} s timeout", limits.timeout)
+                break
+            if not failed_at and _idle(started, limits.idle):
+                why, limit = f"no host printed anything for {limits.idle:g} s, and none was computing", limits.idle
                 break
             if not failed_at and _stalled(started, limits.stall):
-                why = f"no host printed anything for {limits.stall:g} s"
+                why, limit = f"no host printed anything for {limits.stall:g} s", limits.stall
                 break
             time.sleep(_POLL_SECONDS)
+        doing = {h.index: h.watch.activity(since=h.last_output) for h in started if h.proc.poll() is None}
+        printed_at = max((h.last_output for h in started if h.last_output is not None), default=None)
         if not bare:  # a bare host has no stack-dump handler: SIGUSR1 would kill it
             _ask_where([h for h in started if h.proc.poll() is None
                         and SCRIPT_ENDED not in "".join(h.err)])
@@ -306,7 +340,7 @@ def _run_hosts(cmd: list[str], hosts: int, devices_per_host: int, limits: Limits
     for i, s in enumerate(status):
         if s == "running":
             status[i] = "timed out" if why else "stopped"
-    return started, status, _failure_groups(failed_at), why
+    return started, _Ending(status, _failure_groups(failed_at), why, limit, doing, printed_at)
 
 
 def _failure_groups(failed_at: dict[int, float]) -> list[list[int]]:
@@ -399,11 +433,11 @@ def launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: i
     cmd = _host_command(script, args, bare, apart=etc_hosts is not None)
     pids: list[int] = []
     for attempt in range(1, _PORT_ATTEMPTS + 1):
-        started, status, failed, why, coordinator = _attempt(
+        started, ending, coordinator = _attempt(
             cmd, hosts, devices_per_host, limits, on_line, verbose, bare, etc_hosts)
         pids += [h.proc.pid for h in started]
         bind_failed = any(_BIND_FAILURE.search("".join(started[i].err + started[i].log))
-                          for group in failed for i in group)
+                          for group in ending.failed for i in group)
         if not (bind_failed and attempt < _PORT_ATTEMPTS):
             break
         if on_retry is not None:
@@ -412,24 +446,24 @@ def launch(script: Path, args: Sequence[str], *, hosts: int, devices_per_host: i
     results = []
     for h in started:
         stderr = "".join(h.err)
+        status = ending.status[h.index]
         results.append(HostResult(
-            host=h.index, status=status[h.index],
-            returncode=h.proc.returncode if status[h.index] in ("ok", "failed") else None,
+            host=h.index, status=status,
+            returncode=h.proc.returncode if status in ("ok", "failed") else None,
             stdout=_tidy(clean_stdout("".join(h.out)), tidy), stderr=_tidy(stderr, tidy),
             log=_tidy("".join(h.log), tidy),
             script_ended=SCRIPT_ENDED in stderr,
-            where=_tidy(_where(stderr, script), tidy)))
-    failed = _causes_first(failed, results)
-    if why:
-        message = _timeout_message(why, results)
+            where=_tidy(_where(stderr, script), tidy), activity=ending.doing.get(h.index, "")))
+    failed = _causes_first(ending.failed, results)
+    if ending.why:
+        message = _timeout_message(ending.why, results)
     elif failed:
         message = _failure_message(failed, results)
     else:
         message = "all hosts finished"
-    stopped_after = (limits.stall if why.startswith("no host") else limits.timeout) if why else None
     return RunResult(hosts=tuple(results), devices_per_host=devices_per_host, message=message,
                      pids=tuple(pids), attempts=attempt, failed_first=tuple(h for group in failed for h in group),
-                     stopped_after=stopped_after,
+                     stopped_after=ending.limit, last_output_at=ending.printed_at,
                      apart=netns.addresses_line(hosts) if etc_hosts else "")
 
 
@@ -455,7 +489,7 @@ def restarted(launch_once: Callable[[Sequence[str]], RunResult], max_restarts: i
 def run(script_path: str | os.PathLike | None = None, *, source: str | None = None,
         hosts: int = 2, devices_per_host: int = 4, timeout: float = 120,
         args: Sequence[str] = (), grace: float = 0.0, stall: float | None = None,
-        bare: bool = False, max_restarts: int | None = None,
+        idle: float | None = None, bare: bool = False, max_restarts: int | None = None,
         restart_args: Sequence[str] = (), netns: bool = False,
         etc_hosts: str = "address") -> RunResult | JobResult:
     """Run a script (a file, or Python `source` text) as `hosts` JAX processes; return their outputs.
@@ -463,7 +497,10 @@ def run(script_path: str | os.PathLike | None = None, *, source: str | None = No
     A host that fails (an uncaught exception, a non-zero `sys.exit`, `os._exit` or a signal)
     stops the others at once, or after `grace` seconds in which they may end on their own
     (to see what they make of it). At the `timeout`, or when every host has printed and then
-    none prints for `stall` seconds (a hang), every host still running is stopped.
+    none prints for `stall` seconds (a hang), every host still running is stopped; with `idle`,
+    already after `idle` seconds when no host is computing either (helpers.launch.activity):
+    every host is blocked, so none can print again. A host stopped at a limit says what it was
+    doing then (`HostResult.activity`: busy, waking or idle).
     Either way the result says, host by host, how it ended or which line of the script it
     was at, and the last line it printed.
 
@@ -499,7 +536,7 @@ def run(script_path: str | os.PathLike | None = None, *, source: str | None = No
 
         def launch_once(extra: Sequence[str] = ()) -> RunResult:
             return launch(path, [*args, *extra], hosts=hosts, devices_per_host=devices_per_host,
-                           limits=Limits(timeout, grace, stall), display=display, bare=bare,
+                           limits=Limits(timeout, grace, stall, idle), display=display, bare=bare,
                            etc_hosts=etc_hosts if netns else None)
 
         if max_restarts is None:

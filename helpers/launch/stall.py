@@ -1,12 +1,18 @@
 """What each host of a stopped run was doing, said in terms of the learner's own code.
 
 When the launcher stops a run that made no progress, every host still running has dumped its
-Python stack (faulthandler). Read against the learner's code, the innermost frame of that code
-says where the host was: computing there itself (a loop that never ends?), waiting inside a call
-it made (a collective the other hosts did not make), or past it. One grammar for every exercise:
+Python stack (faulthandler), and the launcher has watched its CPU (helpers.launch.activity).
+Read against the learner's code, the innermost frame of that code says where the host was:
+inside a call it made (waiting in it: a collective the other hosts did not make), in its own
+line, or past it. What its CPU did decides between computing and waiting: a host that was busy
+or kept waking up is computing at the innermost loop around that frame (a loop that never ends?),
+whatever function the loop was calling when the dump caught it; an idle host is waiting, even in
+its own line: there it waits in the line's call, a jitted function already compiled, which leaves
+no Python frame of its own. Without CPU figures (no /proc), a host in its own line is computing.
+One grammar for every exercise:
 
     host 0 is waiting in `broadcast_one_to_all` at line 3; host 1 never called it. A collective ...
-    host 1 is still computing at line 2 (`while True:`) after 15 s: a loop that never ends?
+    host 1 is still computing at line 2 (`while True:`) after 15 s, busy on the CPU: a loop that never ends?
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import dataclasses
 import re
 from typing import Sequence
 
+from helpers.launch.activity import ACTIVITIES
 from helpers.launch.result import HostResult, RunResult, hosts_text
 
 # One thread's block of a faulthandler dump, and one frame of it.
@@ -125,6 +132,7 @@ class _Where:
     line: int = 0
     text: str = ""
     call: str = ""
+    doing: str = ""  # the host's activity: "busy", "waking", "idle" or '' (not known)
 
     def place(self) -> str:
         return f"at line {self.line}" + (f" (`{self.text}`)" if self.text else "")
@@ -142,14 +150,23 @@ def where(host: HostResult, code: Sequence[Code]) -> _Where:
         if piece is None:
             continue
         number = line - piece.first + 1
-        if depth == 0:
+        # busy or waking: computing, wherever the dump caught it (a loop may call a function)
+        if host.activity in ("busy", "waking") or (depth == 0 and host.activity != "idle"):
             loop = piece.loop_of(number)
-            return _Where("computing", loop, piece.line(loop))
+            return _Where("computing", loop, piece.line(loop), doing=host.activity)
+        if depth == 0:  # idle in its own line: blocked in a call that left no frame (a compiled jitted function)
+            calls = piece.calls(number)
+            return _Where("waiting", number, piece.line(number), calls[-1] if calls else "")
         called = {function for _, _, function in frames[:depth]}
         calls = piece.calls(number)
         named = next((c for c in calls if c.rsplit(".", 1)[-1] in called), calls[-1] if calls else "")
         return _Where("waiting", number, piece.line(number), named)
     return _Where("outside")
+
+
+def looped(result: RunResult, code: Sequence[Code]) -> bool:
+    """Some host was computing in the learner's code when the run was stopped (not only waiting)."""
+    return any(where(h, code).kind == "computing" for h in result.hosts)
 
 
 def describe_stall(result: RunResult, code: Sequence[Code], seconds: float) -> str:
@@ -161,8 +178,10 @@ def describe_stall(result: RunResult, code: Sequence[Code], seconds: float) -> s
         if at.kind == "computing":
             loops.setdefault((at.line, at.text), []).append(host)
     for hosts in loops.values():
+        doing = {places[h].doing for h in hosts}
+        how = f", {ACTIVITIES[doing.pop()]}" if len(doing) == 1 and doing <= {"busy", "waking"} else ""
         clauses.append(f"{hosts_text(hosts)} {'is' if len(hosts) == 1 else 'are'} still computing "
-                       f"{places[hosts[0]].place()} after {seconds:g} s: a loop that never ends?")
+                       f"{places[hosts[0]].place()} after {seconds:g} s{how}: a loop that never ends?")
     if not loops and (unmatched := _unmatched(result, code)):
         return unmatched + ". A collective finishes only when every host calls it, in the same order"
     waits: dict[tuple[int, str], list[int]] = {}
