@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # processes (start-ups, barriers, stall limits). Measured here: 696 s with 2, 556 s with 3.
 PYTEST_WORKERS ?= 3
 
-.PHONY: lab test test-browser site linkcheck hub bench-hub python-versions notebook bench bench-tests bench-compare doctor solutions notebooks venv clean help
+.PHONY: lab test test-browser site linkcheck hub bench-hub bench-verdicts python-versions notebook bench bench-tests bench-compare doctor solutions notebooks venv clean help
 
 help:
 	@echo "make lab            set up .venv and open JupyterLab on the course"
@@ -25,6 +25,7 @@ help:
 	@echo "make bench          measure the course (all but the test suite; < 10 min), keep the raw results"
 	@echo "                    in benchmarks/results/, write BENCHMARKS.md"
 	@echo "make bench-tests    measure the test suite (as long as make test) and add it to BENCHMARKS.md"
+	@echo "make bench-verdicts how long a hanging answer waits for its verdict (warm and cold hosts); BENCHMARKS.md"
 	@echo "make bench-compare A B   ratios between two runs (files or stamps in benchmarks/results/)"
 
 venv: $(STAMP)
@@ -64,6 +65,9 @@ hub: $(HUB_STAMP) $(HUB_PROXY)
 
 bench-hub: $(HUB_STAMP) $(HUB_PROXY)
 	$(BIN)/python -m benchmarks.run --only hub
+
+bench-verdicts: $(STAMP)
+	$(BIN)/python -m benchmarks.run --only verdicts
 
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 

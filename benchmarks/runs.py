@@ -20,7 +20,11 @@ TESTS_APART = ("the test suite takes as long as a whole `make test`, so `make be
 HUB = "hub"
 HUB_APART = ("the hub makes Unix accounts (root only) and takes minutes, so `make bench` leaves it out: "
              "run `make bench-hub` to measure it and add it to this report")
-APART = {TESTS: TESTS_APART, HUB: HUB_APART}  # section -> why `make bench` leaves it out
+VERDICTS = "verdicts"
+VERDICTS_APART = ("judging every hanging answer as a first check, with warm hosts and cold, takes minutes, so "
+                  "`make bench` (10 min at most) leaves it out: run `make bench-verdicts` to measure it and add "
+                  "it to this report")
+APART = {TESTS: TESTS_APART, HUB: HUB_APART, VERDICTS: VERDICTS_APART}  # section -> why `make bench` leaves it out
 NO_FULL_RUN = "no full `make bench` run in this results directory yet: run `make bench`"
 # Files `make bench` writes itself: changing them does not make the measured checkout dirty.
 OUTPUTS = ("BENCHMARKS.md", "benchmarks/results")

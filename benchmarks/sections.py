@@ -1,6 +1,6 @@
 """The sections of `make bench`, in the report's order (numbered from 1): one module each."""
 from benchmarks import (checkpoints, collectives, course, explorer, hub, launcher, learner, loaders,
-                        restarts, testsuite)
+                        restarts, testsuite, verdicts)
 
 SECTIONS = [learner, testsuite, explorer, launcher, course, checkpoints, loaders, collectives,
-            restarts, hub]
+            restarts, hub, verdicts]

@@ -552,3 +552,27 @@ def test_a_learners_own_loopback_address_keeps_their_coordinators_apart(monkeypa
     monkeypatch.setenv("HELPERS_LAUNCH_LOOPBACK", "10.0.0.1")
     with pytest.raises(ValueError, match="must be a loopback address"):
         launch.run(source="print(1)", hosts=1, devices_per_host=1)
+
+
+def test_a_silent_process_is_told_busy_waking_or_idle_by_its_cpu():
+    """Four processes watched side by side: a spin, a sleeping loop, a sleep, a wait."""
+    from helpers.launch.activity import SAMPLE_SECONDS, Watch
+
+    programs = {"busy": "while True: pass", "waking": "import time\nwhile True: time.sleep(0.01)",
+                "idle": "import time; time.sleep(100)", "idle too": "import threading; threading.Event().wait()"}
+    procs = {name: subprocess.Popen([sys.executable, "-c", source]) for name, source in programs.items()}
+    try:
+        time.sleep(1.5)  # past each Python's start-up, which is busy
+        watches = {name: Watch(proc.pid) for name, proc in procs.items()}
+        start = time.monotonic()
+        while time.monotonic() - start < 2.5:
+            for watch in watches.values():
+                watch.sample(time.monotonic())
+            time.sleep(SAMPLE_SECONDS)
+        assert {name: w.activity() for name, w in watches.items()} == {
+            "busy": "busy", "waking": "waking", "idle": "idle", "idle too": "idle"}
+        assert all(w.activity(since=time.monotonic()) == "" for w in watches.values())  # no samples since
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()

@@ -35,7 +35,8 @@ def test_a_hang_says_where_each_host_was_in_the_learners_code():
     code = (Code("<answer 0>", 10, "def init_state(x):\n    if jax.process_index() == 0:\n"
                                   "        x = multihost_utils.broadcast_one_to_all(x)\n    return x\n"),)
     assert failure(result, code).text == (
-        "the run was stopped: host 0 is waiting in `multihost_utils.broadcast_one_to_all` at line 3; "
+        "the run was stopped: host 0 is waiting in `multihost_utils.broadcast_one_to_all` at line 3 "
+        "(`x = multihost_utils.broadcast_one_to_all(x)`); "
         "host 1 never called it. A collective finishes only when every host calls it, in the same order")
 
 

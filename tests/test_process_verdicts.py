@@ -77,7 +77,8 @@ def test_a_collective_on_host_0_only_is_named_at_the_idle_limit(ex_id, monkeypat
         assert HANG_SAYS[ex_id].search(message), message
         return
     assert "host 0 called `sync_global_devices` at line 4; host 1 never called it" in message
-    assert results and all(r.stopped_after == IDLE_SECONDS for r in results)
+    # at the idle limit; or, where the hosts compile for long (10.4's NNX programs), at the stall limit
+    assert results and all(r.stopped_after in (IDLE_SECONDS, TEST_STALL_SECONDS) for r in results)
 
 
 @pytest.mark.parametrize("ex_id", PROCESS_IDS)
@@ -114,5 +115,5 @@ def test_a_spinning_loop_is_named_apart_from_the_host_that_waits_for_it(monkeypa
     message, results = _judged("12.1", spin, monkeypatch)
     assert (f"host 1 is still computing at line 3 (`while jax.process_index() == 1:`) after "
             f"{TEST_STALL_SECONDS:g} s, busy on the CPU: a loop that never ends?; host 0 is waiting in "
-            "`global_mean` at line 2") in message
+            "`global_mean` at line 2 (`m = float(global_mean(x))`)") in message
     assert [r.stopped_after for r in results] == [TEST_STALL_SECONDS]

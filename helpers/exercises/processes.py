@@ -156,10 +156,25 @@ class RealProcesses:
         return got
 
     def known(self, exercise: ProgramExercise, source: str, layout) -> Any:
-        """What a program printed on this layout; known programs run once (together, if so declared)."""
+        """What a program printed on this layout; known programs run once (together, if so declared).
+        A learner's program that runs alone has the reference run beside it, if that has not run yet:
+        the comparison needs it next, and a learner's run that hangs leaves the cores to it."""
         if (exercise.id, "output", source, layout) not in MEMO:
-            MEMO.put(self._launch(exercise, self._batch(exercise, source, layout), layout))
+            batches = [self._batch(exercise, source, layout)]
+            if exercise.solution not in batches[0] and handed_in(exercise, source) \
+                    and self._not_run(exercise, exercise.solution, layout):
+                batches.append((exercise.solution,))
+            self._side_by_side(exercise, batches, layout)
         return MEMO[(exercise.id, "output", source, layout)]
+
+    def _side_by_side(self, exercise: ProgramExercise, batches: list[tuple[str, ...]], layout) -> None:
+        """Run each batch of programs (one run each), at most PARALLEL_RUNS at once; keep their outputs."""
+        if len(batches) == 1:
+            MEMO.put(self._launch(exercise, batches[0], layout))
+            return
+        with ThreadPoolExecutor(max_workers=PARALLEL_RUNS) as pool:
+            for outputs in pool.map(lambda batch: self._launch(exercise, batch, layout), batches):
+                MEMO.put(outputs)
 
     def _batch(self, exercise: ProgramExercise, source: str, layout) -> tuple[str, ...]:
         """The programs the run that computes `source` computes (with `together`): the learner's with the
@@ -183,11 +198,15 @@ class RealProcesses:
             batch = tuple(s for s in self._batch(exercise, source, layout) if s not in planned)
             batches.append(batch)
             planned.update(batch)
-        if len(batches) < 2:
-            return  # one run or none: `known` makes it when it is needed
-        with ThreadPoolExecutor(max_workers=PARALLEL_RUNS) as pool:
-            for outputs in pool.map(lambda batch: self._launch(exercise, batch, layout), batches):
-                MEMO.put(outputs)
+        if len(batches) > 1:  # one run or none: `known` makes it when it is needed
+            self._side_by_side(exercise, batches, layout)
+
+    @staticmethod
+    def _may_hang(exercise: ProgramExercise, sources: tuple[str, ...]) -> bool:
+        """Whether a run may hang, and so gets the idle limit: the learner's program runs first in it,
+        or a catalogued one alone. Never the reference, nor the catalogue's programs run together
+        (the ones that hang run alone): a run of theirs stopped as a hang would spoil every verdict."""
+        return sources[0] != exercise.solution and (len(sources) == 1 or handed_in(exercise, sources[0]))
 
     @staticmethod
     def _not_run(exercise: ProgramExercise, source: str, layout) -> bool:
@@ -213,7 +232,7 @@ class RealProcesses:
             code = (Code("<source>", before + head.count("\n") + 1, sources[0]),)
         num_hosts, per_host = self.on or layout
         result = launch.run(source=script, hosts=num_hosts, devices_per_host=per_host, timeout=self.timeout,
-                            stall=self.stall, idle=self.idle)
+                            stall=self.stall, idle=self.idle if self._may_hang(exercise, sources) else None)
         keys = [(exercise.id, "output", s, l) for s in sources for l in layouts]
         # A run that hangs or crashes is the doing of the learner's program, always first: the reference runs again.
         spoiled = [k for k in keys if k[2] == sources[0]] if handed_in(exercise, sources[0]) else keys

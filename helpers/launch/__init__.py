@@ -19,6 +19,7 @@ The package, one module a job:
   host     the launcher's side inside each host: `initialize`, and how a host runs its script
   result   what a run produced (`RunResult`, `HostResult`), as text and as HTML
   stall    what each host of a stopped run was doing, in terms of the learner's code
+  activity what a silent host is doing, from its CPU: busy, waking or idle
   job      a job restarted after a failure (`JobResult`)
   warm     hosts forked from a process that has already imported JAX
   netns    --netns: every host in a network namespace of its own

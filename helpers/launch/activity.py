@@ -6,10 +6,12 @@ tell: a jitted call that is already compiled leaves no Python frame, so a host b
 shows the learner's own line on top, exactly like a loop. Its CPU time can. The launcher samples
 each host from /proc (Linux) every SAMPLE_SECONDS: the CPU time of the host and of its child
 processes (a data loader's workers), and of its main thread (whose id is the process id), with
-the number of times that thread went to sleep of its own accord. Over a window of samples:
+the number of times that thread went to sleep of its own accord; and whether any of its threads
+was ready to run. Over a window of samples:
 
-  busy    the main thread used at least BUSY_SHARE of a core, or the host and its children did
-          (a loop that computes; a compile)
+  busy    the main thread used at least BUSY_SHARE of a core, or the host and its children did,
+          or some thread of it was ready to run in at least half the samples (a loop that
+          computes; a compile, even one that a loaded machine leaves no core to)
   waking  the main thread used little CPU but woke at least WAKEUPS times a second
           (a loop around `time.sleep`, polling)
   idle    none of that: the host is blocked, waiting for something outside itself
@@ -45,14 +47,31 @@ class _Sample:
     host_cpu: float  # seconds: the process, its reaped children and its live ones
     main_cpu: float  # seconds: the main thread
     wakeups: int  # the main thread's voluntary context switches
+    runnable: bool  # some thread was running or ready to run (or in uninterruptible I/O)
+
+
+def _stat_fields(path: str) -> list[str]:
+    """The fields of a /proc stat file after 'pid (name)': its field 3 (the state) onwards."""
+    with open(path, encoding="ascii") as f:
+        return f.read().rsplit(")", 1)[1].split()
 
 
 def _stat_cpu(path: str, children: bool = False) -> float:
     """utime + stime (+ cutime + cstime) of a /proc stat file, in seconds."""
-    with open(path, encoding="ascii") as f:
-        fields = f.read().rsplit(")", 1)[1].split()  # after 'pid (name)': field 3 onwards
+    fields = _stat_fields(path)
     ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
     return ticks / _TICKS
+
+
+def _a_thread_runs(pid: int) -> bool:
+    """Some thread of the process is running, ready to run, or in uninterruptible I/O."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if _stat_fields(f"/proc/{pid}/task/{tid}/stat")[0] in "RD":
+                return True
+        except OSError:  # a thread that has just ended
+            continue
+    return False
 
 
 def _sample(pid: int, at: float) -> _Sample | None:
@@ -61,13 +80,14 @@ def _sample(pid: int, at: float) -> _Sample | None:
         main_cpu = _stat_cpu(f"/proc/{pid}/task/{pid}/stat")
         with open(f"/proc/{pid}/task/{pid}/status", encoding="ascii") as f:
             wakeups = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+        runnable = _a_thread_runs(pid)
         for child in psutil.Process(pid).children(recursive=True):
             with _ignoring_gone():
                 times = child.cpu_times()
                 host_cpu += times.user + times.system
     except (OSError, ValueError, IndexError, StopIteration, psutil.Error):
         return None
-    return _Sample(at, host_cpu, main_cpu, wakeups)
+    return _Sample(at, host_cpu, main_cpu, wakeups, runnable)
 
 
 class _ignoring_gone:
@@ -107,7 +127,8 @@ class Watch:
         first, last = samples[0], samples[-1]
         seconds = last.at - first.at
         if (last.main_cpu - first.main_cpu) / seconds >= BUSY_SHARE \
-                or (last.host_cpu - first.host_cpu) / seconds >= BUSY_SHARE:
+                or (last.host_cpu - first.host_cpu) / seconds >= BUSY_SHARE \
+                or sum(s.runnable for s in samples) >= len(samples) / 2:
             return "busy"
         if (last.wakeups - first.wakeups) / seconds >= WAKEUPS:
             return "waking"

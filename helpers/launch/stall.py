@@ -11,7 +11,7 @@ its own line: there it waits in the line's call, a jitted function already compi
 no Python frame of its own. Without CPU figures (no /proc), a host in its own line is computing.
 One grammar for every exercise:
 
-    host 0 is waiting in `broadcast_one_to_all` at line 3; host 1 never called it. A collective ...
+    host 0 is waiting in `broadcast_one_to_all` at line 3 (`x = broadcast_one_to_all(x)`); host 1 never called it. ...
     host 1 is still computing at line 2 (`while True:`) after 15 s, busy on the CPU: a loop that never ends?
 """
 from __future__ import annotations
@@ -191,7 +191,7 @@ def describe_stall(result: RunResult, code: Sequence[Code], seconds: float) -> s
     for (line, call), hosts in waits.items():
         at = places[hosts[0]]
         verb = "is" if len(hosts) == 1 else "are"
-        place = f"in `{call}` at line {line}" if call else at.place()
+        place = f"in `{call}` {at.place()}" if call else at.place()
         clauses.append(f"{hosts_text(hosts)} {verb} waiting {place}")
     rest = [h for h, at in places.items() if at.kind in ("finished", "outside", "unknown")]
     outside = [h for h in rest if places[h].kind == "outside"]
