@@ -2,8 +2,9 @@
 
 Every catalogued wrong answer of the exercises judged in real processes that hang (12.1, 12.2),
 and one answer handed in per exercise with a broadcast under `if jax.process_index() == 0`
-(10.3, 12.2, as a learner would write it), is checked as a learner's first check: nothing of
-the exercise is known yet (no reference output, no catalogue). The figure runs from the last
+(10.3, 12.2, as a learner would write it: in 12.2 the hosts hang; in 10.3, whose run goes on
+into the reference's collectives, they crash on the mismatch), is checked as a learner's first
+check: nothing of the exercise is known yet (no reference output, no catalogue). The figure runs from the last
 line any host of the learner's run printed to the verdict: the idle limit, the stack dumps,
 the reference and the catalogue lookup. Warm hosts (forked from a process that has imported
 JAX) and cold ones (HELPERS_LAUNCH_WARM=0), each in a fresh Python with 8 fake devices.
@@ -61,10 +62,11 @@ def worker(cold: bool, ids: list[str]) -> tuple[list, dict]:
             # the learner's run: its script holds the answer (a together driver, as a literal)
             learners = next((r for script, r in runs if source in script or repr(source) in script), None)
             assert status == "mistake", f"{ex_id} {what}: {status}: {message}"
-            if learners is None or learners.stopped_after is None or learners.last_output_at is None:
-                continue  # this answer does not hang
+            hung = learners is not None and learners.stopped_after is not None
+            if learners is None or learners.last_output_at is None or not (hung or what == "handed in"):
+                continue  # a catalogued answer that does not hang
             measured.append({"id": ex_id, "answer": what, "seconds": done - learners.last_output_at,
-                             "limit": learners.stopped_after, "runs": len(runs), "verdict": message[:160]})
+                             "ended": "hang" if hung else "crash", "runs": len(runs), "verdict": message[:160]})
     mode = "cold" if cold else "warm"
     values = [m["seconds"] for m in measured]
     assert values, "no answer hung: the catalogue changed?"
@@ -79,27 +81,30 @@ def measure(results, opts) -> None:
         results.add(*benchmarks)
         facts[mode] = found["answers"]
         values = [a["seconds"] for a in found["answers"]]
-        log(f"verdicts, {mode} hosts: {len(values)} hanging answers, median {fmt_s(statistics.median(values))}, "
+        log(f"verdicts, {mode} hosts: {len(values)} answers, median {fmt_s(statistics.median(values))}, "
             f"worst {fmt_s(max(values))}")
     results.sections[KEY] = {"modes": facts, "ids": ids}
 
 
 def render(results) -> str:
     data = results.sections[KEY]
+    modes = [m for m in MODES if m in data["modes"]]
     summary = md_table(
-        ["hosts", "hanging answers", "median", "worst"],
+        ["hosts", "answers", "median", "worst"],
         [[mode, str(len(answers)), fmt_s(statistics.median(a["seconds"] for a in answers)),
-          fmt_s(max(a["seconds"] for a in answers))] for mode, answers in data["modes"].items()])
-    rows = [[a["id"], a["answer"], fmt_s(a["seconds"]),
-             fmt_s(next(b["seconds"] for b in data["modes"]["cold"] if (b["id"], b["answer"]) == (a["id"], a["answer"])))
-             if any((b["id"], b["answer"]) == (a["id"], a["answer"]) for b in data["modes"]["cold"]) else "–",
+          fmt_s(max(a["seconds"] for a in answers))] for mode, answers in ((m, data["modes"][m]) for m in modes)])
+    seconds = {(mode, a["id"], a["answer"]): a["seconds"] for mode in modes for a in data["modes"][mode]}
+    rows = [[a["id"], a["answer"], a.get("ended", "hang"),
+             *(fmt_s(seconds[(mode, a["id"], a["answer"])]) if (mode, a["id"], a["answer"]) in seconds else "–"
+               for mode in modes),
              str(a["runs"]), a["verdict"].split(":")[0]]
-            for a in data["modes"]["warm"]]
-    detail = md_table(["exercise", "answer", "warm", "cold", "runs", "verdict begins"], rows)
+            for a in data["modes"][modes[0]]]
+    detail = md_table(["exercise", "answer", "the hosts", *modes, "runs", "verdict begins"], rows)
     return summary + "\n\n" + detail + "\n\n" + (
         "Each answer is a learner's first check of its exercise: the reference and the catalogue "
         "have not run yet. The learner's run is stopped once every host has printed nothing for "
         "the idle limit (4 s) and none was computing (helpers.launch.activity); then the reference "
         "and the catalogue programs run side by side, at most 3 runs at once, so several programs "
         "that hang cost one idle limit, not one each. `runs` counts the multi-process runs the "
-        "check made. One measurement per answer and mode.")
+        "check made (warm). A crash ends the learner's run at once; its verdict waits for the reference "
+        "and the catalogue. One measurement per answer and mode.")
