@@ -560,9 +560,11 @@ def test_a_silent_process_is_told_busy_waking_or_idle_by_its_cpu():
 
     programs = {"busy": "while True: pass", "waking": "import time\nwhile True: time.sleep(0.01)",
                 "idle": "import time; time.sleep(100)", "idle too": "import threading; threading.Event().wait()"}
-    procs = {name: subprocess.Popen([sys.executable, "-c", source]) for name, source in programs.items()}
+    procs = {name: subprocess.Popen([sys.executable, "-c", f"import threading\nprint(flush=True)\n{source}"],
+                                    stdout=subprocess.PIPE, text=True) for name, source in programs.items()}
     try:
-        time.sleep(1.5)  # past each Python's start-up, which is busy
+        for proc in procs.values():  # past each Python's start-up, which is busy
+            proc.stdout.readline()
         watches = {name: Watch(proc.pid) for name, proc in procs.items()}
         start = time.monotonic()
         while time.monotonic() - start < 2.5:

@@ -304,7 +304,8 @@ def _run_hosts(cmd: list[str], hosts: int, devices_per_host: int, limits: Limits
         next_sample = 0.0
         while True:
             codes = [h.proc.poll() for h in started]
-            if (now := time.monotonic()) >= next_sample:
+            # what the hosts do matters once the run is silent (what a stopped run was doing)
+            if (now := time.monotonic()) >= next_sample and _stalled(started, 2 * activity.SAMPLE_SECONDS):
                 for h, code in zip(started, codes):
                     if code is None:
                         h.watch.sample(now)
