@@ -19,8 +19,8 @@ was ready to run. Over a window of samples:
 Measured on the course's 2-core machine: a host blocked in a gloo collective used about 0.01 s
 of CPU a second, its main thread none, and that thread woke about 5 times a second (jaxlib's
 wait for the result looks again now and then); a `while True: pass` loop used 0.35-1 s a second;
-a loop around `time.sleep(0.01)` woke about 100 times a second. Where /proc is missing (macOS), every host is "" (not known) and the
-launcher has only its stall limit.
+a loop around `time.sleep(0.01)` woke about 100 times a second. Where /proc is missing (macOS),
+every host is "" (not known) and the launcher has only its stall limit.
 """
 from __future__ import annotations
 

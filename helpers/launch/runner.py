@@ -119,6 +119,7 @@ class _Host:
         self.err: list[str] = []
         self.log: list[str] = []
         self.last_output: float | None = None  # when the script last printed (monotonic)
+        self.script_ended = False  # it said so on stderr: it waits at JAX's exit barrier
         log_read, log_write = os.pipe()  # the host's native log (see _native_stderr_to_log)
         try:
             self.proc = _warm_start(cmd, env, log_write) if warm else None
@@ -149,6 +150,8 @@ class _Host:
             sink.append(line)
             if name != "log":
                 self.last_output = time.monotonic()
+            if name == "stderr" and line.startswith(SCRIPT_ENDED):
+                self.script_ended = True
             if on_line is not None:
                 on_line(self.index, name, line)
         stream.close()
@@ -232,28 +235,22 @@ class Limits:
                 raise ValueError(f"{name} must be a positive number of seconds or None; got {value!r}")
 
 
-def _stalled(started: list[_Host], stall: float | None) -> bool:
-    """Every host has printed (or exited), and none has printed for `stall` seconds.
-
-    Hosts that have all ended their scripts are not stalled: they are at JAX's exit barrier
-    together, which a busy machine can make last a few seconds.
-    """
-    if stall is None:
-        return False
+def _silence(started: list[_Host]) -> float | None:
+    """Seconds since any host printed, once every host still running has printed; None before,
+    and while every host still running has ended its script (they are at JAX's exit barrier
+    together, which a busy machine can make last a few seconds)."""
     running = [h for h in started if h.proc.poll() is None]
-    if running and all(SCRIPT_ENDED in "".join(h.err) for h in running):
-        return False
     times = [h.last_output for h in running]
-    return bool(times) and None not in times and time.monotonic() - max(times) > stall
+    if not times or None in times or all(h.script_ended for h in running):
+        return None
+    return time.monotonic() - max(times)
 
 
-def _idle(started: list[_Host], idle: float | None) -> bool:
-    """Stalled for `idle` seconds, and every host still in its script was idle since its last line:
-    blocked, waiting for another (a hang), not computing (a loop, a compile)."""
-    if not _stalled(started, idle):
-        return False
-    waiting = [h for h in started if h.proc.poll() is None and SCRIPT_ENDED not in "".join(h.err)]
-    return all(h.watch.activity(since=h.last_output) == "idle" for h in waiting)
+def _all_idle(started: list[_Host]) -> bool:
+    """Every host still in its script was idle since its last line: blocked, waiting for another
+    (a hang), not computing (a loop, a compile)."""
+    return all(h.watch.activity(since=h.last_output) == "idle"
+               for h in started if h.proc.poll() is None and not h.script_ended)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,8 +301,10 @@ def _run_hosts(cmd: list[str], hosts: int, devices_per_host: int, limits: Limits
         next_sample = 0.0
         while True:
             codes = [h.proc.poll() for h in started]
+            silence = _silence(started)
             # what the hosts do matters once the run is silent (what a stopped run was doing)
-            if (now := time.monotonic()) >= next_sample and _stalled(started, 2 * activity.SAMPLE_SECONDS):
+            if (now := time.monotonic()) >= next_sample and silence is not None \
+                    and silence > 2 * activity.SAMPLE_SECONDS:
                 for h, code in zip(started, codes):
                     if code is None:
                         h.watch.sample(now)
@@ -322,18 +321,19 @@ def _run_hosts(cmd: list[str], hosts: int, devices_per_host: int, limits: Limits
             if time.monotonic() > deadline:
                 why, limit = ("", None) if failed_at else (f"the {limits.timeout:g} s timeout", limits.timeout)
                 break
-            if not failed_at and _idle(started, limits.idle):
-                why, limit = f"no host printed anything for {limits.idle:g} s, and none was computing", limits.idle
-                break
-            if not failed_at and _stalled(started, limits.stall):
-                why, limit = f"no host printed anything for {limits.stall:g} s", limits.stall
-                break
+            if not failed_at and silence is not None:
+                if limits.idle is not None and silence > limits.idle and _all_idle(started):
+                    why, limit = (f"no host printed anything for {limits.idle:g} s, and none was computing",
+                                  limits.idle)
+                    break
+                if limits.stall is not None and silence > limits.stall:
+                    why, limit = f"no host printed anything for {limits.stall:g} s", limits.stall
+                    break
             time.sleep(_POLL_SECONDS)
         doing = {h.index: h.watch.activity(since=h.last_output) for h in started if h.proc.poll() is None}
         printed_at = max((h.last_output for h in started if h.last_output is not None), default=None)
         if not bare:  # a bare host has no stack-dump handler: SIGUSR1 would kill it
-            _ask_where([h for h in started if h.proc.poll() is None
-                        and SCRIPT_ENDED not in "".join(h.err)])
+            _ask_where([h for h in started if h.proc.poll() is None and not h.script_ended])
     finally:  # on KeyboardInterrupt too: no host may outlive the run
         _kill_groups([h.proc for h in started])  # and anything the scripts left behind
         for h in started:
