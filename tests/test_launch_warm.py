@@ -61,6 +61,21 @@ def test_one_warm_process_serves_every_device_count(tmp_path):
 
 
 @pytest.mark.multiprocess
+def test_the_tests_of_a_suite_share_a_warm_process(tmp_path, monkeypatch):
+    """pytest changes PYTEST_CURRENT_TEST for every test: each would otherwise start its own."""
+    script = tmp_path / "which_test.py"
+    script.write_text("import os\nprint(os.environ['PYTEST_CURRENT_TEST'])\n", encoding="utf-8")
+    seen = []
+    for name in ("test_one (call)", "test_two (call)"):
+        monkeypatch.setenv("PYTEST_CURRENT_TEST", name)
+        result = launch.run(script, hosts=2, devices_per_host=1, timeout=60)
+        assert result.ok, str(result)
+        seen.append((result.stdout, warm.pids()))
+    assert [out for out, _ in seen] == [("test_one (call)\n",) * 2, ("test_two (call)\n",) * 2]
+    assert seen[0][1] == seen[1][1]
+
+
+@pytest.mark.multiprocess
 def test_a_bare_run_never_forks(tmp_path):
     assert [h["imported"] for h in _seen(tmp_path, bare=False)] == [True, True]
     bare = tmp_path / "bare.py"

@@ -28,9 +28,12 @@ from helpers.launch import netns
 
 # Read only after the import, so hosts that differ in these share a warm process: the run's
 # coordinates, and the device count (XLA_FLAGS is read when the backend starts; JAX reads
-# JAX_NUM_CPU_DEVICES at import, so a fork sets it in JAX's config).
+# JAX_NUM_CPU_DEVICES at import, so a fork sets it in JAX's config). pytest names the running
+# test and its phase in PYTEST_CURRENT_TEST: keyed on it, every test of the suite paid for new
+# warm processes (each a JAX, and often a Flax and Orbax, import).
 _AFTER_IMPORT = frozenset({"JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID",
                            "HELPERS_LAUNCH_PARENT", "XLA_FLAGS", "JAX_NUM_CPU_DEVICES",
+                           "PYTEST_CURRENT_TEST",
                            *netns.ENV_NAMES})  # a fork enters its namespace (--netns)
 _CONTROL_FD = "HELPERS_WARM_CONTROL_FD"
 _SERVE = "from helpers.launch import host; host.warm_main()"
