@@ -1,9 +1,11 @@
 """The notebooks outside this repository, as on a hub or a laptop without a clone.
 
 `pip wheel .` builds the course's wheel; a new virtual environment gets it and nothing else of
-the course; one Part I notebook that launches real processes (08: its script and its srun
-transcript come from the wheel) and one Part II notebook (13), each copied alone into an empty
-folder, run top to bottom there on a kernel of that environment. To stay quick and offline,
+the course; one Part II notebook (13) and one Part IV notebook that launches real processes (16:
+its two scripts come from the wheel, the migration tool reads one, the launcher runs both on 2
+hosts), each copied alone into an empty folder, run top to bottom there on a kernel of that
+environment. (08 proves the same path at twice 16's cost; every notebook finds the course's
+files with the same `course_file`, checked on the wheel below.) To stay quick and offline,
 the new environment reads the third-party packages (jax, flax, ipykernel, ...) from this
 environment's site-packages through a path file; that path file adds the folder only, so this
 environment's editable install of the helpers (a finder started by its own .pth) is not active
@@ -30,7 +32,7 @@ from tools.nbrun import course_notebooks, read
 pytestmark = pytest.mark.multiprocess
 
 REPO = Path(__file__).resolve().parents[1]
-OUTSIDE = ("08_real_multiprocess", "13_collective_puzzles")  # Part I (real processes), Part II
+OUTSIDE = ("13_collective_puzzles", "16_port_your_own_script")  # Part II, Part IV (real processes)
 KERNEL = "course-outside-repo"
 RUN_ALL = """\
 import sys
