@@ -30,19 +30,26 @@ help:
 
 venv: $(STAMP)
 
-$(STAMP): requirements.txt requirements-lock.txt pyproject.toml
+# uv (pinned in requirements-bootstrap.txt, installed by the venv's pip) installs every other pin.
+# uv does not read pip's configuration: where it cannot install (a package index set only for pip,
+# say), pip installs the same pins, slower.
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+install = @echo "uv pip install $(1)"; $(BIN)/uv pip install --quiet --python $(BIN)/python $(1) \
+	|| { echo "uv could not install $(1): pip will (slower)"; $(PIP) $(1); }
+
+$(STAMP): requirements.txt requirements-lock.txt requirements-bootstrap.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed; found " + sys.version.split()[0] + ". Run: make PYTHON=python3.11 ...")'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt -c requirements-lock.txt
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@$(PIP) -r requirements-bootstrap.txt
+	$(call install,-r requirements.txt -c requirements-lock.txt)
+	$(call install,--no-deps -e .)
 	@touch $(STAMP)
 
 # The site's tooling (Sphinx, myst-nb) is installed by `make site` and `make test`, never by `make lab`.
 SITE_STAMP := $(VENV)/.site-installed
 
 $(SITE_STAMP): $(STAMP) requirements-site.txt
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-site.txt -c requirements-lock.txt
+	$(call install,-r requirements-site.txt -c requirements-lock.txt)
 	@touch $(SITE_STAMP)
 
 # The workshop hub's tooling (JupyterHub, its npm proxy): `make hub`, `make bench-hub`, `make test`.
@@ -52,7 +59,7 @@ LEARNERS ?= learner1 learner2 learner3
 HUB_PORT ?= 8000
 
 $(HUB_STAMP): $(STAMP) requirements-hub.txt
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-hub.txt -c requirements-lock.txt
+	$(call install,-r requirements-hub.txt -c requirements-lock.txt)
 	@touch $(HUB_STAMP)
 
 $(HUB_PROXY): hub/package.json hub/package-lock.json

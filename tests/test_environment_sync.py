@@ -1,4 +1,5 @@
-"""requirements.txt (what pip and CI install) and environment.yml (conda/Binder) must agree."""
+"""requirements.txt (what make venv and CI install) and environment.yml (conda/Binder) must agree;
+the installer make venv uses is pinned."""
 import re
 from pathlib import Path
 
@@ -64,3 +65,18 @@ def test_the_installed_jax_is_the_pinned_one():
     import jaxlib
 
     assert jax.__version__ == jaxlib.__version__ == pip_pins()["jax"]
+
+
+def test_the_installer_make_venv_uses_is_pinned_and_installed():
+    """requirements-bootstrap.txt pins uv exactly, and the .venv that runs this test has that uv."""
+    import subprocess
+    import sys
+
+    pins = [line.split("#")[0].strip() for line in (ROOT / "requirements-bootstrap.txt").read_text().splitlines()]
+    assert [p for p in pins if p] == [f"uv=={pins[-1].partition('==')[2]}"], pins
+    uv = Path(sys.executable).parent / "uv"
+    if not uv.exists():
+        import pytest
+        pytest.skip(f"{sys.executable} is not a venv made by make venv (no uv beside it)")
+    version = subprocess.run([str(uv), "--version"], capture_output=True, text=True, check=True).stdout.split()[1]
+    assert f"uv=={version}" == pins[-1]
