@@ -30,11 +30,12 @@ help:
 
 venv: $(STAMP)
 
-# uv (pinned in requirements-bootstrap.txt, installed by the venv's pip) installs every other pin.
+# uv (pinned in requirements-bootstrap.txt, installed by the venv's pip) installs every other pin, and
+# compiles their bytecode as pip does (a first import then reads it instead of compiling).
 # uv does not read pip's configuration: where it cannot install (a package index set only for pip,
 # say), pip installs the same pins, slower.
 PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
-install = @echo "uv pip install $(1)"; $(BIN)/uv pip install --quiet --python $(BIN)/python $(1) \
+install = @echo "uv pip install $(1)"; $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python $(1) \
 	|| { echo "uv could not install $(1): pip will (slower)"; $(PIP) $(1); }
 
 $(STAMP): requirements.txt requirements-lock.txt requirements-bootstrap.txt pyproject.toml
