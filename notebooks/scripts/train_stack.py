@@ -60,6 +60,8 @@ def fail(message: str) -> None:
     """One clear line on stderr, then exit: every host sees the same problem and stops."""
     sys.stdout.flush()
     print(f"train_stack.py: error: {message}", file=sys.stderr, flush=True)
+    if "jax" in sys.modules:  # joined: leave together, or a host still starting loses host 0's coordinator
+        sys.modules["jax"].distributed.shutdown()  # a barrier of every host; nothing when alone
     os._exit(2)
 
 
