@@ -165,7 +165,7 @@ def measure(results, opts) -> None:
             results.add(record(f"hub/beside a hung job/{NOTEBOOKS[-1]}", [beside["seconds"]]))
             log(f"hub: notebook 08 beside a hung job: {fmt_s(beside['seconds'])}")
     finally:
-        hub.remove_accounts()
+        hub.remove_accounts(names)
     results.sections[KEY] = {
         "cpus": os.cpu_count(), "memory_gib": psutil.virtual_memory().total / GIB,
         "cpu_model": platform.processor() or platform.machine(), "beside_hang": beside,

@@ -3,6 +3,8 @@ server and files, cannot read each other's, and their real multi-process runs st
 
 Needs root (it makes Unix accounts) and the hub's pins (`make test` installs them); elsewhere the
 tests are skipped with the reason. Every account, server and process a test made is gone after it.
+Each test owns what it makes: its learners' names are its own (pytest-xdist may run this module's
+fixture on several workers at once), and it removes only those accounts, never another's.
 """
 from __future__ import annotations
 
@@ -25,7 +27,15 @@ from tools import hub
 from tools.hub_client import Learner
 
 ROOT = Path(__file__).resolve().parents[1]
-LEARNERS = ["jmcana", "jmcbo", "jmcchen"]  # three, as the issue asks; jmc: course accounts only
+
+
+def _own_names(*roles: str) -> list[str]:
+    """Learner names no other test or worker uses: jmc (course accounts), 6 random hex digits, a role."""
+    tag = secrets.token_hex(3)
+    return [f"jmc{tag}{role}" for role in roles]
+
+
+ANA, BO, CHEN = LEARNERS = _own_names("ana", "bo", "chen")  # three, as the issue asks
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not os.access(hub.PROXY, os.X_OK),
@@ -43,18 +53,28 @@ def _running_as(uids: set[int]) -> list[int]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """A hub on a free port with three learner accounts and a service token; torn down after."""
-    passwords = {name: hub.make_account(name) for name in LEARNERS}
-    uids = _uids(LEARNERS)
-    token = secrets.token_hex(16)
-    port = hub.free_port()
-    running = hub.Hub(LEARNERS, port, token=token, state=tmp_path_factory.mktemp("hub"))
     try:
-        yield running, passwords, token
-    finally:
-        running.stop()
-        hub.remove_accounts()
+        passwords = {name: hub.make_account(name) for name in LEARNERS}
+        uids = _uids(LEARNERS)
+        token = secrets.token_hex(16)
+        running = hub.Hub(LEARNERS, hub.free_port(), token=token, state=tmp_path_factory.mktemp("hub"))
+        try:
+            yield running, passwords, token
+        finally:
+            running.stop()
         assert not survivors(_running_as(uids)), "a learner's process outlived the hub"
-        assert not any(hub.learner_account(n) for n in LEARNERS)
+    finally:
+        assert sorted(hub.remove_accounts(LEARNERS)) == sorted(LEARNERS)
+    assert not any(hub.learner_account(n) for n in LEARNERS)
+
+
+@pytest.fixture(autouse=True)
+def hub_log_when_a_test_fails(request):
+    """The hub's log tail, printed after each test that uses the hub: pytest shows it when one fails."""
+    yield
+    if "served" in request.fixturenames:
+        running = request.getfixturevalue("served")[0]
+        print("hub log (tail):\n" + (running.state / "jupyterhub.log").read_text()[-4000:])
 
 
 def test_a_learner_logs_in_with_their_password_and_a_wrong_one_is_refused(served):
@@ -63,26 +83,26 @@ def test_a_learner_logs_in_with_their_password_and_a_wrong_one_is_refused(served
     page = session.get(f"{running.url}/hub/login", timeout=10)
     xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.text)[1]
     wrong = session.post(f"{running.url}/hub/login", timeout=10, allow_redirects=False,
-                         data={"username": "jmcana", "password": "not-it", "_xsrf": xsrf})
+                         data={"username": ANA, "password": "not-it", "_xsrf": xsrf})
     assert wrong.status_code == 403 and "Invalid username or password" in wrong.text
     right = session.post(f"{running.url}/hub/login", timeout=10, allow_redirects=False,
-                         data={"username": "jmcana", "password": passwords["jmcana"], "_xsrf": xsrf})
+                         data={"username": ANA, "password": passwords[ANA], "_xsrf": xsrf})
     assert right.status_code == 302, right.text[:300]
 
 
 def test_each_learner_has_a_server_of_their_own_and_cannot_read_anothers_files(served):
     running, _, token = served
-    ana = Learner(running.url, "jmcana", token).start()
+    ana = Learner(running.url, ANA, token).start()
     try:
         who = ana.run("import os, pathlib\nprint(os.getuid(), pathlib.Path.cwd())")
-        assert who.text.split() == [str(pwd.getpwnam("jmcana").pw_uid), "/home/jmcana/course"]
-        peek = ana.run("sorted(p.name for p in __import__('pathlib').Path('/home/jmcbo').iterdir())")
+        assert who.text.split() == [str(pwd.getpwnam(ANA).pw_uid), f"/home/{ANA}/course"]
+        peek = ana.run(f"sorted(p.name for p in __import__('pathlib').Path('/home/{BO}').iterdir())")
         assert peek.error.startswith("PermissionError"), peek
-        read = ana.run("open('/home/jmcbo/course/00_fake_devices.ipynb').read()")
+        read = ana.run(f"open('/home/{BO}/course/00_fake_devices.ipynb').read()")
         assert read.error.startswith("PermissionError"), read
         mine = ana.run("from helpers.exercises import check\nfrom helpers import progress_store\n"
                        "print(progress_store.progress_file())")
-        assert mine.text.strip().startswith("/home/jmcana/"), mine
+        assert mine.text.strip().startswith(f"/home/{ANA}/"), mine
     finally:
         ana.close()
 
@@ -123,21 +143,22 @@ def _make_hub(*args, env=None) -> subprocess.CompletedProcess:
 
 
 def test_a_learner_name_with_odd_characters_is_one_line_and_nothing_is_made():
-    before = {p.pw_name for p in pwd.getpwall()}
-    out = _make_hub("--learners", "ana Bo!", "--port", str(hub.free_port()))
+    [good] = _own_names("ana")
+    out = _make_hub("--learners", f"{good} Bo!", "--port", str(hub.free_port()))
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert "learner name 'Bo!' cannot be a Unix account" in out.stderr
-    assert {p.pw_name for p in pwd.getpwall()} == before
+    assert hub.learner_account(good) is None, "the valid name was made an account all the same"
 
 
 def test_the_hubs_port_in_use_is_one_line_and_nothing_is_started():
+    [zed] = _own_names("zed")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        out = _make_hub("--learners", "jmczed", "--port", str(port))
+        out = _make_hub("--learners", zed, "--port", str(port))
     assert out.returncode == 2 and f"port {port} on 127.0.0.1 is in use" in out.stderr
-    assert out.stderr.count("\n") == 1 and not hub.learner_account("jmczed")
+    assert out.stderr.count("\n") == 1 and hub.learner_account(zed) is None
 
 
 def test_a_missing_proxy_is_one_line(monkeypatch):
@@ -148,6 +169,21 @@ def test_a_missing_proxy_is_one_line(monkeypatch):
 def test_an_account_that_is_not_a_learners_is_never_touched():
     with pytest.raises(hub.HubError, match="already exists and is not a course learner's"):
         hub.make_account("root")
+    assert hub.remove_accounts(["root", "nosuchaccount"]) == [] and hub.learner_account("root") is False
+
+
+def test_remove_with_learners_removes_those_and_leaves_every_other_learner():
+    kept, removed = _own_names("kept", "gone")
+    try:
+        for name in (kept, removed):
+            hub.make_account(name)
+        out = _make_hub("remove", "--learners", removed)
+        assert out.returncode == 0 and out.stdout == f"removed 1 learner account(s): {removed}\n", out
+        assert hub.learner_account(removed) is None and not Path(f"/home/{removed}").exists()
+        assert hub.learner_account(kept) is True and Path(f"/home/{kept}/course").is_dir()
+    finally:
+        hub.remove_accounts([kept, removed])
+    assert hub.learner_account(kept) is None
 
 
 # ------------------------------------------------------------------ one learner, in a real browser
@@ -184,11 +220,11 @@ def test_a_learner_logs_in_opens_notebook_00_and_runs_it_in_a_browser(served, tm
         page = context.new_page()
         page.set_default_timeout(60_000)
         page.goto(f"{running.url}/hub/login")
-        page.fill("#username_input", "jmcbo")
-        page.fill("#password_input", passwords["jmcbo"])
+        page.fill("#username_input", BO)
+        page.fill("#password_input", passwords[BO])
         page.click("#login_submit")
-        page.wait_for_url(re.compile(r".*/user/jmcbo/lab.*"), timeout=90_000)
-        lab_page = LabPage(page, _LearnersLab(running, "jmcbo"))
+        page.wait_for_url(re.compile(rf".*/user/{BO}/lab.*"), timeout=90_000)
+        lab_page = LabPage(page, _LearnersLab(running, BO))
         try:
             lab_page.open_notebook("00_fake_devices.ipynb")
             state = lab_page.run_all(timeout=180)

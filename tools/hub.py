@@ -3,7 +3,8 @@
     make hub                          # learners learner1..learner3
     make hub LEARNERS="ana bo chen"   # these names
     make hub HUB_PORT=8001
-    .venv/bin/python tools/hub.py remove   # delete the learner accounts it made, homes too
+    .venv/bin/python tools/hub.py remove   # delete every learner account it made, homes too
+    .venv/bin/python tools/hub.py remove --learners "ana bo"   # only these
 
 Each learner is a Unix account made here (`useradd`, home mode 700, a random password, their
 own copy of the notebooks in ~/course). The hub (hub/jupyterhub_config.py) logs them in with
@@ -15,6 +16,8 @@ port in use, no proxy, not root) is one line and exit status 2, with nothing sta
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
 import pwd
 import re
@@ -37,6 +40,7 @@ CONFIG = ROOT / "hub" / "jupyterhub_config.py"
 PROXY = ROOT / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
 STATE = ROOT / "build" / "hub"
 LEARNER_PYTHON = ROOT / "build" / "hub-python"  # see learner_python()
+LOCKS = ROOT / "build" / "hub-locks"  # one tools/hub.py at a time changes accounts or LEARNER_PYTHON
 MARKER = "jax-multihost-course learner"  # the accounts' comment field: only these are ever changed
 NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 START_SECONDS = 30.0
@@ -67,14 +71,27 @@ def learner_account(name: str) -> bool | None:
         return None
 
 
+@contextlib.contextmanager
+def _locked(what: str):
+    """Hold `what`'s lock: two hubs started at once (two test workers, say) take turns."""
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    with open(LOCKS / what, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def make_account(name: str) -> str:
     """Make (or renew) a learner's account with a copy of the notebooks; return its new password."""
-    if learner_account(name) is False:
-        raise HubError(f"an account named {name!r} already exists and is not a course learner's: "
-                       "choose another name")
-    if learner_account(name) is None:
-        subprocess.run(["useradd", "--create-home", "--user-group", "--shell", "/bin/bash",
-                        "--comment", MARKER, name], check=True, capture_output=True)
+    with _locked("accounts"):
+        if learner_account(name) is False:
+            raise HubError(f"an account named {name!r} already exists and is not a course learner's: "
+                           "choose another name")
+        if learner_account(name) is None:
+            subprocess.run(["useradd", "--create-home", "--user-group", "--shell", "/bin/bash",
+                            "--comment", MARKER, name], check=True, capture_output=True)
+        password = secrets.token_urlsafe(9)
+        subprocess.run(["chpasswd"], input=f"{name}:{password}\n", text=True, check=True,
+                       capture_output=True)
     home = Path(pwd.getpwnam(name).pw_dir)
     course = home / "course"
     course.mkdir(exist_ok=True)
@@ -83,21 +100,28 @@ def make_account(name: str) -> str:
             shutil.copy(notebook, course)
     subprocess.run(["chown", "-R", f"{name}:{name}", str(home)], check=True)
     home.chmod(0o700)
-    password = secrets.token_urlsafe(9)
-    subprocess.run(["chpasswd"], input=f"{name}:{password}\n", text=True, check=True,
-                   capture_output=True)
     return password
 
 
-def remove_accounts() -> list[str]:
-    """Delete every account this tool made (their processes, homes and groups); their names."""
+def learner_accounts() -> list[str]:
+    """Every account this tool made, on the whole machine."""
+    return [entry.pw_name for entry in pwd.getpwall() if entry.pw_gecos == MARKER]
+
+
+def remove_accounts(names: list[str]) -> list[str]:
+    """Delete these learners' accounts (their processes, homes and groups); the names removed.
+
+    A name that is not a course learner's account (someone else's, or none) is left alone.
+    """
     gone = []
-    for entry in pwd.getpwall():
-        if entry.pw_gecos == MARKER:
-            subprocess.run(["pkill", "-KILL", "-u", entry.pw_name], capture_output=True)
-            time.sleep(0.1)
-            subprocess.run(["userdel", "--remove", entry.pw_name], capture_output=True)
-            gone.append(entry.pw_name)
+    for name in names:
+        if not learner_account(name):
+            continue
+        subprocess.run(["pkill", "-KILL", "-u", name], capture_output=True)
+        time.sleep(0.1)
+        with _locked("accounts"):
+            subprocess.run(["userdel", "--remove", name], capture_output=True)
+        gone.append(name)
     return gone
 
 
@@ -155,15 +179,16 @@ def learner_python() -> Path:
                        f"a folder above it is closed to them), and there is no /usr/bin/{version} to "
                        "use instead: install the course with a Python they can reach (e.g. Debian's python3)")
     python = LEARNER_PYTHON / "bin" / "python"
-    if not python.exists():
-        subprocess.run([system, "-m", "venv", "--without-pip", str(LEARNER_PYTHON)], check=True,
-                       capture_output=True)
-    packages = sysconfig.get_paths()["purelib"]
-    target = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                 capture_output=True, text=True, check=True).stdout.strip())
-    (target / "_course.pth").write_text(f"import site; site.addsitedir({packages!r})\n")
-    for folder in (LEARNER_PYTHON, LEARNER_PYTHON.parent):  # build/ too: learners pass through it
-        folder.chmod(0o755)
+    with _locked("hub-python"):
+        if not python.exists():
+            subprocess.run([system, "-m", "venv", "--without-pip", str(LEARNER_PYTHON)], check=True,
+                           capture_output=True)
+        packages = sysconfig.get_paths()["purelib"]
+        target = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                     capture_output=True, text=True, check=True).stdout.strip())
+        (target / "_course.pth").write_text(f"import site; site.addsitedir({packages!r})\n")
+        for folder in (LEARNER_PYTHON, LEARNER_PYTHON.parent):  # build/ too: learners pass through it
+            folder.chmod(0o755)
     return python
 
 
@@ -286,22 +311,27 @@ def serve(learners: list[str], port: int) -> int:
     return 0
 
 
+def _names(text: str) -> list[str]:
+    return re.split(r"[\s,]+", text.strip())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tools/hub.py", description=__doc__.splitlines()[0])
     parser.add_argument("command", nargs="?", choices=("serve", "remove"), default="serve")
-    parser.add_argument("--learners", default="learner1 learner2 learner3",
-                        help="learner names, separated by spaces or commas")
+    parser.add_argument("--learners", default=None,
+                        help="learner names, separated by spaces or commas (serve: learner1 learner2 "
+                             "learner3; remove: every course learner's account)")
     parser.add_argument("--port", type=int, default=8000)
     opts = parser.parse_args(argv)
     try:
         if opts.command == "remove":
             if os.geteuid() != 0:
                 raise HubError("removing accounts needs root")
-            gone = remove_accounts()
+            gone = remove_accounts(_names(opts.learners) if opts.learners else learner_accounts())
             print(f"removed {len(gone)} learner account(s): {' '.join(gone) or '-'}")
             return 0
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
-        return serve(re.split(r"[\s,]+", opts.learners.strip()), opts.port)
+        return serve(_names(opts.learners or "learner1 learner2 learner3"), opts.port)
     except HubError as error:
         print(f"make hub: {error}", file=sys.stderr)
         return 2
