@@ -19,10 +19,11 @@ KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 
 # One real run of 2 hosts x 2 devices. Every host records two traces of 3 steps after a warm-up step:
 # in run "a" host 1 sleeps 0.3 s at the start of every step, in run "b" host 0 does. Both hosts write
-# under one directory (named after the run's coordinator port), read both hosts' traces back, and
+# under one directory (named after the run's coordinator address), read both hosts' traces back, and
 # host 0 removes the directory. A layout (2, d) shows the function the XLA ops of d devices per host.
 _DRIVER = '''
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -41,8 +42,9 @@ _host = jax.process_index()
 _mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ("host", "device"))
 _rows = NamedSharding(_mesh, P(("host", "device")))
 _step = jax.jit(lambda w, x: w - 0.1 * jax.grad(lambda w: jnp.mean((x @ w) ** 2))(w))
+# the run's own folder: its coordinator's address and port (two hub learners may share a port)
 _root = os.path.join(tempfile.gettempdir(),
-                     "course-15.1-" + os.environ["JAX_COORDINATOR_ADDRESS"].rsplit(":", 1)[-1])
+                     "course-15.1-" + re.sub(r"\W", "-", os.environ["JAX_COORDINATOR_ADDRESS"]))
 _w = jax.device_put(np.ones(4, np.float32), NamedSharding(_mesh, P()))
 _x = jax.make_array_from_process_local_data(_rows, np.ones((2 * jax.local_device_count(), 4), np.float32))
 _w = _step(_w, _x).block_until_ready()  # compiled before any trace starts
