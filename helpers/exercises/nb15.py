@@ -44,7 +44,7 @@ _rows = NamedSharding(_mesh, P(("host", "device")))
 _step = jax.jit(lambda w, x: w - 0.1 * jax.grad(lambda w: jnp.mean((x @ w) ** 2))(w))
 # the run's own folder: its coordinator's address and port (two hub learners may share a port)
 _root = os.path.join(tempfile.gettempdir(),
-                     "course-15.1-" + re.sub(r"\W", "-", os.environ["JAX_COORDINATOR_ADDRESS"]))
+                     "course-15.1-" + re.sub(r"\\W", "-", os.environ["JAX_COORDINATOR_ADDRESS"]))
 _w = jax.device_put(np.ones(4, np.float32), NamedSharding(_mesh, P()))
 _x = jax.make_array_from_process_local_data(_rows, np.ones((2 * jax.local_device_count(), 4), np.float32))
 _w = _step(_w, _x).block_until_ready()  # compiled before any trace starts
