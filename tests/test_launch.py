@@ -578,3 +578,40 @@ def test_a_silent_process_is_told_busy_waking_or_idle_by_its_cpu():
         for proc in procs.values():
             proc.kill()
             proc.wait()
+
+
+class _ReapedHost:
+    """A host the run has reaped, whose number the kernel has since given to another process."""
+
+    def __init__(self, pid: int, returncode: int | None = 0):
+        self.pid, self.returncode = pid, returncode
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.returncode
+
+
+def test_the_cleanup_never_kills_a_stranger_that_got_a_reaped_hosts_number():
+    """PIDs wrap around within a suite's run (threads take numbers too): a Jupyter kernel or another
+    run's host, each leading a group of its own, may get a finished host's number."""
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        runner._kill_groups([_ReapedHost(stranger.pid)])
+        time.sleep(0.2)
+        assert stranger.poll() is None, "the cleanup killed a process that was not the run's"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_the_cleanup_still_kills_what_a_reaped_host_left_in_its_group():
+    leader = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess, sys; print(subprocess.Popen([sys.executable, '-c', "
+                               "'import time; time.sleep(60)']).pid, flush=True)"],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    orphan = int(leader.stdout.readline())
+    leader.wait()  # reaped: its group now holds only the orphan
+    runner._kill_groups([leader])
+    assert not survivors([orphan])

@@ -95,9 +95,30 @@ def _child_env(host: int, hosts: int, devices_per_host: int, coordinator: str,
     return env
 
 
+def group_is_ours(proc: subprocess.Popen | warm.WarmHost) -> bool:
+    """Whether the process group `proc.pid` is still the one its host led.
+
+    An unreaped host holds its number. A reaped one's group lives on only while something it
+    left runs in it, and then Linux gives the number to no new process; once no process holds it,
+    the number is free, and a process with it (a Jupyter kernel, another run's host: each leads
+    a group of its own) is a stranger.
+    """
+    if proc.poll() is None:
+        return True
+    try:
+        os.kill(proc.pid, 0)
+    except ProcessLookupError:
+        return True  # no process has the number: only the host's leftovers can be in its group
+    except PermissionError:
+        return False
+    return False
+
+
 def _kill_groups(procs: list[subprocess.Popen | warm.WarmHost]) -> None:
     """SIGKILL every process group at once (no host outlives another by a wait), then reap them."""
     for proc in procs:
+        if not group_is_ours(proc):
+            continue
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # each child leads its own session/group
         except (ProcessLookupError, PermissionError):
