@@ -263,8 +263,8 @@ class Hub:
                 _exited(group, 5)
             _signal_group(group, signal.SIGKILL)  # the proxy, if it outlived the hub
             self.proc.wait()
-        else:  # reaped at start (it failed): kill what is left of its group, one by one
-            for proc in psutil.process_iter():
+        elif not psutil.pid_exists(group):  # reaped at start (it failed): kill what is left of
+            for proc in psutil.process_iter():  # its group, unless its number is another's now
                 try:
                     if os.getpgid(proc.pid) == group:
                         proc.kill()
