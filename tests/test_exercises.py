@@ -4,6 +4,7 @@ attempted", garbage never crashes the judge, and a kernel without its set-up is 
 import re
 import subprocess
 import sys
+import time
 
 import jax
 import pytest
@@ -201,7 +202,29 @@ def test_a_function_that_never_returns_is_stopped():
     function_ids = [i for i in IDS if "def " in exercises.get(i).solution]
     with emulated_hosts(exercises.get(function_ids[0]).kernel.hosts or 1):
         status, message = exercises.verdict(function_ids[0], spin, time_limit=0.5)
-    assert status == "mistake" and "took more than 0.5 s" in message
+    assert status == "mistake" and "your answer used more than 0.5 s of CPU to check" in message
+
+
+def test_a_function_that_waits_forever_is_stopped_by_the_clock(monkeypatch):
+    monkeypatch.setattr(core, "WAIT_FACTOR", 2)
+
+    def wait(*args, **kwargs):
+        time.sleep(60)
+
+    function_ids = [i for i in IDS if "def " in exercises.get(i).solution]
+    with emulated_hosts(exercises.get(function_ids[0]).kernel.hosts or 1):
+        status, message = exercises.verdict(function_ids[0], wait, time_limit=0.5)
+    assert status == "mistake" and "your answer took more than 1 s to check" in message
+
+
+def test_a_check_is_limited_by_the_cpu_it_uses_not_by_the_clock():
+    """A busy machine makes a check's clock run, not its CPU: beside two test suites 13.2's
+    reference used 0.3 s of CPU in 11 s on the clock, and a 10 s limit on the clock called it a loop.
+    Here 1.5 s pass on the clock, mostly waiting, under a limit of 0.5 s of CPU."""
+    with core._time_limit(0.5):
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 def test_unknown_ids_list_the_ids_of_that_notebook(capsys):

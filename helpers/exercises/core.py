@@ -32,7 +32,8 @@ import jax.numpy as jnp
 from jax import P
 from jax.sharding import Mesh, NamedSharding
 """
-TIME_LIMIT_S = 10.0
+TIME_LIMIT_S = 10.0  # CPU seconds a check may use (see _time_limit)
+WAIT_FACTOR = 6  # and a check that waits without using the CPU is stopped after this many times as long
 
 Message = Union[str, Callable[..., str]]  # a message, or a function of the answer that writes one
 
@@ -50,7 +51,7 @@ class NotAttempted(Exception):
 
 
 class _TooSlow(BaseException):  # not an Exception: no `except Exception` may swallow it
-    pass
+    """Raised in a check that ran too long; its text says how: 'used more than 10 s of CPU'."""
 
 
 class Status(StrEnum):
@@ -224,21 +225,34 @@ def all_ids() -> list[str]:
 
 @contextmanager
 def _time_limit(seconds: float):
-    """Interrupt the block after `seconds` (main thread only; elsewhere no limit)."""
+    """Interrupt the block once this process has used `seconds` of CPU in it, or after WAIT_FACTOR
+    times `seconds` on the clock (main thread only; elsewhere no limit).
+
+    A loop that never ends uses the CPU, so it is caught by the CPU it used, whatever else runs
+    on the machine: a busy machine slows a check's clock, not its CPU (a reference solution that
+    needs 0.3 s of CPU took 11 s on the clock beside two test suites). The clock limit catches a
+    check that waits without using the CPU.
+    """
     if threading.current_thread() is not threading.main_thread() or seconds is None:
         yield
         return
 
-    def on_alarm(signum, frame):
-        raise _TooSlow
+    def on_cpu(signum, frame):
+        raise _TooSlow(f"used more than {seconds:g} s of CPU")
 
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    def on_clock(signum, frame):
+        raise _TooSlow(f"took more than {seconds * WAIT_FACTOR:g} s")
+
+    previous = signal.signal(signal.SIGPROF, on_cpu), signal.signal(signal.SIGALRM, on_clock)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds * WAIT_FACTOR)
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGPROF, previous[0])
+        signal.signal(signal.SIGALRM, previous[1])
 
 
 _limit = threading.local()
@@ -315,9 +329,8 @@ def judge_exercise(exercise: Exercise, answer: Any, time_limit: float = TIME_LIM
         return Outcome(Status.NOT_ATTEMPTED, "not attempted yet: your function still raises NotImplementedError")
     except Mistake as mistake:
         return Outcome(Status.MISTAKE, str(mistake), mistake.detail)
-    except _TooSlow:
-        return Outcome(Status.MISTAKE, f"your answer took more than {time_limit:g} s to check; look for a "
-                                       "loop that never ends")
+    except _TooSlow as too_slow:
+        return Outcome(Status.MISTAKE, f"your answer {too_slow} to check; look for a loop that never ends")
     except Exception as error:  # the judge itself failed: not the learner's fault
         return Outcome(Status.MISTAKE, f"this answer could not be checked ({explain(error)}); compare its "
                                        "form with the prompt")
