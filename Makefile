@@ -1,5 +1,7 @@
 # Two commands: `make lab` opens the course, `make test` proves it. Both set up .venv first.
-PYTHON ?= python3
+# The Python the venv is made with: PYTHON=... if given, else the first 3.12+ that tools/find_python.sh
+# finds (python3.13, python3.12, python3 on PATH, then pyenv's versions).
+PYTHON ?=
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -39,8 +41,11 @@ install = @echo "uv pip install $(1)"; $(BIN)/uv pip install --quiet --compile-b
 	|| { echo "uv could not install $(1): pip will (slower)"; $(PIP) $(1); }
 
 $(STAMP): requirements.txt requirements-lock.txt requirements-bootstrap.txt pyproject.toml
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is needed; found " + sys.version.split()[0] + ". Run: make PYTHON=python3.11 ...")'
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@python="$(PYTHON)"; [ -n "$$python" ] || python=$$(tools/find_python.sh) || exit 2; \
+	"$$python" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "Python 3.12+ is needed (jax 0.11 dropped 3.11); $$python is " + sys.version.split()[0] + ": leave PYTHON out to find one, or give another")' || exit 2; \
+	if [ -x $(BIN)/python ] && ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then \
+		echo "$(VENV) was made with a Python older than 3.12: making it anew with $$python"; rm -rf $(VENV); fi; \
+	test -x $(BIN)/python || { echo "making $(VENV) with $$python"; "$$python" -m venv $(VENV); }
 	@$(PIP) -r requirements-bootstrap.txt
 	$(call install,-r requirements.txt -c requirements-lock.txt)
 	$(call install,--no-deps -e .)

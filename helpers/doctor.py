@@ -28,8 +28,8 @@ from helpers import launch
 from helpers.launch import netns
 
 ROOT = Path(__file__).resolve().parents[1]
-MIN_PYTHON = (3, 11)
-EXPECTED_JAX = "0.10.2"  # used when requirements.txt is not there to read the pin from
+MIN_PYTHON = (3, 12)  # jax 0.11 dropped Python 3.11
+EXPECTED_JAX = "0.12.0.1"  # used when requirements.txt is not there to read the pin from
 FAKE_DEVICES = 8
 MIN_DISK_GB = 1.0
 MIN_MEMORY_GB = 2.0
@@ -182,7 +182,7 @@ def check_hosts_apart() -> Outcome:
 
 def gloo_address(name: str | None = None) -> str:
     """The address gloo advertises for this machine: the first of its hostname's addresses that
-    binds, as gloo's tcp device picks it (JAX 0.10.2 gives gloo no address of its own)."""
+    binds, as gloo's tcp device picks it (JAX 0.12 gives gloo no address of its own)."""
     name = name or socket.gethostname()
     for family, kind, proto, _, sockaddr in socket.getaddrinfo(name, None, type=socket.SOCK_STREAM):
         with socket.socket(family, kind, proto) as probe:
@@ -323,8 +323,8 @@ def check_mpirun() -> Outcome:
     name, major = f"Open MPI {found.group(1)}", found.group(2)
     if major == "4":
         return True, f"{name}: notebook 08 and tests/test_mpirun.py run the training script under it", ""
-    return (True, f"{name}: JAX 0.10.2 detects Open MPI {major} only through mpi4py (pip install "
-                  "mpi4py); notebook 08's mpirun run needs Open MPI 4", "")
+    return (True, f"{name}: JAX 0.12 detects Open MPI {major} and joins it through mpi4py (pip install "
+                  "mpi4py); notebook 08's mpirun run needs Open MPI 4 (the course does not pin mpi4py)", "")
 
 
 def check_srun() -> Outcome:

@@ -27,7 +27,7 @@ __all__ = ["Finding", "LESSONS", "findings", "migrate", "rewrite", "main", "Migr
 LESSONS: dict[str, tuple[str, str]] = {
     "pmap": ("06", "A line-by-line port"),
     "pmap-collective": ("06", "The gradient trap"),
-    "device-put-replicated": ("04", "What pmap is in jax 0.10.2"),
+    "device-put-replicated": ("04", "What pmap is in jax 0.12"),
     "experimental-shard-map": ("06", "Five more things a real port runs into"),
     "with-mesh": ("06", "Five more things a real port runs into"),
     "local-batch": ("07", "Way three: `shard_map` on a `(host, device)` mesh, with a global batch"),

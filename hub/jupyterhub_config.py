@@ -58,6 +58,8 @@ c.Spawner.environment = {
     "JUPYTER_CONFIG_PATH": os.path.join(os.environ["COURSE_HUB_PREFIX"], "etc", "jupyter"),
     "JUPYTER_PATH": os.path.join(os.environ["COURSE_HUB_PREFIX"], "share", "jupyter"),
 }
+if os.environ.get("COURSE_HUB_LIBRARY_PATH"):  # PYTHON is a copy whose libpython sits there (tools/hub.py)
+    c.Spawner.environment["LD_LIBRARY_PATH"] = os.environ["COURSE_HUB_LIBRARY_PATH"]
 
 # The tools' own client (tests, make bench-hub): starts servers and runs kernels through the hub.
 if os.environ.get("COURSE_HUB_SERVICE_TOKEN"):

@@ -464,3 +464,18 @@ def test_the_restart_section_shows_the_kill_to_first_resumed_step():
     text = restarts.render(results)
     assert "| train_stack.py on 2 × 4, killed during save 4, resumed from checkpoint 2 | 5 s (4–6) |" \
         in text, text
+
+
+def test_the_jax_floor_times_a_process_that_imports_jax_and_runs_one_jitted_sum():
+    import sys
+
+    import jax
+
+    from benchmarks import jax_floor
+
+    results = jax_floor.measure([sys.executable], runs=1)
+    assert results[sys.executable]["jax"] == jax.__version__
+    assert len(results[sys.executable]["seconds"]) == 1 and results[sys.executable]["seconds"][0] > 0
+    assert jax_floor.report(results).startswith(f"jax {jax.__version__}")
+    with pytest.raises(SystemExit, match="the floor program failed"):
+        jax_floor.one_run("/bin/false")

@@ -39,13 +39,13 @@ def test_all_checks_together_take_under_30_seconds(results):
 def test_a_wrong_jax_version_fails_and_names_the_reinstall():
     ok, detail, fix = doctor.check_jax(expected="0.0.0")
     assert not ok
-    assert "0.0.0" in detail and "0.10.2" in detail
+    assert "0.0.0" in detail and "0.12.0.1" in detail
     for command in REINSTALL_COMMANDS:
         assert command in fix
 
 
 def test_the_expected_jax_version_is_read_from_requirements_txt():
-    assert doctor.pinned_jax() == "0.10.2"
+    assert doctor.pinned_jax() == "0.12.0.1"
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ def test_a_missing_launcher_passes_and_says_what_it_would_add(monkeypatch, name,
 
 @pytest.mark.parametrize("version, says", [
     ("mpirun (Open MPI) 4.1.4", "Open MPI 4.1.4: notebook 08 and tests/test_mpirun.py run"),
-    ("mpirun (Open MPI) 5.0.6", "Open MPI 5.0.6: JAX 0.10.2 detects Open MPI 5 only through mpi4py"),
+    ("mpirun (Open MPI) 5.0.6", "Open MPI 5.0.6: JAX 0.12 detects Open MPI 5 and joins it through mpi4py"),
     ("HYDRA build details:", "not Open MPI, so notebook 08 skips its mpirun run"),
 ])
 def test_mpirun_says_which_open_mpi_and_what_it_adds(tmp_path, monkeypatch, version, says):

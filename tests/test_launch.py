@@ -435,10 +435,12 @@ def test_initialize_falls_back_to_jax_cluster_detection(initialize_calls, monkey
     assert initialize_calls == [dict(initialization_timeout=60)]
 
 
-def test_initialize_explains_an_mpi_it_cannot_detect(initialize_calls, monkeypatch):
-    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
-    with pytest.raises(RuntimeError, match="OMPI_MCA_orte_hnp_uri"):
-        launch.initialize()
+def test_initialize_runs_alone_with_only_part_of_open_mpis_variables_as_jax_would(initialize_calls, monkeypatch):
+    from jax._src.clusters import OmpiCluster
+
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")  # no rank, no local rank, no OMPI_MCA_orte_hnp_uri
+    assert not OmpiCluster.is_env_present()
+    assert launch.initialize() == "single process" and initialize_calls == []
 
 
 # ----------------------------------------------------------------------- display only

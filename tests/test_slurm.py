@@ -209,8 +209,8 @@ def test_a_crash_on_one_task_is_reported_and_ends_the_step(slurm_conf, tmp_path)
 
 SLURM_ENV = {"SLURM_JOB_ID": "7", "SLURM_STEP_NODELIST": "node1", "SLURM_NTASKS": "2",
              "SLURM_PROCID": "1", "SLURM_LOCALID": "1"}
-OPEN_MPI_5_ENV = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1",
-                  "PMIX_RANK": "1"}  # what Open MPI 5's mpirun sets: no OMPI_MCA_orte_hnp_uri
+OPEN_MPI_5_ENV = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                  "OMPI_VERSION": "5.0.6", "PMIX_RANK": "1"}  # Open MPI 5's mpirun: no OMPI_MCA_orte_hnp_uri
 
 
 def test_under_srun_initialize_lets_jax_detect_slurm(initialize_calls, monkeypatch):
@@ -220,22 +220,24 @@ def test_under_srun_initialize_lets_jax_detect_slurm(initialize_calls, monkeypat
     assert initialize_calls == [dict(initialization_timeout=9)]
 
 
-def test_under_open_mpi_5_initialize_asks_jax_for_mpi4py(initialize_calls, monkeypatch):
+def test_under_open_mpi_5_initialize_lets_jax_detect_it(initialize_calls, monkeypatch):
     for k, v in OPEN_MPI_5_ENV.items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setattr("importlib.util.find_spec", lambda name: name == "mpi4py" or None)
     assert launch.initialize(timeout=9) == "cluster auto-detect (Open MPI 5)"
-    assert initialize_calls == [dict(initialization_timeout=9, cluster_detection_method="mpi4py")]
+    assert initialize_calls == [dict(initialization_timeout=9)]
 
 
-def test_under_open_mpi_5_without_mpi4py_initialize_says_what_to_install(initialize_calls,
-                                                                         monkeypatch):
+def test_jax_itself_detects_open_mpi_5_and_without_mpi4py_says_what_it_needs(monkeypatch):
+    """What the course no longer does for JAX (jax 0.10.2 needed cluster_detection_method="mpi4py")."""
+    from jax._src.clusters import ClusterEnv, OmpiCluster
+
     for k, v in OPEN_MPI_5_ENV.items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
-    with pytest.raises(RuntimeError, match=r"Open MPI 5 run.*pip install mpi4py"):
-        launch.initialize()
-    assert initialize_calls == []
+    monkeypatch.setattr("jax._src.clusters.mpi4py_cluster.find_spec", lambda name: None)  # no mpi4py
+    detected = [env for env in ClusterEnv._cluster_types if not env.opt_in_only_method and env.is_env_present()]
+    assert detected[0] is OmpiCluster
+    with pytest.raises(RuntimeError, match="Open MPI 5 or newer requires mpi4py"):
+        OmpiCluster.get_process_count()
 
 
 @pytest.mark.slurm

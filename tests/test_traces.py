@@ -16,8 +16,8 @@ from jax import P
 from jax.sharding import NamedSharding
 
 from helpers.pictures.timeline import draw_timeline
-from helpers.measure.traces import (collective_ms, collectives, during, is_collective, read_hosts, read_trace, steps,
-                            trace_file)
+from helpers.measure.traces import (collective_ms, collectives, during, is_collective, python_call, read_hosts,
+                                    read_trace, steps, trace_file)
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +113,10 @@ def test_draw_timeline_has_a_row_per_host_thread_and_device(root):
 def test_draw_timeline_names_a_step_without_collectives(root):
     with pytest.raises(ValueError, match="no collective in step 5"):
         draw_timeline(read_hosts(root), steps=(5,))
+
+
+def test_a_python_call_is_named_without_its_line_number():
+    assert python_call("$pjit.py:491 _trace_for_jit") == "pjit.py _trace_for_jit"
+    assert python_call("$pjit.py:466 _trace_for_jit") == "pjit.py _trace_for_jit"  # jax 0.10.2's line
+    assert python_call("backend_compile_and_load") is None
+    assert python_call("all-reduce.5") is None

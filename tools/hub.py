@@ -40,6 +40,7 @@ CONFIG = ROOT / "hub" / "jupyterhub_config.py"
 PROXY = ROOT / "hub" / "node_modules" / ".bin" / "configurable-http-proxy"
 STATE = ROOT / "build" / "hub"
 LEARNER_PYTHON = ROOT / "build" / "hub-python"  # see learner_python()
+LEARNER_BASE = ROOT / "build" / "hub-python-base"  # see _copied_python()
 LOCKS = ROOT / "build" / "hub-locks"  # one tools/hub.py at a time changes accounts or LEARNER_PYTHON
 MARKER = "jax-multihost-course learner"  # the accounts' comment field: only these are ever changed
 NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
@@ -162,26 +163,60 @@ def _others_can_run(path: Path) -> bool:
     return all(p.stat().st_mode & stat.S_IXOTH for p in (path, *path.parents))
 
 
+def _system_python() -> Path | None:
+    """The system's pythonX.Y of this X.Y, if every learner can run it."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    system = shutil.which(version, path="/usr/bin:/usr/local/bin")
+    return Path(system) if system and _others_can_run(Path(system)) else None
+
+
+_NOT_COPIED = ("site-packages", "test", "idlelib", "tkinter", "turtledemo", "config-*")
+
+
+def _copied_python() -> Path:
+    """This Python's interpreter, library and standard library, copied once to LEARNER_BASE.
+
+    For a Python learners cannot reach (pyenv's, in root's home) when the system has none of
+    its version (Debian 12's is 3.11). The copy's interpreter finds its standard library next to
+    itself; its libpython comes from LD_LIBRARY_PATH (learner_library_path()).
+    """
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    python = LEARNER_BASE / "bin" / version
+    if not python.exists():
+        base = Path(sys.base_prefix)
+        partial = LEARNER_BASE.with_name(LEARNER_BASE.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        (partial / "bin").mkdir(parents=True)
+        shutil.copy2(base / "bin" / version, partial / "bin" / version)
+        shutil.copytree(base / "lib" / version, partial / "lib" / version, symlinks=True,
+                        ignore=shutil.ignore_patterns(*_NOT_COPIED))
+        for library in (base / "lib").glob(f"lib{version}*.so*"):
+            shutil.copy2(library, partial / "lib", follow_symlinks=False)
+        partial.rename(LEARNER_BASE)  # whole or not at all
+    return python
+
+
+def learner_library_path() -> str:
+    """LD_LIBRARY_PATH a learner's processes need: the copy's libpython, or nothing."""
+    return str(LEARNER_BASE / "lib") if (LEARNER_BASE / "lib").is_dir() else ""
+
+
 def learner_python() -> Path:
     """A Python every learner can run, with the course's packages.
 
     The course's own when learners can reach its interpreter (a venv of /usr/bin/python3, of
     /opt/...). A venv of pyenv's Python, whose interpreter sits in root's home, is out of their
-    reach: then a venv of the system's python3.X (the same X), made once in build/hub-python,
-    whose one .pth file adds the course's site-packages.
+    reach: then a venv, made once in build/hub-python, of the system's pythonX.Y (the same X.Y)
+    or, when there is none, of a copy of this interpreter (_copied_python); its one .pth file
+    adds the course's site-packages.
     """
     if _others_can_run(Path(sys.executable)):
         return Path(sys.executable)
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    system = shutil.which(version, path="/usr/bin:/usr/local/bin")
-    if system is None or not _others_can_run(Path(system)):
-        raise HubError(f"learners cannot run this environment's Python ({Path(sys.executable).resolve()}: "
-                       f"a folder above it is closed to them), and there is no /usr/bin/{version} to "
-                       "use instead: install the course with a Python they can reach (e.g. Debian's python3)")
     python = LEARNER_PYTHON / "bin" / "python"
     with _locked("hub-python"):
         if not python.exists():
-            subprocess.run([system, "-m", "venv", "--without-pip", str(LEARNER_PYTHON)], check=True,
+            base = _system_python() or _copied_python()
+            subprocess.run([str(base), "-m", "venv", "--without-pip", str(LEARNER_PYTHON)], check=True,
                            capture_output=True)
         packages = sysconfig.get_paths()["purelib"]
         target = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -189,6 +224,9 @@ def learner_python() -> Path:
         (target / "_course.pth").write_text(f"import site; site.addsitedir({packages!r})\n")
         for folder in (LEARNER_PYTHON, LEARNER_PYTHON.parent):  # build/ too: learners pass through it
             folder.chmod(0o755)
+    if not _others_can_run(python.resolve()):
+        raise HubError(f"learners cannot run {python.resolve()}: a folder above it is closed to them; "
+                       "install the course with a Python they can reach (e.g. one in /usr or /opt)")
     return python
 
 
@@ -223,6 +261,7 @@ class Hub:
                "COURSE_HUB_PROXY_API_PORT": str(free_port()), "COURSE_HUB_STATE": str(state),
                "COURSE_HUB_LEARNERS": ",".join(learners), "COURSE_HUB_PROXY": str(proxy),
                "COURSE_HUB_PYTHON": str(learner_python()),
+               "COURSE_HUB_LIBRARY_PATH": learner_library_path(),
                "COURSE_HUB_PREFIX": sys.prefix,
                "COURSE_HUB_SERVICE_TOKEN": token or ""}
         self.proc = subprocess.Popen(

@@ -72,8 +72,18 @@ def last_exercise_cell(nb) -> int:
     return touching[-1] if touching else -1
 
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp, ast.SetComp,
-           ast.DictComp, ast.GeneratorExp)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, *_COMPREHENSIONS)
+
+
+def _comprehension_reads(node: ast.AST) -> list[ast.Name]:
+    """The names a comprehension reads from the cell's scope: all it loads but its own variables.
+    (Python 3.12 inlines comprehensions, so symtable no longer shows them as scopes of their own.)"""
+    own = {n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+    parts = [getattr(node, f) for f in ("elt", "key", "value") if hasattr(node, f)]
+    parts += [cond for g in node.generators for cond in g.ifs] + [g.iter for g in node.generators[1:]]
+    return [n for part in parts for n in ast.walk(part)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in own]
 
 
 def _uses_in_order(tree: ast.Module) -> tuple[dict[str, float], dict[str, float]]:
@@ -91,8 +101,10 @@ def _uses_in_order(tree: ast.Module) -> tuple[dict[str, float], dict[str, float]
             return
         for field, child in ast.iter_fields(node):
             for each in child if isinstance(child, list) else [child]:
-                if isinstance(each, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                if isinstance(each, _COMPREHENSIONS):
                     visit(each.generators[0].iter, store_at)  # the one part the cell's own scope evaluates
+                    for name in _comprehension_reads(each):
+                        loaded.setdefault(name.id, name.lineno)
                 if not isinstance(each, ast.AST) or isinstance(each, _SCOPES):  # symtable reads the rest
                     continue
                 late = field in ("targets", "target") and isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign,
@@ -121,10 +133,9 @@ def _names(source: str) -> tuple[set[str], set[str]] | None:
             bound.update((a.asname or a.name).split(".")[0] for a in node.names)
     loaded, stored = _uses_in_order(tree)
     bound |= set(stored)
-    read_ = {s.get_name() for s in top.get_symbols() if s.is_referenced()
-             and not stored.get(s.get_name(), float("inf")) < loaded.get(s.get_name(), float("inf"))}
+    read_ = {name for name, line in loaded.items() if not stored.get(name, float("inf")) < line}
     todo = list(top.get_children())
-    while todo:  # functions, lambdas, comprehensions: the names they read from the cell's scope
+    while todo:  # functions, lambdas (and on Python 3.11 comprehensions): the names they read from the cell's scope
         table = todo.pop()
         todo += table.get_children()
         read_ |= {s.get_name() for s in table.get_symbols()

@@ -12,6 +12,7 @@ import re
 import sys
 import threading
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +77,7 @@ def record(name: str) -> str:
                             etc_hosts=options.get("etc_hosts") if options.get("netns") else None)
     command = f"run({script!r}, hosts=2, devices_per_host=2, " + ", ".join(
         f"{k}={v!r}" for k, v in options.items()) + ")"
-    return "\n".join([f"$ {command}  # recorded by tools/record_transcripts.py, jax 0.10.2",
+    return "\n".join([f"$ {command}  # recorded by tools/record_transcripts.py, jax {version('jax')}",
                       *lines, f"launcher: {result.message}", *result.report()]) + "\n"
 
 

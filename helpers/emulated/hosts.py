@@ -5,7 +5,7 @@ With one process `jax.make_array_from_process_local_data` is just `device_put`, 
 host-local semantics never show. The functions here take one numpy array per emulated host
 (host h owns `jax.devices()[h*D:(h+1)*D]`, the rule of `helpers.emulated.topology`) and build, with
 `jax.make_array_from_single_device_arrays`, exactly the per-device buffers that a real
-multi-process run would hold, following JAX 0.10.2's own algorithm host by host. That
+multi-process run would hold, following JAX 0.12's own algorithm host by host. That
 includes "replicas" that disagree when hosts pass different data for a replicated axis.
 Building an array changes no global state: host h's devices are worked out from the number
 of arrays passed. To make `host_of` and the pictures agree, emulate the same number of hosts

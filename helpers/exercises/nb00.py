@@ -81,7 +81,7 @@ register(ProgramExercise(
 def host_env(host_id, num_hosts, devices_per_host, port):
     """Environment variables for one host process of a run on this machine."""
     return {
-        "JAX_NUM_CPU_DEVICES": str(devices_per_host),  # this process's devices (jax 0.10.2)
+        "JAX_NUM_CPU_DEVICES": str(devices_per_host),  # this process's devices (jax 0.12)
         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices_per_host}",  # the same, older
         "JAX_PLATFORMS": "cpu",
         "JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",  # jax.distributed.initialize reads this

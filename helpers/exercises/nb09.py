@@ -200,7 +200,7 @@ def _right_types() -> tuple:
         for expression in _EXPRESSIONS:
             try:
                 out.append(str(jax.typeof(eval(expression, {"jnp": jnp, "h": h, "pe": pe}))).replace(" ", ""))
-            except Exception as error:  # ShardingTypeError, not a public name in jax 0.10.2
+            except Exception as error:  # ShardingTypeError, not a public name in jax 0.12
                 if "ambiguous how the output should be sharded" not in str(error):
                     raise
                 out.append(None)

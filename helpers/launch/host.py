@@ -32,19 +32,21 @@ _stdout_moved = False
 
 
 def cluster_kind() -> str | None:
-    """Which cluster launcher started this process, in the order JAX 0.10.2 looks (jax/_src/clusters).
+    """Which cluster launcher started this process, in the order JAX 0.12 looks (jax/_src/clusters).
 
-    "Open MPI 5" is the one JAX's default detectors miss: its mpirun no longer sets
-    OMPI_MCA_orte_hnp_uri; JAX's opt-in mpi4py detector handles it.
+    Open MPI 4's mpirun sets OMPI_MCA_orte_hnp_uri. Open MPI 5's does not (PRRTE replaced
+    ORTE): since jax 0.11.2 JAX knows it by OMPI_VERSION, or by its rank variables without that
+    URI, and joins it through mpi4py.
     """
     if "OMPI_MCA_orte_hnp_uri" in os.environ:
         return "Open MPI"
+    ranks = ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")
+    if all(v in os.environ for v in ranks):
+        return "Open MPI 5"
     slurm = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID",
              "SLURM_LOCALID")
     if all(v in os.environ for v in slurm):
         return "SLURM"
-    if "OMPI_COMM_WORLD_SIZE" in os.environ:
-        return "Open MPI 5"
     return None
 
 
@@ -219,14 +221,6 @@ def initialize(*, timeout: int = 60, verbose: bool = False) -> str:
     launcher = all(k in env for k in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES",
                                       "JAX_PROCESS_ID"))
     cluster = None if launcher else cluster_kind()
-    if cluster == "Open MPI 5":
-        import importlib.util
-
-        if importlib.util.find_spec("mpi4py") is None:
-            raise RuntimeError(
-                "this is an Open MPI 5 run (OMPI_COMM_WORLD_SIZE is set, OMPI_MCA_orte_hnp_uri "
-                "is not): JAX 0.10.2 joins it only through mpi4py. Install it (pip install "
-                "mpi4py), or launch with Open MPI 4's mpirun or python -m helpers.launch.")
     if not launcher and cluster is None:
         _joined_via = "single process"
     else:
@@ -249,8 +243,7 @@ def initialize(*, timeout: int = 60, verbose: bool = False) -> str:
                 )
             else:
                 _native_stdout_off_the_pipe(to_stderr=True)
-                mpi4py = {"cluster_detection_method": "mpi4py"} if cluster == "Open MPI 5" else {}
-                jax.distributed.initialize(initialization_timeout=timeout, **mpi4py)
+                jax.distributed.initialize(initialization_timeout=timeout)  # JAX detects the cluster
         except RuntimeError as err:
             if "before any JAX" in str(err) or "must be called before" in str(err):
                 raise RuntimeError(

@@ -11,7 +11,7 @@ the launcher, as root, makes for each run:
 
 Traffic stays inside the namespaces the run made; the machine's own network is not touched.
 gloo, JAX's CPU collectives, advertises the address its host's *hostname* resolves to (JAX
-0.10.2 passes gloo no address; jaxlib's `make_gloo_tcp_collectives` would take one). With
+0.12 passes gloo no address; jaxlib's `make_gloo_tcp_collectives` would take one). With
 `etc_hosts="address"` each /etc/hosts maps the hostname to the host's address, as a cluster's
 should; `etc_hosts="loopback"` maps it to 127.0.1.1, the line Debian's installer writes, and
 gloo then advertises an address that no other host can reach.

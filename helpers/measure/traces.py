@@ -23,16 +23,18 @@ from pathlib import Path
 from typing import Iterable
 
 __all__ = ["Event", "trace_file", "read_trace", "read_hosts", "steps", "collectives", "during",
-           "is_collective", "collective_ms", "STEP_NAME", "COLLECTIVES"]
+           "is_collective", "collective_ms", "python_call", "STEP_NAME", "COLLECTIVES"]
 
 STEP_NAME = "train"  # the name the course's scripts give jax.profiler.StepTraceAnnotation
 # An XLA op's trace event is named after its HLO instruction: "all-reduce.5" when XLA made the
 # collective (jit's sharding), "psum_invariant.7" or "all_gather.3" when JAX lowered a collective
-# primitive (inside shard_map). These are both kinds of name, as jax 0.10.2 gives them.
+# primitive (inside shard_map). These are both kinds of name, as jax 0.12 gives them.
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute",
                "psum", "psum_invariant", "pmax", "pmin", "reduce_scatter", "all_gather", "all_to_all",
                "ppermute")
 _COLLECTIVE = re.compile(r"^(?:%s)(?:-start|-done)?(?:\.\d+)?$" % "|".join(COLLECTIVES))
+# A Python call the profiler recorded: "$pjit.py:491 _trace_for_jit" (file, line, function).
+_PYTHON_CALL = re.compile(r"^\$(?P<file>[^:]+):\d+ (?P<function>\S+)$")
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,13 @@ def is_collective(name: str) -> bool:
 def collectives(events: Iterable[Event]) -> list[Event]:
     """The collective ops that devices ran."""
     return [e for e in events if e.device is not None and is_collective(e.name)]
+
+
+def python_call(name: str) -> str | None:
+    """'pjit.py _trace_for_jit' for the event '$pjit.py:491 _trace_for_jit', a Python call; None
+    for any other event. The line number is left out: it moves between JAX releases (466 in 0.10.2)."""
+    m = _PYTHON_CALL.match(name)
+    return f"{m['file']} {m['function']}" if m else None
 
 
 def during(events: Iterable[Event], span: Event) -> list[Event]:

@@ -1,4 +1,4 @@
-"""Spellings from older JAX that jax 0.10.2 warns about or no longer has (notebook 16, section 5).
+"""Spellings from older JAX that jax 0.12 warns about or no longer has (notebook 16, section 5).
 
 Read by `python -m helpers.migrate --diff`, never run: jax.device_put_replicated is gone.
 """

@@ -1,6 +1,6 @@
 """Data-parallel training with jax.pmap, written the way public examples did before 2023 (notebook 16).
 
-It still runs on jax 0.10.2, one process per host:
+It still runs on jax 0.12, one process per host:
 
     python -m helpers.launch --hosts 2 --devices-per-host 4 notebooks/scripts/pmap_train.py
 
