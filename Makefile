@@ -1,6 +1,6 @@
 # Two commands: `make lab` opens the course, `make test` proves it. Both set up .venv first.
 # The Python the venv is made with: PYTHON=... if given, else the first 3.12+ that tools/find_python.sh
-# finds (python3.13, python3.12, python3 on PATH, then pyenv's versions).
+# finds (python3.12, python3.13, python3 on PATH, then pyenv's versions).
 PYTHON ?=
 VENV   := .venv
 BIN    := $(VENV)/bin
