@@ -1,35 +1,38 @@
-"""The floor every host of every real-process run pays: a fresh process that imports jax, makes a
-(2, 4) mesh of 8 fake CPU devices and runs one jitted sum on it.
+"""Section 12: the floor every host of every real-process run pays, side by side with other pins.
 
-    python -m benchmarks.jax_floor                      # this environment's Python, 9 runs
-    python -m benchmarks.jax_floor OTHER/bin/python     # side by side with another environment's
-                                                        #   (another jax pin), runs interleaved
+A fresh process imports jax, makes a (2, 4) mesh of 8 fake CPU devices and runs one jitted sum
+on it. `make bench-floor` times it in this environment; FLOOR_AGAINST="PYTHON ..." adds other
+environments (another jax pin, another Python), whose runs take turns with this one's, so a drift
+of the machine's speed touches them alike. Each run is timed from the parent, start to exit.
 
-Each run is timed from the parent (process start to exit); the runs of the environments take
-turns, so a drift of the machine's speed touches both alike. Prints the median and min-max of
-each, and the ratio of the medians.
+    python -m benchmarks.run --only floor --floor-against OLD_VENV/bin/python
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
 import sys
 import time
 
+from benchmarks.measure import log, record
+from benchmarks.tables import fmt_s, md_table
+
+KEY = "floor"
+TITLE = "The floor of every host: start, import jax, one jitted op on 8 devices"
+RUNS = {"quick": 3, "full": 9}
 PROGRAM = """
-import jax, jax.numpy as jnp
+import sys, jax, jax.numpy as jnp
 mesh = jax.make_mesh((2, 4), ("host", "device"))
 x = jax.device_put(jnp.arange(8.0), jax.sharding.NamedSharding(mesh, jax.P(("host", "device"))))
 assert float(jax.jit(jnp.sum)(x)) == 28.0
-print(jax.__version__)
+print(jax.__version__, "%d.%d.%d" % sys.version_info[:3])
 """
 ENV = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
 
 
 def one_run(python: str) -> tuple[float, str]:
-    """Seconds from start to exit of one floor process, and the jax version it printed."""
+    """Seconds from start to exit of one floor process, and 'JAX_VERSION PYTHON_VERSION' it printed."""
     start = time.perf_counter()
     done = subprocess.run([python, "-c", PROGRAM], capture_output=True, text=True, timeout=120,
                           env={**os.environ, **ENV})
@@ -40,33 +43,55 @@ def one_run(python: str) -> tuple[float, str]:
     return seconds, done.stdout.strip()
 
 
-def measure(pythons: list[str], runs: int) -> dict[str, dict]:
-    """For each Python: its jax version and the seconds of each run; one warm-up run each first."""
-    times: dict[str, list[float]] = {p: [] for p in pythons}
-    versions = {p: one_run(p)[1] for p in pythons}  # warm-up: the OS's file cache, bytecode
+def time_pythons(pythons: list[str], runs: int) -> list[dict]:
+    """For each Python: its jax and Python versions and the seconds of each run, runs interleaved;
+    one warm-up run each first (the OS's file cache)."""
+    versions = [one_run(p)[1].split() for p in pythons]
+    seconds: list[list[float]] = [[] for _ in pythons]
     for _ in range(runs):
-        for python in pythons:
-            times[python].append(one_run(python)[0])
-    return {p: {"jax": versions[p], "seconds": times[p]} for p in pythons}
+        for i, python in enumerate(pythons):
+            seconds[i].append(one_run(python)[0])
+    return [{"python_path": p, "jax": v[0], "python": v[1], "seconds": t}
+            for p, v, t in zip(pythons, versions, seconds)]
 
 
-def report(results: dict[str, dict]) -> str:
-    rows = []
-    first = None
-    for python, r in results.items():
-        median = statistics.median(r["seconds"])
-        first = first or median
-        rows.append(f"jax {r['jax']:10} {median:6.2f} s ({min(r['seconds']):.2f}-{max(r['seconds']):.2f}), "
-                    f"{median / first:.2f}x the first  ({python})")
-    return "\n".join(rows)
+def bench_name(row: dict) -> str:
+    return f"floor/jax {row['jax']} on Python {row['python']}"
+
+
+def measure(results, opts) -> None:
+    runs = RUNS["quick" if opts.quick else "full"]
+    pythons = [sys.executable, *getattr(opts, "floor_against", [])]
+    log(f"floor: {runs} runs each of {len(pythons)} environment(s), interleaved")
+    rows = time_pythons(pythons, runs)
+    for row in rows:
+        results.add(record(bench_name(row), row["seconds"]))
+    results.sections[KEY] = {"runs": runs, "rows": rows}
+
+
+def render(results) -> str:
+    data = results.sections[KEY]
+    rows = data["rows"]
+    first = statistics.median(rows[0]["seconds"])
+    table = [[f"jax {r['jax']}", f"Python {r['python']}",
+              f"{fmt_s(statistics.median(r['seconds']))} ({fmt_s(min(r['seconds']))}–{fmt_s(max(r['seconds']))})",
+              f"{statistics.median(r['seconds']) / first:.2f}×"] for r in rows]
+    text = (f"A fresh process that imports jax, makes a (2, 4) mesh of 8 fake CPU devices and runs one "
+            f"jitted sum, timed from its start to its exit: median (min–max) of {data['runs']} runs per "
+            f"environment, the environments' runs taking turns. Every host of every real-process run "
+            f"pays this before it does any work. The first row is the course's environment; the "
+            f"target for a new pin is at most 1.20× the pin it replaces.")
+    return text + "\n\n" + md_table(["jax", "Python", "process", "× the first row"], table)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.jax_floor", description=__doc__.splitlines()[0])
-    parser.add_argument("others", nargs="*", help="other environments' Pythons, measured beside this one")
-    parser.add_argument("--runs", type=int, default=9)
-    opts = parser.parse_args(argv)
-    print(report(measure([sys.executable, *opts.others], opts.runs)))
+    """`python -m benchmarks.jax_floor [PYTHON ...]`: the table, printed, without a report."""
+    rows = time_pythons([sys.executable, *(argv if argv is not None else sys.argv[1:])], RUNS["full"])
+    first = statistics.median(rows[0]["seconds"])
+    for r in rows:
+        median = statistics.median(r["seconds"])
+        print(f"jax {r['jax']:10} Python {r['python']:7} {median:6.2f} s "
+              f"({min(r['seconds']):.2f}-{max(r['seconds']):.2f}), {median / first:.2f}x  {r['python_path']}")
     return 0
 
 

@@ -58,6 +58,8 @@ def _parser() -> argparse.ArgumentParser:
                         "make bench; 1 with --quick)")
     p.add_argument("--test-repeats", type=int, default=1,
                    help="test-suite repetitions (default 1: each run takes minutes)")
+    p.add_argument("--floor-against", nargs="*", default=[], metavar="PYTHON",
+                   help="other environments' Pythons, timed beside this one in the floor section")
     p.add_argument("--output", type=Path, default=report.OUTPUT,
                    help="where to write the report (BENCHMARKS.md)")
     p.add_argument("--results-dir", type=Path, default=RESULTS,

@@ -24,7 +24,12 @@ VERDICTS = "verdicts"
 VERDICTS_APART = ("judging every hanging answer as a first check, with warm hosts and cold, takes minutes, so "
                   "`make bench` (10 min at most) leaves it out: run `make bench-verdicts` to measure it and add "
                   "it to this report")
-APART = {TESTS: TESTS_APART, HUB: HUB_APART, VERDICTS: VERDICTS_APART}  # section -> why `make bench` leaves it out
+FLOOR = "floor"
+FLOOR_APART = ("the floor is compared with another environment's (the pin it replaces), which `make bench` "
+               "does not have: run `make bench-floor FLOOR_AGAINST=OTHER_VENV/bin/python` to measure it and add "
+               "it to this report")
+APART = {TESTS: TESTS_APART, HUB: HUB_APART, VERDICTS: VERDICTS_APART,
+         FLOOR: FLOOR_APART}  # section -> why `make bench` leaves it out
 NO_FULL_RUN = "no full `make bench` run in this results directory yet: run `make bench`"
 # Files `make bench` writes itself: changing them does not make the measured checkout dirty.
 OUTPUTS = ("BENCHMARKS.md", "benchmarks/results")

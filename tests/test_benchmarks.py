@@ -291,7 +291,7 @@ def test_a_host_that_saw_a_wrong_result_stops_the_run(tmp_path, monkeypatch):
 
 def test_every_section_has_a_quick_mode_and_make_bench_leaves_the_test_suite_out():
     assert [s.KEY for s in run.SECTIONS][5:] == ["checkpoints", "loaders", "collectives", "restarts", "hub",
-                                                 "verdicts"]
+                                                 "verdicts", "floor"]
     assert not {"tests", "hub"} & set(run.ORDER) and set(run.ORDER + run.APART) == {s.KEY for s in run.SECTIONS}
     assert run.chosen_sections("") == run.ORDER and run.chosen_sections("tests") == ["tests"]
     assert run.chosen_sections("hub") == ["hub"] and run.chosen_sections("10") == ["hub"]
@@ -466,16 +466,19 @@ def test_the_restart_section_shows_the_kill_to_first_resumed_step():
         in text, text
 
 
-def test_the_jax_floor_times_a_process_that_imports_jax_and_runs_one_jitted_sum():
+def test_the_floor_section_times_a_process_that_imports_jax_and_runs_one_jitted_sum():
     import sys
 
     import jax
 
     from benchmarks import jax_floor
 
-    results = jax_floor.measure([sys.executable], runs=1)
-    assert results[sys.executable]["jax"] == jax.__version__
-    assert len(results[sys.executable]["seconds"]) == 1 and results[sys.executable]["seconds"][0] > 0
-    assert jax_floor.report(results).startswith(f"jax {jax.__version__}")
-    with pytest.raises(SystemExit, match="the floor program failed"):
+    results = measure.Results()
+    jax_floor.measure(results, types.SimpleNamespace(quick=True, floor_against=[sys.executable]))
+    rows = results.sections["floor"]["rows"]
+    assert [r["jax"] for r in rows] == [jax.__version__] * 2 and all(len(r["seconds"]) == 3 for r in rows)
+    assert jax_floor.bench_name(rows[0]) in results.benchmarks
+    text = jax_floor.render(results)
+    assert f"| jax {jax.__version__} | Python {rows[0]['python']} |" in text and "| 1.00× |" in text
+    with pytest.raises(SystemExit, match=r"the floor program failed \(exit status 1\)"):
         jax_floor.one_run("/bin/false")
