@@ -617,3 +617,26 @@ def test_the_cleanup_still_kills_what_a_reaped_host_left_in_its_group():
     leader.wait()  # reaped: its group now holds only the orphan
     runner._kill_groups([leader])
     assert not survivors([orphan])
+
+
+STILL_COMPUTING = """
+import os, time
+from helpers.launch import initialize
+initialize()
+from jax.experimental import multihost_utils
+if int(os.environ["JAX_PROCESS_ID"]) == 1:
+    raise SystemExit(3)
+deadline = time.monotonic() + 1.0
+while time.monotonic() < deadline:  # host 0 is still computing when host 1 fails
+    pass
+multihost_utils.sync_global_devices("host 1 never comes")
+"""
+
+
+def test_a_host_still_computing_when_another_fails_is_named_where_it_then_waits():
+    """A busy machine delays a host by seconds: the report must not name a line it was passing."""
+    result = launch.run(source=STILL_COMPUTING, hosts=2, devices_per_host=1, timeout=NEVER)
+    waits = STILL_COMPUTING.splitlines().index('multihost_utils.sync_global_devices("host 1 never comes")') + 1
+    assert result.message.startswith("host 1 failed (exit status 3)"), result.message
+    assert f"host 0: stopped by the launcher at line {waits}: multihost_utils.sync_global_devices" in str(result)
+    assert not survivors(result.pids)

@@ -3,7 +3,7 @@ course launcher, and as one process. All three must end at the same loss (within
 must say how `helpers.launch.initialize()` joined, and no process may outlive its run.
 
 `.ci/run` installs openmpi-bin, so CI always runs the mpirun test; elsewhere it is skipped
-when mpirun is missing (or is not Open MPI's, which JAX 0.10.2 cannot detect).
+when mpirun is missing (or is not Open MPI 4's: Open MPI 5 needs mpi4py, which the course does not pin).
 """
 from __future__ import annotations
 
@@ -108,8 +108,8 @@ def mpirun() -> str:
                     ".ci/run installs it, so CI runs this test)")
     version = subprocess.run([mpirun, "--version"], capture_output=True, text=True, timeout=30)
     if not re.search(r"\(Open MPI\) 4\.", version.stdout + version.stderr):
-        pytest.skip(f"{mpirun} is not Open MPI 4's mpirun, the one JAX 0.10.2 detects "
-                    "(it does not detect Open MPI 5)")
+        pytest.skip(f"{mpirun} is not Open MPI 4's mpirun, the one these tests run (JAX joins Open MPI 5 "
+                    "through mpi4py, which the course does not pin)")
     return mpirun
 
 

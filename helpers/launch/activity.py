@@ -30,7 +30,7 @@ import os
 
 import psutil
 
-__all__ = ["Watch", "ACTIVITIES", "SAMPLE_SECONDS", "WINDOW_SECONDS"]
+__all__ = ["Watch", "ACTIVITIES", "SAMPLE_SECONDS", "WINDOW_SECONDS", "main_thread_waits"]
 
 SAMPLE_SECONDS = 0.25
 WINDOW_SECONDS = 2.0  # the span a verdict looks at
@@ -61,6 +61,15 @@ def _stat_cpu(path: str, children: bool = False) -> float:
     fields = _stat_fields(path)
     ticks = int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if children else 0)
     return ticks / _TICKS
+
+
+def main_thread_waits(pid: int) -> bool:
+    """Whether the host's main thread is asleep this moment (state S or D: blocked in a collective,
+    a lock, I/O), not running or ready to run. True for a process that is gone or unreadable."""
+    try:
+        return _stat_fields(f"/proc/{pid}/task/{pid}/stat")[0] in "SD"
+    except (OSError, IndexError):
+        return True
 
 
 def _threads(pid: int) -> tuple[bool, list[int]]:

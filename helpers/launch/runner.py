@@ -42,7 +42,7 @@ _LOST_PEER = re.compile(r"Connection (?:closed|reset) by peer")
 # resolves to 127.x: on one machine it reaches every host, between machines none).
 _GLOO_LOOPBACK = re.compile(r"(?:Gloo context initialization failed|failed to connect).*?"
                             r"remote=\[(127\.\d+\.\d+\.\d+)\]")
-# What the coordinator prints when its port is already taken (jaxlib 0.10.2 then crashes).
+# What the coordinator prints when its port is already taken (jaxlib then crashes).
 _BIND_FAILURE = re.compile(r"Failed to add port to server|[Aa]ddress already in use")
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 # Every host runs its script through helpers.launch.host.main, which turns its exit into one
@@ -51,6 +51,10 @@ _HOST_MAIN = "from helpers.launch import host; host.main()"
 # A bare host under --netns: enter its namespace, then become plain `python script.py`.
 _EXEC_APART = "from helpers.launch import netns; netns.exec_apart()"
 _DUMP_WAIT_SECONDS = 2.0
+# After a host fails, the others get this long to reach the place where they wait before the stack
+# dump that names their line: a host still computing would be named at a line it was only passing.
+_SETTLE_SECONDS = 3.0
+_SETTLED_POLLS = 5  # polls in a row whose main thread sleeps and prints nothing: the host waits
 # An IPv4 address and port in a host's output: the port changes from run to run, the address not.
 ADDRESS_PORT = re.compile(r"(\b\d{1,3}(?:\.\d{1,3}){3}\]?):\d+")
 # One frame of a faulthandler dump: '  File "/path/script.py", line 9 in <module>'.
@@ -197,6 +201,23 @@ def _tidy(text: str, replacements: dict[str, str]) -> str:
         text = text.replace(old, new)
     text = re.sub(r"(?:/[^\s\"':]+)*/site-packages/", "site-packages/", text)
     return ADDRESS_PORT.sub(r"\1:<port>", text)
+
+
+def _settle(running: list[_Host]) -> None:
+    """Wait, at most _SETTLE_SECONDS, until every host's main thread has slept for _SETTLED_POLLS
+    polls in a row without a printed line: it waits somewhere (a collective the failed host never
+    joins), and its stack dump then shows where, the same on a busy machine as on an idle one."""
+    calm = {h.index: 0 for h in running}
+    seen = {h.index: h.last_output for h in running}
+    deadline = time.monotonic() + _SETTLE_SECONDS
+    while time.monotonic() < deadline:
+        for h in running:
+            quiet = h.last_output == seen[h.index] and activity.main_thread_waits(h.proc.pid)
+            calm[h.index] = calm[h.index] + 1 if quiet or h.proc.poll() is not None else 0
+            seen[h.index] = h.last_output
+        if all(n >= _SETTLED_POLLS for n in calm.values()):
+            return
+        time.sleep(_POLL_SECONDS)
 
 
 def _ask_where(running: list[_Host]) -> None:
@@ -354,6 +375,8 @@ def _run_hosts(cmd: list[str], hosts: int, devices_per_host: int, limits: Limits
         doing = {h.index: h.watch.activity(since=h.last_output) for h in started if h.proc.poll() is None}
         printed_at = max((h.last_output for h in started if h.last_output is not None), default=None)
         if not bare:  # a bare host has no stack-dump handler: SIGUSR1 would kill it
+            if failed_at and not why:
+                _settle([h for h in started if h.proc.poll() is None and not h.script_ended])
             _ask_where([h for h in started if h.proc.poll() is None and not h.script_ended])
     finally:  # on KeyboardInterrupt too: no host may outlive the run
         _kill_groups([h.proc for h in started])  # and anything the scripts left behind
