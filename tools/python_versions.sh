@@ -3,7 +3,8 @@
 # default 3.12 3.13), a venv in build/python-X.Y/ with the course's pins, then nbval on notebooks
 # 00 and 08 with it. A version's interpreter comes from pyenv (`pyenv prefix X.Y`), else from
 # `pythonX.Y` on PATH. The pins are installed with the course venv's uv when there is one (seconds),
-# else with pip. tests/test_python_versions.py runs it on the Python the course venv does not use.
+# else with pip, their bytecode compiled either way (every kernel and host reads it instead of
+# compiling jax again). tests/test_python_versions.py runs it on the Python the course venv does not use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || set -- 3.12 3.13
@@ -24,7 +25,7 @@ for wanted in "$@"; do
   echo "== Python $v ($python): installing the pins into $venv"
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
   if [ -x .venv/bin/uv ]; then
-    install=(.venv/bin/uv pip install --quiet --python "$venv/bin/python")
+    install=(.venv/bin/uv pip install --quiet --compile-bytecode --python "$venv/bin/python")
   else
     install=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
   fi
