@@ -582,6 +582,22 @@ def test_a_silent_process_is_told_busy_waking_or_idle_by_its_cpu():
             proc.wait()
 
 
+def test_a_thread_that_wants_a_core_most_of_the_time_is_busy_one_that_wakes_now_and_then_is_not():
+    """A loaded machine: a starved compile's thread waits for a core most of the time; a waiting
+    host's helper threads wake now and then (measured: at most 0.034 s a second each)."""
+    from helpers.launch import activity
+
+    def watch(wanted_per_second):
+        w = activity.Watch(pid=1)
+        for i in range(9):
+            w._samples.append(activity._Sample(i * 0.25, 0.0, 0.0, 0, {
+                tid: int(share * 0.25e9 * i) for tid, share in wanted_per_second.items()}))
+        return w
+
+    assert watch({1: 0.0, 32: 0.04, 35: 0.03}).activity() == "idle"
+    assert watch({1: 0.0, 7: 0.7, 32: 0.04}).activity() == "busy"
+
+
 class _ReapedHost:
     """A host the run has reaped, whose number the kernel has since given to another process."""
 

@@ -6,11 +6,11 @@ tell: a jitted call that is already compiled leaves no Python frame, so a host b
 shows the learner's own line on top, exactly like a loop. Its CPU time can. The launcher samples
 each host from /proc (Linux) every SAMPLE_SECONDS: the CPU time of the host and of its child
 processes (a data loader's workers), and of its main thread (whose id is the process id), with
-the number of times that thread went to sleep of its own accord; and whether any of its threads
-was ready to run. Over a window of samples:
+the number of times that thread went to sleep of its own accord; and, per thread, the time it
+ran or waited for a core (its schedstat). Over a window of samples:
 
   busy    the main thread used at least BUSY_SHARE of a core, or the host and its children did,
-          or some thread of it was ready to run in at least half the samples (a loop that
+          or one thread ran or waited for a core at least WANTED_SHARE of the time (a loop that
           computes; a compile, even one that a loaded machine leaves no core to)
   waking  the main thread used little CPU but woke at least WAKEUPS times a second
           (a loop around `time.sleep`, polling)
@@ -19,8 +19,12 @@ was ready to run. Over a window of samples:
 Measured on the course's 2-core machine: a host blocked in a gloo collective used about 0.01 s
 of CPU a second, its main thread none, and that thread woke about 5 times a second (jaxlib's
 wait for the result looks again now and then); a `while True: pass` loop used 0.35-1 s a second;
-a loop around `time.sleep(0.01)` woke about 100 times a second. Where /proc is missing (macOS),
-every host is "" (not known) and the launcher has only its stall limit.
+a loop around `time.sleep(0.01)` woke about 100 times a second. Loaded by two test workers
+besides, in 20 runs of notebook 12's spinning host beside a waiting one: no thread of the
+waiting host ran or waited for a core more than 0.034 s a second, the spinning loop's 0.99-1.0 s.
+(A snapshot of thread states cannot tell these apart: some helper thread of the waiting host was
+caught ready to run in 4 of 6 samples, one of them in 3.) Where /proc is missing (macOS), every
+host is "" (not known) and the launcher has only its stall limit.
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ __all__ = ["Watch", "ACTIVITIES", "SAMPLE_SECONDS", "WINDOW_SECONDS", "main_thre
 SAMPLE_SECONDS = 0.25
 WINDOW_SECONDS = 2.0  # the span a verdict looks at
 BUSY_SHARE = 0.1  # CPU seconds per second
+WANTED_SHARE = 0.5  # seconds per second that one thread ran or waited for a core
 WAKEUPS = 25.0  # the main thread's voluntary context switches per second
 # What each activity means, in the words a result uses.
 ACTIVITIES = {"busy": "busy on the CPU", "waking": "waking up again and again", "idle": "idle, waiting"}
@@ -47,7 +52,7 @@ class _Sample:
     host_cpu: float  # seconds: the process, its reaped children and its live ones
     main_cpu: float  # seconds: the main thread
     wakeups: int  # the main thread's voluntary context switches
-    runnable: bool  # some thread was running or ready to run (or in uninterruptible I/O)
+    wanted: dict[int, int]  # per thread: the nanoseconds it has run or waited for a core
 
 
 def _stat_fields(path: str) -> list[str]:
@@ -72,13 +77,19 @@ def main_thread_waits(pid: int) -> bool:
         return True
 
 
-def _threads(pid: int) -> tuple[bool, list[int]]:
-    """Whether some thread of the process is running, ready to run or in uninterruptible I/O; and
-    the processes its threads started (from /proc's children files, psutil where there are none)."""
-    runs, children, listed = False, [], True
+def _threads(pid: int) -> tuple[dict[int, int], list[int]]:
+    """Per thread of the process, the nanoseconds it has run or waited for a core (from its
+    schedstat); and the processes its threads started (from /proc's children files, psutil where
+    there are none)."""
+    wanted, children, listed = {}, [], True
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            runs = runs or _stat_fields(f"/proc/{pid}/task/{tid}/stat")[0] in "RD"
+            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as f:
+                ran, waited = f.read().split()[:2]
+            wanted[int(tid)] = int(ran) + int(waited)
+        except OSError:  # a thread that has just ended, or a kernel without schedstat files
+            pass
+        try:
             with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
                 children += [int(c) for c in f.read().split()]
         except FileNotFoundError:  # a thread that has just ended, or a kernel without children files
@@ -87,7 +98,7 @@ def _threads(pid: int) -> tuple[bool, list[int]]:
             continue
     if not listed:
         children = [c.pid for c in psutil.Process(pid).children()]
-    return runs, children
+    return wanted, children
 
 
 def _sample(pid: int, at: float) -> _Sample | None:
@@ -96,7 +107,7 @@ def _sample(pid: int, at: float) -> _Sample | None:
         main_cpu = _stat_cpu(f"/proc/{pid}/task/{pid}/stat")
         with open(f"/proc/{pid}/task/{pid}/status", encoding="ascii") as f:
             wakeups = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
-        runnable, children = _threads(pid)
+        wanted, children = _threads(pid)
         while children:  # and their children's, down the tree
             child = children.pop()
             try:
@@ -106,7 +117,7 @@ def _sample(pid: int, at: float) -> _Sample | None:
                 continue
     except (OSError, ValueError, IndexError, StopIteration, psutil.Error):
         return None
-    return _Sample(at, host_cpu, main_cpu, wakeups, runnable)
+    return _Sample(at, host_cpu, main_cpu, wakeups, wanted)
 
 
 class Watch:
@@ -137,6 +148,7 @@ class Watch:
         if (last.main_cpu - first.main_cpu) / seconds >= BUSY_SHARE \
                 or (last.host_cpu - first.host_cpu) / seconds >= BUSY_SHARE:
             return "busy"
-        if (last.wakeups - first.wakeups) / seconds >= WAKEUPS:  # before `runnable`: on a loaded machine
+        if (last.wakeups - first.wakeups) / seconds >= WAKEUPS:  # before `wanted`: on a loaded machine
             return "waking"  # a loop around a sleep waits for a core after each wake-up
-        return "busy" if sum(s.runnable for s in samples) >= len(samples) / 2 else "idle"
+        wanted = max((ns - first.wanted.get(tid, 0) for tid, ns in last.wanted.items()), default=0)
+        return "busy" if wanted / 1e9 / seconds >= WANTED_SHARE else "idle"
