@@ -30,6 +30,7 @@ from helpers.launch import netns
 ROOT = Path(__file__).resolve().parents[1]
 MIN_PYTHON = (3, 12)  # jax 0.11 dropped Python 3.11
 EXPECTED_JAX = "0.12.0.1"  # used when requirements.txt is not there to read the pin from
+EXPECTED_FLAX = "0.12.12"
 FAKE_DEVICES = 8
 MIN_DISK_GB = 1.0
 MIN_MEMORY_GB = 2.0
@@ -69,15 +70,20 @@ def check_python(minimum: tuple[int, int] = MIN_PYTHON) -> Outcome:
             f"install Python {need}+, then: make clean && make PYTHON=python{need} lab")
 
 
-def pinned_jax() -> str:
-    """The jax version requirements.txt pins (EXPECTED_JAX when there is no requirements.txt)."""
+def pinned(package: str, default: str) -> str:
+    """The version requirements.txt pins for `package` (`default` when there is none to read)."""
     req = ROOT / "requirements.txt"
     if req.is_file():
         for line in req.read_text().splitlines():
             name, sep, version = line.split("#")[0].strip().partition("==")
-            if sep and name.strip().lower() == "jax":
+            if sep and name.strip().lower() == package:
                 return version.strip()
-    return EXPECTED_JAX
+    return default
+
+
+def pinned_jax() -> str:
+    """The jax version requirements.txt pins (EXPECTED_JAX when there is no requirements.txt)."""
+    return pinned("jax", EXPECTED_JAX)
 
 
 def check_jax(expected: str | None = None) -> Outcome:
@@ -96,6 +102,26 @@ def check_jax(expected: str | None = None) -> Outcome:
     found = ", ".join(f"{name} {v}" for name, v in have.items())
     return (False, f"imported {found} from {where}; the course expects {expected}",
             REINSTALL + "; then run the course from .venv (make lab), not another Python")
+
+
+# What notebooks 10 and 17 call in Flax NNX: the pmap-era transforms and their shard_map ports.
+NNX_NAMES = ("pmap", "split_rngs", "StateAxes", "shard_map", "StateSharding", "prefix", "jit", "vmap")
+
+
+def check_flax(expected: str | None = None) -> Outcome:
+    """The pinned flax imports, with the NNX transforms notebooks 10 and 17 use."""
+    expected = expected or pinned("flax", EXPECTED_FLAX)
+    try:
+        import flax
+        from flax import nnx
+    except Exception as error:  # noqa: BLE001 - any import failure is the finding
+        return False, f"flax does not import: {type(error).__name__}: {error}", REINSTALL
+    if flax.__version__ != expected:
+        return False, f"imported flax {flax.__version__}; the course expects {expected}", REINSTALL
+    missing = [name for name in NNX_NAMES if not hasattr(nnx, name)]
+    if missing:
+        return False, f"flax {flax.__version__} has no nnx.{', nnx.'.join(missing)}", REINSTALL
+    return True, f"flax {flax.__version__}: nnx.pmap, split_rngs, StateAxes and their shard_map ports (10, 17)", ""
 
 
 _DEVICE_PROBE = """
@@ -356,6 +382,7 @@ class Check:
 CHECKS: tuple[Check, ...] = (
     Check("python", check_python),
     Check("jax-pins", check_jax),
+    Check("flax-nnx", check_flax),
     Check("fake-devices", check_fake_devices),
     Check("multi-process", check_multiprocess),
     Check("gloo-address", check_gloo_address),

@@ -44,6 +44,20 @@ def test_a_wrong_jax_version_fails_and_names_the_reinstall():
         assert command in fix
 
 
+def test_a_wrong_flax_version_fails_and_names_the_reinstall():
+    ok, detail, fix = doctor.check_flax(expected="0.0.0")
+    assert not ok
+    assert "0.0.0" in detail and doctor.pinned("flax", "") in detail
+    assert "make clean && make lab" in fix
+
+
+def test_a_flax_without_the_nnx_transforms_fails_and_names_them(monkeypatch):
+    from flax import nnx
+    monkeypatch.delattr(nnx, "shard_map")
+    ok, detail, fix = doctor.check_flax()
+    assert not ok and "nnx.shard_map" in detail and "make clean && make lab" in fix
+
+
 def test_the_expected_jax_version_is_read_from_requirements_txt():
     assert doctor.pinned_jax() == "0.12.0.1"
 

@@ -83,6 +83,25 @@ CASES = {
          "if not jax.process_index():\n    manager.save(step, args=ocp.args.StandardSave(state))\n", 5,
          "import jax\nimport numpy as np\nif jax.process_index() == 0:\n    np.save('losses.npy', losses)\n"),
     ],
+    "nnx-pmap": [
+        ("from flax import nnx\n@nnx.pmap(axis_name='batch', in_axes=(state_axes, 0))\ndef step(m, x):\n"
+         "    return m(x)\n", 2, "from flax import nnx\n@nnx.jit\ndef step(m, x):\n    return m(x)\n"),
+        ("import flax.nnx as nnx\nstep = nnx.pmap(f, axis_name='i')\n", 2, "import jax\nstep = jax.pmap(f)\n"),
+    ],
+    "nnx-split-rngs": [
+        ("import jax\nfrom flax import nnx\nhost, local = jax.process_index(), jax.local_device_count()\n"
+         "@nnx.split_rngs(splits=local)\n"
+         "def step(m):\n    return m\n", 4,
+         "from flax import nnx\n@nnx.split_rngs(splits=3)\n@nnx.vmap(axis_size=3)\ndef layers(rngs):\n"
+         "    return nnx.Linear(4, 4, rngs=rngs)\n"),
+        ("from flax import nnx\nf = nnx.split_rngs(nnx.pmap(g, axis_name='b'), splits=n)\n", 2,
+         "from flax import nnx\nwith nnx.split_rngs(model, splits=mesh.size):\n    pass\n"),
+    ],
+    "nnx-state-axes": [
+        ("from flax import nnx\naxes = nnx.StateAxes({Custom: 0, nnx.RngState: 0, ...: None})\n", 2,
+         "from flax import nnx\nspecs = nnx.StateSharding({Custom: P(DATA), ...: P()})\n"),
+        ("from flax.nnx import StateAxes\naxes = StateAxes({...: None})\n", 2, "axes = {'params': None}\n"),
+    ],
     "per-device-keys": [
         ("import jax\nkeys = jax.random.split(key, jax.local_device_count())\n", 2,
          "import jax\nkey, sub = jax.random.split(key)\n"),

@@ -1,0 +1,299 @@
+"""Exercises of notebook 17: the Flax NNX program of google/flax#4751, from nnx.pmap to nnx.shard_map."""
+from __future__ import annotations
+
+import numpy as np
+from jax.sharding import AxisType
+
+from helpers.exercises.core import Kernel, Mistake, describe, register
+from helpers.exercises.kinds import ProgramExercise
+from helpers.exercises.processes import ProcessExercise
+from helpers.exercises.rules import ErrorRule, OutputRule
+
+KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
+DATA = ("host", "device")
+_SETUP = ("from flax import nnx\n"
+          "from helpers.training.nnx_dropout import Model, Seen, step_body\n"
+          "DATA = ('host', 'device')\n")
+
+
+def _groups(keys: np.ndarray) -> tuple[int, ...]:
+    """For each device, the first device with the same key: (0, 1, 2, ...) when every key differs."""
+    return tuple(next(j for j in range(len(keys)) if (keys[j] == keys[i]).all()) for i in range(len(keys)))
+
+
+# ------------------------------------------------------------- 17.1 per-device state made global
+
+_GLOBAL_DRIVER = '''
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from helpers.training.nnx_dropout import Model
+
+
+def _mesh(layout):
+    """(hosts, devices): the first `devices` devices of each process, host by host (Explicit axes)."""
+    per_process = [sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
+                   for p in range(jax.process_count())]
+    return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])
+
+
+def output(namespace, layout):
+    """[global shape, what each of this host's devices of the mesh holds of Seen (None: nothing)]."""
+    mesh = _mesh(layout)
+    model = Model(nnx.Rngs(params=0, dropout=1), devices=layout[1])
+    mine = np.arange(2 * layout[1], dtype=np.float32).reshape(layout[1], 2) + 100 * jax.process_index()
+    model.seen.set_value(jnp.asarray(mine))  # this host's rows, 100 * host + ...: told apart by host
+    namespace["to_global"](model, mesh)
+    seen = model.seen[...]
+    if not isinstance(seen, jax.Array):
+        return ["not a jax.Array", type(seen).__name__]
+    held = {s.device: np.asarray(s.data).tolist() for s in seen.addressable_shards}
+    return [list(seen.shape), [held.get(d) for d in mesh.devices.flat if d.process_index == jax.process_index()]]
+'''
+
+
+def _to_global(body: str) -> str:
+    return f"def to_global(model, mesh):\n{body}"
+
+
+_SPEC_ON_DEVICE = _to_global(
+    "    rows = NamedSharding(mesh, P('device'))\n"
+    "    model.seen.set_value(jax.make_array_from_process_local_data(rows, model.seen[...]))\n")
+_SCATTER = _to_global(
+    "    rows = NamedSharding(mesh, P(DATA))\n"
+    "    model.seen[...] = jax.make_array_from_process_local_data(rows, model.seen[...])\n")
+_DEVICE_PUT = _to_global(
+    "    model.seen.set_value(jax.device_put(model.seen[...], NamedSharding(mesh, P(DATA))))\n")
+_NOT_SET = _to_global(
+    "    rows = NamedSharding(mesh, P(DATA))\n"
+    "    return jax.make_array_from_process_local_data(rows, model.seen[...])\n")
+
+
+def _still_local(case) -> bool:
+    """Every host's Seen still has this host's shape: nothing made it global."""
+    return isinstance(case.got, tuple) and all(
+        isinstance(out, list) and out[:1] == [[case.mesh[1], 2]] for out in case.got)
+
+
+register(ProcessExercise(
+    id="17.1", kernel=KERNEL, answer_name="to_global", signature="(model, mesh)",
+    title="per-device state of shape (local devices, 2), made one global array",
+    setup=_SETUP,
+    solution='''
+def to_global(model, mesh):
+    """Make model.seen, this host's rows (one per local device), this host's part of one global array."""
+    rows = NamedSharding(mesh, P(DATA))
+    model.seen.set_value(jax.make_array_from_process_local_data(rows, model.seen[...]))
+''',
+    driver=_GLOBAL_DRIVER, together=True, on=(2, 2),
+    meshes=((2, 2), (2, 1)),
+    timeout=120.0,
+    wrong={
+        _SPEC_ON_DEVICE: lambda case: (
+            f"P('device') names one mesh axis, so it says every host holds the same rows: your global Seen "
+            f"has {case.got[0][0][0]} rows, not {case.mesh[0] * case.mesh[1]}, and host 1's devices hold host "
+            "1's rows in an array that claims they are host 0's. Name both axes: P(DATA)"),
+    },
+    errors=(
+        ErrorRule(lambda text: "ShardingTypeError" in text or "Incompatible types for broadcasting" in text,
+                  example=_SCATTER,
+                  say="model.seen[...] = new writes into the array Seen already holds, this host's own (a "
+                      "scatter), and the global array has another shape and sharding. Replace the array "
+                      "instead: model.seen.set_value(new)"),
+        ErrorRule(lambda text: "evenly divide" in text, example=_DEVICE_PUT,
+                  say="jax.device_put takes the whole global array, the same on every host, and each host "
+                      "here has only its own rows. jax.make_array_from_process_local_data takes this host's "
+                      "part"),
+    ),
+    families=(
+        OutputRule(_still_local, example=_NOT_SET,
+                   say="Seen is still this host's own array, of shape (local devices, 2): make it this host's "
+                       "part of a global array with jax.make_array_from_process_local_data, and put that in "
+                       "the model with model.seen.set_value(...)"),
+    ),
+    otherwise="make Seen one global array, its rows over every device of every host: P(DATA)",
+    hints=(
+        "pmap took the leading axis of this host's Seen as this host's devices. On the mesh, that axis is "
+        "this host's part of a global array whose rows go one per device of every host.",
+        "jax.make_array_from_process_local_data(NamedSharding(mesh, P(DATA)), local_rows) makes it; "
+        "model.seen.set_value(...) puts it in the model.",
+    ),
+))
+
+
+# ------------------------------------------------------------- 17.2 way one: pmap's step as a shard_map
+
+def _step(*, splits: str = "mesh.size", seen: str = "P(DATA)", axis: str = "DATA",
+          vma: str = ", check_vma=False", squeeze: bool = True) -> str:
+    """A make_train_step of way one, with the given choices."""
+    if squeeze:
+        body = ("        nnx.update(model, jax.tree.map(lambda a: a[0], nnx.state(model, per_device)))\n"
+                f"        loss, kept = step_body(model, x[0], y[0], axis={axis})\n"
+                "        nnx.update(model, jax.tree.map(lambda a: a[None], nnx.state(model, per_device)))\n"
+                "        return loss[None], kept[None]\n")
+    else:
+        body = f"        return step_body(model, x, y, axis={axis})\n"
+    return (
+        "def make_train_step(mesh):\n"
+        "    per_device = (Seen, nnx.RngState)\n"
+        f"    specs = nnx.StateSharding({{Seen: {seen}, nnx.RngState: P(DATA), ...: P()}})\n\n"
+        f"    @nnx.split_rngs(splits={splits})\n"
+        "    @nnx.jit\n"
+        "    @nnx.shard_map(mesh=mesh, in_specs=(specs, P(DATA), P(DATA)), out_specs=(P(DATA), P(DATA))"
+        f"{vma})\n"
+        "    def train_step(model, x, y):  # x: f32[1, 2, 4], this device's block\n"
+        + body +
+        "\n    return train_step\n")
+
+
+_STEPS_RUN = 2
+
+
+def _trained(fn, course_mesh):
+    """Two steps of the learner's step on an Auto mesh: (each step's losses, which devices drew the same
+    masks at each step, Seen after them, the parameters' norm)."""
+    import jax
+    from flax import nnx
+    from jax import P
+    from jax.sharding import NamedSharding
+
+    from helpers.training import nnx_dropout
+
+    devices = course_mesh.size
+    mesh = jax.sharding.Mesh(course_mesh.devices, course_mesh.axis_names, axis_types=(AxisType.Auto,) * 2)
+    rows = NamedSharding(mesh, P(DATA))
+    model = nnx_dropout.Model(nnx.Rngs(params=0, dropout=1), devices=devices)
+    model.seen.set_value(jax.device_put(model.seen[...], rows))
+    step = fn(mesh)
+    if not callable(step):
+        raise Mistake(f"make_train_step(mesh) should return the step function, but returned {describe(step)}")
+    losses, masks = [], []
+    for n in range(_STEPS_RUN):
+        x, y = (jax.device_put(a, rows) for a in nnx_dropout.host_batch(n, 0, 1, devices))
+        out = step(model, x, y)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise Mistake(f"the step should return (loss, kept), but returned {describe(out)}")
+        loss, kept = (np.asarray(a) for a in out)
+        if loss.shape != (devices,) or kept.shape[:1] != (devices,):
+            raise Mistake(f"the step should return each device's loss and mask, P(DATA): shapes ({devices},) and "
+                          f"({devices}, 2, 8); yours are {loss.shape} and {kept.shape}")
+        losses.append(np.round(loss.astype(np.float64), 5))
+        masks.append(_groups(kept.reshape(devices, -1)))
+    seen = np.asarray(model.seen[...], np.float64).round(4)
+    return tuple(losses), tuple(masks), seen, round(nnx_dropout.parameter_norm(model), 5)
+
+
+def _losses_differ_by_host(case) -> bool:
+    losses = case.got[0][0] if isinstance(case.got, tuple) else None
+    return losses is not None and len(set(np.asarray(losses).tolist())) > 1
+
+
+register(ProgramExercise(
+    id="17.2", kernel=KERNEL, answer_name="make_train_step",
+    title="way one: nnx.pmap's step as an nnx.shard_map, the keys split over every device",
+    setup=_SETUP,
+    solution=_step(),
+    run=_trained,
+    meshes=((2, 4), (2, 2)),
+    wrong={
+        _step(splits="jax.local_device_count()"): lambda case: (
+            f"you split the keys jax.local_device_count() ways: 8 in this kernel, so on this {case.devices}-device "
+            "mesh the devices drew other keys than they should; on a cluster it is one host's devices, and every "
+            "host draws the same keys (section 2). Split them over the mesh's devices: mesh.size"),
+        _step(axis="'device'"): (
+            "the hosts' losses differ: your step averages over 'device' alone, so each host averages its own "
+            "devices only, and each host applies another gradient. nnx.pmap's axis spanned every device of "
+            "every host: DATA"),
+        _step(vma=""): lambda case: (
+            f"with check_vma on (the default), the gradient of the replicated parameters is already summed over "
+            f"the {case.devices} devices, and step_body's pmean of it keeps the sum: each step is "
+            f"{case.devices} x too large (the gradient trap, notebook 06). step_body is pmap's body: run it "
+            "as pmap did, check_vma=False"),
+        _step(seen="P('device')"): (
+            "Seen's spec names 'device' alone, so each host's devices got the same rows of Seen: its rows are "
+            "one per device of every host, P(DATA)"),
+    },
+    errors=(
+        ErrorRule(lambda text: "fold_in accepts a single key" in text, example=_step(squeeze=False),
+                  say="the body got each device's block with its device axis kept: a key of shape (1,) where "
+                      "nnx.pmap gave a key of shape (). Do what pmap did: take a[0] of each per-device variable "
+                      "(and x[0], y[0]) before step_body, and put the axis back after"),
+    ),
+    families=(
+        OutputRule(_losses_differ_by_host, example=_step(axis="'host'"),
+                   say="your devices report different losses: average the loss and the gradient over every "
+                       "device of every host, DATA"),
+    ),
+    otherwise="run step_body on each device as nnx.pmap did, its keys split over every device of the mesh",
+    hints=(
+        "Start from section 3's last attempt: Auto axes, nnx.StateSharding with P(DATA) for Seen and "
+        "nnx.RngState, P() for the rest, and a body that first drops each block's device axis.",
+        "nnx.split_rngs(splits=mesh.size) over nnx.jit over nnx.shard_map(..., check_vma=False); in the "
+        "body, nnx.update(model, jax.tree.map(lambda a: a[0], nnx.state(model, (Seen, nnx.RngState)))), "
+        "step_body(model, x[0], y[0], axis=DATA), then the same with a[None], and return loss[None], kept[None].",
+    ),
+))
+
+
+# ------------------------------------------------------------- 17.3 a key of each device's own
+
+def _key_data(fn, mesh, seed: int) -> np.ndarray:
+    """The key data each device of the mesh gets from fn(key) inside a shard_map: u32[devices, 2]."""
+    import jax
+    from jax import P
+
+    def body(key):
+        mine = fn(key)
+        if not (isinstance(mine, jax.Array) and jax.dtypes.issubdtype(mine.dtype, jax.dtypes.prng_key)):
+            raise Mistake(f"device_key should return a key, as jax.random.fold_in does, but returned "
+                          f"{describe(mine)}")
+        if mine.shape != ():
+            raise Mistake(f"device_key should return one key (shape ()), but returned keys of shape {mine.shape}")
+        return jax.random.key_data(mine)[None]
+
+    keyed = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P(), out_specs=P(DATA)))
+    return np.asarray(keyed(jax.random.key(seed)))
+
+
+def _device_keys(fn, mesh):
+    """(who shares keys, with seed 0; with seed 1; whether each device's key changes with the seed)."""
+    a, b = _key_data(fn, mesh, 0), _key_data(fn, mesh, 1)
+    return _groups(a), _groups(b), tuple(bool((a[i] != b[i]).any()) for i in range(len(a)))
+
+
+register(ProgramExercise(
+    id="17.3", kernel=KERNEL, answer_name="device_key",
+    title="shard_map's own way: one key everywhere, and a key of each device's own inside",
+    solution='''
+def device_key(key):
+    """Inside a shard_map over the mesh: this device's dropout key, from the key every device holds."""
+    return jax.random.fold_in(key, jax.lax.axis_index(DATA))
+''',
+    setup="DATA = ('host', 'device')\n",
+    run=_device_keys,
+    wrong={
+        "def device_key(key):\n    return jax.random.fold_in(key, jax.lax.axis_index('device'))\n":
+            lambda case: f"device k of every host gets the same key: axis_index('device') counts the devices of "
+                         f"one host only (0 to {case.mesh.shape['device'] - 1}), so the hosts draw the same "
+                         "masks, as nnx.pmap's program did. Number the devices of every host: "
+                         "axis_index(DATA)",
+        "def device_key(key):\n    return key\n":
+            "every device gets the same key, so every device draws the same dropout mask: fold the device's "
+            "number, jax.lax.axis_index(DATA), into it",
+        "def device_key(key):\n    return jax.random.key(jax.lax.axis_index(DATA))\n":
+            "each device has a key of its own, but not one made from the key you were given: a run with "
+            "another seed would draw the same masks. Fold the device's number into key",
+        "def device_key(key):\n    return jax.random.fold_in(key, jax.lax.axis_index('host'))\n":
+            "the devices of one host share a key: axis_index('host') is the host's number. Number every "
+            "device of every host: axis_index(DATA)",
+    },
+    otherwise="give each device of every host a key of its own, made from `key` (fold_in)",
+    hints=(
+        "Every device holds the same key (in_specs P()). What differs from device to device inside a "
+        "shard_map is its position on the mesh.",
+        "jax.lax.axis_index(DATA) numbers the devices 0 to 7 over both axes; jax.random.fold_in(key, n) makes "
+        "a new key from key and n.",
+    ),
+))

@@ -1,0 +1,23 @@
+"""Read your own pmap-era training script and say, line by line, what the course teaches about it.
+
+    python -m helpers.migrate path/to/train.py          # or a notebook, or a folder of scripts
+    python -m helpers.migrate --diff path/to/train.py   # and a suggested rewrite where it is safe
+
+or `migrate("train.py")` in a notebook. The script is parsed with `ast`: it is never imported
+or run. Each finding is one line, `train.py:12: <what the line does on several hosts> -> <what
+to write instead> (notebook NN, section "...")`; the sections come from `LESSONS`, which a test
+checks against the notebooks' own headings. Exit status: 0 nothing to change, 1 findings, 2 a
+file that cannot be read.
+
+The package, one module a job:
+  script     the learner's script as the rules read it (`Script`: its tree and imported names)
+  jax_rules  JAX's own pmap-era patterns          nnx_rules  Flax NNX's (nnx.pmap, split_rngs, StateAxes)
+  findings   `Finding`, `LESSONS` and `findings(source)`, every rule applied
+  rewriter   `rewrite(source)`: what `--diff` can rewrite safely
+  cli        files, notebooks and folders read, and the command line (`main`)
+"""
+from helpers.migrate.cli import MigrateError, main, migrate
+from helpers.migrate.findings import LESSONS, Finding, findings
+from helpers.migrate.rewriter import rewrite
+
+__all__ = ["Finding", "LESSONS", "findings", "migrate", "rewrite", "main", "MigrateError"]

@@ -1,0 +1,109 @@
+"""Files and the command line: a script, a notebook (cell by cell) or a folder, read and reported."""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Iterator
+
+from helpers.migrate.findings import Finding, findings
+from helpers.migrate.rewriter import rewrite
+
+
+class MigrateError(Exception):
+    """A path the tool cannot read: the message is one line for the learner."""
+
+
+def _sources(path: Path, shown: Path) -> Iterator[tuple[str, str, int]]:
+    """(text, the name findings give, first line) for a script, each cell of a notebook, or
+    every .py file under a folder; `shown` is how the path is written in the findings."""
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*.py") if not any(
+            part.startswith(".") or part in ("__pycache__", "site-packages") for part in p.parts))
+        if not files:
+            raise MigrateError(f"{path}: a folder with no .py file in it")
+        for file in files:
+            yield from _sources(file, shown / file.relative_to(path))
+        return
+    if not path.exists():
+        raise MigrateError(f"{path}: no such file; check the path")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise MigrateError(f"{path}: cannot be read as text ({error})") from None
+    if path.suffix == ".ipynb":
+        try:
+            cells = json.loads(text)["cells"]
+        except (ValueError, KeyError, TypeError):
+            raise MigrateError(f"{path}: not a Jupyter notebook (no cells in its JSON)") from None
+        number = 0
+        for cell in cells:
+            if cell.get("cell_type") != "code":
+                continue
+            number += 1
+            source = "".join(cell.get("source", []))
+            # IPython's own syntax (%magic, !shell) is not Python: blank it, keeping line numbers
+            source = re.sub(r"^\s*[%!].*$", "", source, flags=re.MULTILINE)
+            yield source, f"{shown} cell {number}", 1
+        return
+    yield text, str(shown), 1
+
+
+def migrate(path: str | Path, *, show: bool = True, relative_to: str | Path | None = None) -> list[Finding]:
+    """Every finding for a script, a notebook (cell by cell) or a folder; printed when `show`.
+
+    Findings name the path as given, or relative to `relative_to`.
+    """
+    found: list[Finding] = []
+    path = Path(path)
+    shown = path.relative_to(relative_to) if relative_to is not None else path
+    for text, name, first in _sources(path, shown):
+        try:
+            found += findings(text, name, first_line=first)
+        except SyntaxError as error:
+            raise MigrateError(f"{name}:{error.lineno}: not valid Python ({error.msg}); fix that "
+                               "line first (the tool reads the script, it never runs it)") from None
+    if show:
+        print("\n".join(map(str, found)) if found else "nothing to change")
+    return found
+
+
+def _diff(path: Path) -> str:
+    """A unified diff of the safe rewrites of one script ('' if none)."""
+    if path.suffix != ".py":
+        return ""
+    old = path.read_text(encoding="utf-8")
+    new, _ = rewrite(old)
+    return "".join(difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                        f"{path}", f"{path} (suggested)"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: the findings, one a line; exit 0 (none), 1 (some) or 2 (a bad path)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m helpers.migrate",
+        description="Say what the course teaches about each pmap-era line of your script "
+                    "(read with ast, never run).")
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="a .py script, a .ipynb notebook, or a folder of scripts")
+    parser.add_argument("--diff", action="store_true",
+                        help="also print a suggested rewrite of what can be rewritten safely")
+    opts = parser.parse_args(argv)
+    found: list[Finding] = []
+    try:
+        for path in opts.paths:
+            found += migrate(path, show=False)
+    except MigrateError as error:
+        print(f"migrate: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(map(str, found)) if found else "nothing to change")
+    if opts.diff:
+        files = [Path(p) for p in opts.paths]
+        files = [f for d in files for f in (sorted(d.rglob("*.py")) if d.is_dir() else [d])]
+        diffs = [d for d in map(_diff, files) if d]
+        print("\n" + ("".join(diffs) if diffs else "(no finding here can be rewritten safely; "
+                                                    "the lines above say what to write)"), end="")
+    return 1 if found else 0

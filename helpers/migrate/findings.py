@@ -1,0 +1,43 @@
+"""A finding: one line of the learner's script, what it does on several hosts, what to write instead,
+and the notebook section that teaches the fix; `findings(source)` applies every rule."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+from helpers.migrate import jax_rules, nnx_rules
+from helpers.migrate.script import Script
+
+# rule -> (notebook, section heading without its number): a test checks them against the notebooks
+LESSONS: dict[str, tuple[str, str]] = {**jax_rules.LESSONS, **nnx_rules.LESSONS}
+RULES = jax_rules.RULES + nnx_rules.RULES
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One line of the learner's script, what it does across hosts, and what to write instead."""
+
+    path: str
+    line: int
+    rule: str
+    does: str
+    instead: str
+
+    @property
+    def lesson(self) -> str:
+        notebook, section = LESSONS[self.rule]
+        return f'notebook {notebook}, section "{section}"'
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.does} -> {self.instead} ({self.lesson})"
+
+
+def findings(source: str, path: str = "<script>", *, first_line: int = 1) -> list[Finding]:
+    """What the course says about each line of `source` (Python text), in line order.
+
+    Raises SyntaxError for text that is not Python. `first_line` numbers a notebook cell's lines.
+    """
+    script = Script(ast.parse(source, filename=path))
+    found = {(node.lineno, rule, does): Finding(path, node.lineno + first_line - 1, rule, does, instead)
+             for check in RULES for node, rule, does, instead in check(script)}
+    return sorted(found.values(), key=lambda f: (f.line, f.rule, f.does))

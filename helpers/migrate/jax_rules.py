@@ -1,0 +1,269 @@
+"""The rules for JAX's own pmap-era patterns: pmap and its collectives, removed calls, host-local
+batches, specs that leave out the host axis, work on process 0 only, per-device keys.
+
+Each rule reads a `Script` and yields (node, rule name, what the line does on several hosts, what
+to write instead); `LESSONS` names the notebook section that teaches each rule's fix.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator
+
+from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, is_name, keyword,
+                                    only_process_zero, strings)
+
+# rule -> (notebook, section heading without its number): where the course teaches the fix
+LESSONS: dict[str, tuple[str, str]] = {
+    "pmap": ("06", "A line-by-line port"),
+    "pmap-collective": ("06", "The gradient trap"),
+    "device-put-replicated": ("04", "What pmap is in jax 0.12"),
+    "experimental-shard-map": ("06", "Five more things a real port runs into"),
+    "with-mesh": ("06", "Five more things a real port runs into"),
+    "local-batch": ("07", "Way three: `shard_map` on a `(host, device)` mesh, with a global batch"),
+    "jax-utils-replicate": ("10", "Where the parameters and the optimizer state live"),
+    "device-only-spec": ("07", "The question the course started from: `P('device')`"),
+    "process-zero-collective": ("12", "A collective on host 0 only"),
+    "process-zero-save": ("11", "Orbax: save on 2 x 4, resume on 4 x 2 and 1 x 8"),
+    "per-device-keys": ("06", "Per-device randomness: `fold_in(key, axis_index)`"),
+}
+_COLLECTIVES = {"pmean", "psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute",
+                "psum_scatter", "axis_index"}
+_TO_GLOBAL = {"jax.make_array_from_process_local_data",
+              "jax.experimental.multihost_utils.host_local_array_to_global_array",
+              "jax.device_put"}
+_HOST_SYNC = {"jax.device_get", "jax.experimental.multihost_utils.process_allgather",
+              "jax.experimental.multihost_utils.broadcast_one_to_all",
+              "jax.experimental.multihost_utils.sync_global_devices"}
+
+
+def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for call in s._pmaps():
+        axis = strings(keyword(call, "axis_name"))
+        in_axes = keyword(call, "in_axes")
+        said = [f"axis_name={axis[0]!r}"] if axis else []
+        if in_axes is not None:
+            said.append(f"in_axes={code_of(in_axes)}")
+        yield (call, "pmap",
+               f"jax.pmap({', '.join(said)}) maps over this host's devices only: each host feeds a "
+               "stack with a leading axis of local_device_count(), and the parameters are stacked "
+               "copies",
+               f"jax.jit(jax.shard_map(..., mesh=mesh, in_specs=..., out_specs=...)) over a "
+               f"{MESH_AXES} mesh with global arrays: P(('host', 'device')) where in_axes was 0, "
+               "P() where it was None")
+
+
+def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for call in s.calls:
+        name = s.name(call.func)
+        op = name.rsplit(".", 1)[-1]
+        if op not in _COLLECTIVES or not is_name(name, f"jax.lax.{op}"):
+            continue
+        axis = argument(call, 0 if op == "axis_index" else 1, "axis_name")
+        if not set(strings(axis)) & s.pmap_axes:
+            continue
+        operand = code_of(call.args[0]) if call.args and op != "axis_index" else ""
+        if op == "pmean" and "grad" in operand:
+            yield (call, "pmap-collective",
+                   f"pmean({operand}, {code_of(axis)}) averages the gradients over pmap's axis; under "
+                   "shard_map with check_vma the gradient of P() parameters is already summed over "
+                   "the devices, so this one comes out N times too large, silently",
+                   f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and drop the pmean of "
+                   "the gradients")
+        else:
+            yield (call, "pmap-collective",
+                   f"{op}(..., {code_of(axis)}) names pmap's axis, which shard_map does not have",
+                   f"name the mesh axes: jax.lax.{op}(..., {MESH_AXES}) reaches every device of "
+                   "every host")
+
+
+# calls that no longer exist, or only stack copies for pmap: -> (rule, what it does, instead)
+_OLD_CALLS = {
+    "jax.device_put_replicated": (
+        "device-put-replicated",
+        "jax.device_put_replicated was removed in jax 0.10 (AttributeError); it made pmap's "
+        "stacked copies",
+        "jax.device_put(x, NamedSharding(mesh, P())): one global array with a copy on every "
+        "device of the mesh"),
+    "jax.device_put_sharded": (
+        "device-put-replicated",
+        "jax.device_put_sharded was removed in jax 0.10 (AttributeError); it stacked one slice "
+        "per local device",
+        "jax.make_array_from_process_local_data(NamedSharding(mesh, P(('host', 'device'))), "
+        "this_hosts_rows)"),
+    "flax.jax_utils.replicate": (
+        "jax-utils-replicate",
+        "flax.jax_utils.replicate stacks a copy per local device (a leading axis that pmap strips)",
+        "jax.device_put(tree, NamedSharding(mesh, P())) once: one global value, on every device"),
+    "flax.jax_utils.unreplicate": (
+        "jax-utils-replicate",
+        "flax.jax_utils.unreplicate takes copy [0] of pmap's stack",
+        "nothing: a P() array already is the value (read it on any host)"),
+}
+
+
+def _old_calls(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for call in s.calls:
+        name = s.name(call.func)
+        for old, (rule, does, instead) in _OLD_CALLS.items():
+            if is_name(name, old):
+                yield call, rule, does, instead
+
+
+def experimental_shard_map(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    does = "jax.experimental.shard_map is deprecated (since jax 0.8) and warns on import"
+    instead = ("jax.shard_map(f, mesh=..., in_specs=..., out_specs=...), keyword arguments only; "
+               "check_rep is now check_vma")
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "jax.experimental.shard_map" or (
+                isinstance(node, ast.ImportFrom) and node.module == "jax.experimental"
+                and any(a.name == "shard_map" for a in node.names)) or (
+                isinstance(node, ast.Import) and any(a.name == "jax.experimental.shard_map"
+                                                     for a in node.names)):
+            yield node, "experimental-shard-map", does, instead
+
+
+def with_mesh(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.With):
+            for item in node.items:
+                expr = item.context_expr
+                if isinstance(expr, (ast.Name, ast.Attribute)) and is_mesh(s, expr):
+                    yield (node, "with-mesh",
+                           f"`with {code_of(expr)}:` is deprecated (since jax 0.10.1)",
+                           f"with jax.set_mesh({code_of(expr)}):")
+
+
+def is_mesh(s: Script, expr: ast.AST) -> bool:
+    value = s.assigned.get(expr.id) if isinstance(expr, ast.Name) else None
+    if isinstance(value, ast.Call):
+        return s.name(value.func) in MESH_MAKERS or is_name(s.name(value.func), "create_device_mesh")
+    return "mesh" in code_of(expr).lower()
+
+
+def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    seen = set()
+    for node in ast.walk(s.tree):
+        shaping = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                   and node.func.attr == "reshape") or (
+            isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.FloorDiv, ast.Div)))
+        if not shaping:
+            continue
+        for inner in ast.walk(node):
+            if (isinstance(inner, ast.Call) and is_name(s.name(inner.func), "jax.local_device_count")
+                    and inner.lineno not in seen):
+                seen.add(inner.lineno)
+                if isinstance(node, ast.Call):
+                    yield (inner, "local-batch",
+                           "reshape(jax.local_device_count(), ...) stacks this host's rows one "
+                           "slice per local device, the leading axis pmap strips",
+                           "no stacking: pass the host's rows as they are to jax.make_array_from_"
+                           "process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows), "
+                           "and JAX splits them over the devices")
+                else:
+                    yield (inner, "local-batch",
+                           "jax.local_device_count() sizes the batch per host: on several hosts "
+                           "the batch a step trains on is process_count() times this number",
+                           "choose the GLOBAL batch size; each host loads global_batch // "
+                           "jax.process_count() rows of it")
+
+
+def _device_only_spec(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    if len(s.mesh_axes) < 2:
+        return
+    used = {n.id for call in s.calls if s.name(call.func) in _TO_GLOBAL
+            for arg in [*call.args, *(k.value for k in call.keywords)]
+            for n in ast.walk(arg) if isinstance(n, ast.Name)}
+    for call in s.calls:
+        if s.name(call.func) not in SPEC_MAKERS or not call.args:
+            continue
+        axes = strings(call.args[0])
+        missing = [a for a in s.mesh_axes if a not in axes]
+        if not axes or not missing or not set(axes) <= set(s.mesh_axes):
+            continue
+        if _feeds_global_array(s, call, used):
+            yield (call, "device-only-spec",
+                   f"{code_of(call)} leaves out {', '.join(map(repr, missing))}: it declares the "
+                   "batch the same on every host, but each host loads its own rows, so the hosts "
+                   "hold different 'copies', silently",
+                   f"P({tuple(s.mesh_axes)!r}) for a batch each host loads its own part of")
+
+
+def _feeds_global_array(s: Script, spec: ast.Call, used: set[str]) -> bool:
+    """The spec is inside a call that builds a global array, or in a name passed to one."""
+    for call in s.calls:
+        if s.name(call.func) in _TO_GLOBAL and any(n is spec for n in ast.walk(call)):
+            return True
+    for name, value in s.assigned.items():
+        if any(n is spec for n in ast.walk(value)):
+            if name in used:
+                return True
+            if any(isinstance(v, ast.Call) and any(isinstance(n, ast.Name) and n.id == name
+                                                   for n in ast.walk(v)) and t in used
+                   for t, v in s.assigned.items()):
+                return True
+    return False
+
+
+def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """Collectives, compiled steps, device_get and checkpoint saves under `if process_index() == 0`."""
+    compiled = {name for name, value in s.assigned.items() if isinstance(value, ast.Call) and (
+        is_name(s.name(value.func), "jax.pmap", "jax.jit", "jax.shard_map"))}
+    compiled |= {node.name for node in ast.walk(s.tree) if isinstance(node, ast.FunctionDef)
+                 and any(is_name(s.name(d.func if isinstance(d, ast.Call) else d), "jax.pmap", "jax.jit",
+                             "functools.partial") for d in node.decorator_list)}
+    for node in ast.walk(s.tree):
+        if not (isinstance(node, ast.If) and only_process_zero(node.test, s.names)):
+            continue
+        for inner in (n for stmt in node.body for n in ast.walk(stmt)):
+            if not isinstance(inner, ast.Call):
+                continue
+            name = s.name(inner.func)
+            called = inner.func.id if isinstance(inner.func, ast.Name) else ""
+            if _is_checkpoint_save(s, inner):
+                yield (inner, "process-zero-save",
+                       f"{code_of(inner.func)}(...) runs on process 0 only: a checkpoint of global "
+                       "arrays is saved by every process (each writes its own shards), so process 0 "
+                       "waits for hosts that never call it",
+                       "call the save on every host; Orbax lets process 0 write the shared metadata")
+            elif name in _HOST_SYNC or called in compiled:
+                yield (inner, "process-zero-collective",
+                       f"{code_of(inner.func)}(...) runs on process 0 only: a collective (or a compiled "
+                       "step) there waits for hosts that never join it, and device_get of an array "
+                       "other hosts hold part of raises",
+                       "compute on every host, outside the if; keep only the print or the write "
+                       "under it")
+
+
+def _is_checkpoint_save(s: Script, call: ast.Call) -> bool:
+    """`checkpoints.save_checkpoint(...)`, `ocp....save(...)`, or `.save(...)` on a name made by
+    an Orbax or checkpoint call (`manager = ocp.CheckpointManager(...)`)."""
+    name = s.name(call.func)
+    if "save" not in name.rsplit(".", 1)[-1].lower():
+        return False
+    if "checkpoint" in name.lower() or "orbax" in name or "ckpt" in code_of(call).lower():
+        return True
+    owner = call.func.value if isinstance(call.func, ast.Attribute) else None
+    made = s.assigned.get(owner.id) if isinstance(owner, ast.Name) else None
+    return isinstance(made, ast.Call) and any(w in s.name(made.func).lower()
+                                              for w in ("orbax", "checkpoint"))
+
+
+def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for call in s.calls:
+        if not is_name(s.name(call.func), "jax.random.split") or len(call.args) < 2:
+            continue
+        count = call.args[1]
+        by_device = any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.local_device_count",
+                                                          "jax.device_count")
+                        for n in ast.walk(count))
+        if by_device or re.search(r"dev", code_of(count)):
+            yield (call, "per-device-keys",
+                   f"jax.random.split(key, {code_of(count)}) makes one key per local device for "
+                   "pmap; every host splits the same key, so host 1's devices repeat host 0's draws",
+                   "one key, and inside shard_map jax.random.fold_in(key, jax.lax.axis_index("
+                   f"{MESH_AXES})): a different stream on every device of every host")
+
+
+RULES = (_pmap, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
+         _device_only_spec, _process_zero, _per_device_keys)

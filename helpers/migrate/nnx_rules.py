@@ -1,0 +1,69 @@
+"""The rules for Flax NNX's pmap-era transforms: `nnx.pmap`, `nnx.split_rngs` over local devices,
+`nnx.StateAxes` (the program of google/flax#4751, notebook 17)."""
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, keyword
+
+# rule -> (notebook, section heading without its number): where the course teaches the fix
+LESSONS: dict[str, tuple[str, str]] = {
+    "nnx-pmap": ("17", "Way one: pmap's program, on the mesh"),
+    "nnx-split-rngs": ("17", "Why both hosts drew the same masks"),
+    "nnx-state-axes": ("17", "The port, error by error"),
+}
+
+
+def _nnx(s: Script, call: ast.Call, name: str) -> bool:
+    return is_name(s.name(call.func), f"flax.nnx.{name}", f"nnx.{name}")
+
+
+def _counts_local_devices(s: Script, expr: ast.AST | None) -> bool:
+    """The expression counts this host's devices, or is a name assigned that (`local = jax.local_device_count()`)."""
+    if expr is None:
+        return False
+    if isinstance(expr, ast.Name) and expr.id in s.assigned:
+        expr = s.assigned[expr.id]
+    return any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.local_device_count") for n in ast.walk(expr))
+
+
+def nnx_pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for call in s.calls:
+        if _nnx(s, call, "pmap"):
+            yield (call, "nnx-pmap",
+                   "nnx.pmap maps this host's devices only: the state StateAxes maps and the batch "
+                   "carry a leading axis of local_device_count(), made on each host",
+                   f"nnx.shard_map on a {MESH_AXES} mesh with Auto axes, each block's device axis "
+                   "dropped before the body and put back after (check_vma=False), or one key and "
+                   "fold_in inside a checked shard_map, or nnx.jit on global arrays")
+
+
+def nnx_split_rngs(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    has_pmap = any(_nnx(s, call, "pmap") for call in s.calls)
+    for call in s.calls:
+        if not _nnx(s, call, "split_rngs"):
+            continue
+        splits = keyword(call, "splits")
+        if _counts_local_devices(s, splits) or has_pmap:
+            yield (call, "nnx-split-rngs",
+                   f"split_rngs(splits={code_of(splits) if splits is not None else '...'}) splits the keys "
+                   "over this host's devices: every host starts from the same seed, so every host "
+                   "draws the same dropout masks, and the loss does not show it",
+                   "split over every device of the mesh (splits=mesh.size, keys sharded "
+                   f"P({MESH_AXES})), or keep one replicated key and fold_in(key, "
+                   f"jax.lax.axis_index({MESH_AXES})) in the body")
+
+
+def nnx_state_axes(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for call in s.calls:
+        if _nnx(s, call, "StateAxes"):
+            yield (call, "nnx-state-axes",
+                   f"{code_of(call)} tells nnx.pmap which state has a leading axis of this host's "
+                   "devices",
+                   f"nnx.StateSharding with P({MESH_AXES}) where StateAxes said 0 and P() where it "
+                   "said None; make such state this host's part of a global array with "
+                   "jax.make_array_from_process_local_data and put it in with set_value")
+
+
+RULES = (nnx_pmap, nnx_split_rngs, nnx_state_axes)

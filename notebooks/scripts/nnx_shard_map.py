@@ -1,0 +1,75 @@
+"""Notebook 17's port of nnx_pmap.py to nnx.shard_map on a (host, device) mesh: way one.
+
+The step's body is unchanged; each device's block loses its device axis before it and gets it back
+after, as nnx.pmap did. With --pmap-keys the dropout keys are laid out as nnx.pmap had them (the
+same on every host), and the script prints what nnx_pmap.py prints; without, they are split over
+every device of every host.
+
+    python -m helpers.launch --hosts 2 --devices-per-host 4 notebooks/scripts/nnx_shard_map.py
+"""
+import sys
+
+from helpers.launch import initialize
+
+initialize()  # joins the run: the course launcher, mpirun, srun, or alone
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+from helpers.training.nnx_dropout import (STEPS, Model, Seen, digest, host_batch, local_rows, parameter_norm,
+                                         step_body)
+
+PMAP_KEYS = "--pmap-keys" in sys.argv
+DATA = ("host", "device")
+host, hosts, local = jax.process_index(), jax.process_count(), jax.local_device_count()
+mesh = jax.make_mesh((hosts, local), ("host", "device"), axis_types=(AxisType.Auto,) * 2)
+rows = NamedSharding(mesh, P(DATA))  # device k of the mesh holds row k: each host its own rows
+
+
+def made_global(local_rows):
+    """This host's rows (one per local device) as its part of a global array."""
+    return jax.make_array_from_process_local_data(rows, np.asarray(local_rows))
+
+
+model = Model(nnx.Rngs(params=0, dropout=1), devices=local)
+model.seen.set_value(made_global(model.seen[...]))  # f32[local, 2] per host -> f32[8, 2], global
+state_specs = nnx.StateSharding({Seen: P(DATA), nnx.RngState: P(DATA), ...: P()})
+
+
+PER_DEVICE = (Seen, nnx.RngState)  # what nnx.pmap split over the devices, with in_axes 0
+
+
+@nnx.jit
+@nnx.shard_map(mesh=mesh, in_specs=(state_specs, P(DATA), P(DATA)), out_specs=(P(DATA), P(DATA)),
+               check_vma=False)
+def train_step(model, x, y):  # x: f32[1, 2, 4]; Seen f32[1, 2]; each key [1]: this device's block
+    nnx.update(model, jax.tree.map(lambda a: a[0], nnx.state(model, PER_DEVICE)))  # what pmap did: drop
+    loss, kept = step_body(model, x[0], y[0], axis=DATA)                           # the device axis, and
+    nnx.update(model, jax.tree.map(lambda a: a[None], nnx.state(model, PER_DEVICE)))  # put it back
+    return loss[None], kept[None]
+
+
+def keys_as_pmap_had_them(model):
+    """Split over this host's devices (the same keys on every host, as nnx.pmap did), made global."""
+    for _, variable in nnx.iter_graph(model):
+        if isinstance(variable, nnx.RngKey):
+            data = made_global(jax.random.key_data(variable[...]))
+            variable.set_value(jax.random.wrap_key_data(data, impl=jax.random.key_impl(variable[...])))
+        elif isinstance(variable, nnx.RngCount):
+            variable.set_value(made_global(variable[...]))
+
+
+for step in range(STEPS):
+    x, y = (made_global(a) for a in host_batch(step, host, hosts, local))  # f32[8, 2, 4], f32[8, 2, 1]
+    if PMAP_KEYS:
+        with nnx.split_rngs(model, splits=local):
+            keys_as_pmap_had_them(model)
+            loss, kept = train_step(model, x, y)
+    else:
+        with nnx.split_rngs(model, splits=jax.device_count()):
+            loss, kept = train_step(model, x, y)
+    print(f"step {step}: loss {float(local_rows(loss)[0]):.6f}  dropout masks {digest(local_rows(kept))}")
+print(f"Seen: {local_rows(model.seen[...]).astype(np.float64).round(4).tolist()}")
+print(f"parameters: norm {parameter_norm(model):.6f}")
