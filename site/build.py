@@ -67,7 +67,7 @@ PARTS = (  # every notebook belongs to exactly one Part
     Part("I", "From a mesh to data-parallel training across hosts", 0, 9),
     Part("II", "The real stack across hosts, and what goes wrong", 10, 13),
     Part("III", "When hosts fail and where the time goes", 14, 15),
-    Part("IV", "Your own script", 16, 16),
+    Part("IV", "Your own code: pmap-era scripts and Flax NNX programs", 16, 17),
 )
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 RUN_NOTE = """\

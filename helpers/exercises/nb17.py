@@ -93,8 +93,8 @@ def to_global(model, mesh):
     wrong={
         _SPEC_ON_DEVICE: lambda case: (
             f"P('device') names one mesh axis, so it says every host holds the same rows: your global Seen "
-            f"has {case.got[0][0][0]} rows, not {case.mesh[0] * case.mesh[1]}, and host 1's devices hold host "
-            "1's rows in an array that claims they are host 0's. Name both axes: P(DATA)"),
+            f"has {case.got[0][0][0]} rows, not {case.mesh[0] * case.mesh[1]}, and JAX takes each host's rows "
+            "as its copy of one replicated array, so the hosts' copies disagree. Name both axes: P(DATA)"),
     },
     errors=(
         ErrorRule(lambda text: "ShardingTypeError" in text or "Incompatible types for broadcasting" in text,
@@ -102,6 +102,12 @@ def to_global(model, mesh):
                   say="model.seen[...] = new writes into the array Seen already holds, this host's own (a "
                       "scatter), and the global array has another shape and sharding. Replace the array "
                       "instead: model.seen.set_value(new)"),
+        ErrorRule(lambda text: text.startswith("NameError"),
+                  example=_to_global("    model.seen.set_value(jax.make_array_from_process_local_data(rows, "
+                                     "model.seen[...]))\n"),
+                  say=lambda case: f"{case.got.text.split(' on host')[0]}: on the hosts your function runs alone, "
+                                   "with jax, jnp, np, P, NamedSharding, nnx and DATA defined. Build what else it "
+                                   "needs inside it, from mesh"),
         ErrorRule(lambda text: "evenly divide" in text, example=_DEVICE_PUT,
                   say="jax.device_put takes the whole global array, the same on every host, and each host "
                       "here has only its own rows. jax.make_array_from_process_local_data takes this host's "

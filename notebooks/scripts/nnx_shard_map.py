@@ -53,16 +53,16 @@ def train_step(model, x, y):  # x: f32[1, 2, 4]; Seen f32[1, 2]; each key [1]: t
 
 def keys_as_pmap_had_them(model):
     """Split over this host's devices (the same keys on every host, as nnx.pmap did), made global."""
-    for _, variable in nnx.iter_graph(model):
-        if isinstance(variable, nnx.RngKey):
-            data = made_global(jax.random.key_data(variable[...]))
-            variable.set_value(jax.random.wrap_key_data(data, impl=jax.random.key_impl(variable[...])))
-        elif isinstance(variable, nnx.RngCount):
-            variable.set_value(made_global(variable[...]))
+    def made_global_rng(a):  # a key (made global as its key data) or a count
+        if not jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+            return made_global(a)
+        return jax.random.wrap_key_data(made_global(jax.random.key_data(a)), impl=jax.random.key_impl(a))
+
+    nnx.update(model, jax.tree.map(made_global_rng, nnx.state(model, nnx.RngState)))
 
 
 for step in range(STEPS):
-    x, y = (made_global(a) for a in host_batch(step, host, hosts, local))  # f32[8, 2, 4], f32[8, 2, 1]
+    x, y = (made_global(a) for a in host_batch(step, host, hosts, devices=local))  # f32[8, 2, 4], f32[8, 2, 1]
     if PMAP_KEYS:
         with nnx.split_rngs(model, splits=local):
             keys_as_pmap_had_them(model)
