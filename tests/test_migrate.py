@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers import migrate
-from helpers.migrate import LESSONS, MigrateError, findings, rewrite
+from helpers.migrate import LESSONS, findings, rewrite
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "notebooks" / "scripts"
@@ -101,6 +101,86 @@ CASES = {
         ("from flax import nnx\naxes = nnx.StateAxes({Custom: 0, nnx.RngState: 0, ...: None})\n", 2,
          "from flax import nnx\nspecs = nnx.StateSharding({Custom: P(DATA), ...: P()})\n"),
         ("from flax.nnx import StateAxes\naxes = StateAxes({...: None})\n", 2, "axes = {'params': None}\n"),
+    ],
+    "flax-shard": [
+        ("from flax.training.common_utils import shard\nbatch = shard(batch)\n", 2,
+         "def shard(x):\n    return x\nbatch = shard(batch)\n"),
+        ("from flax.training import common_utils\nx = common_utils.shard(x)\n", 2, "x = x.reshape(8, -1)\n"),
+    ],
+    "flax-shard-prng-key": [
+        ("from flax.training.common_utils import shard_prng_key\nrngs = shard_prng_key(rng)\n", 2,
+         "import jax\nrng, sub = jax.random.split(rng)\n"),
+        ("import flax.training.common_utils as cu\nkeys = cu.shard_prng_key(key)\n", 2, "keys = key\n"),
+    ],
+    "flax-get-metrics": [
+        ("from flax.training.common_utils import get_metrics\nm = get_metrics(train_metrics)\n", 2,
+         "import jax\nm = jax.device_get(train_metrics)\n"),
+        ("from flax.training import common_utils\nm = common_utils.get_metrics(ms)\n", 2, "m = ms\n"),
+    ],
+    "flax-prefetch": [
+        ("from flax import jax_utils\nit = jax_utils.prefetch_to_device(it, 2)\n", 2, "it = iter(loader)\n"),
+        ("from flax.jax_utils import prefetch_to_device\nit = prefetch_to_device(batches, size=2)\n", 2,
+         "def prefetch_to_device(it, size):\n    return it\nit = prefetch_to_device(b, 2)\n"),
+    ],
+    "flax-pad-shard-unpad": [
+        ("from flax import jax_utils\nstep = jax_utils.pad_shard_unpad(p_eval_step)\n", 2, "step = p_eval_step\n"),
+        ("from flax.jax_utils import pad_shard_unpad\nout = pad_shard_unpad(f, static_argnums=(0,))(s, b)\n", 2,
+         "out = f(s, b)\n"),
+    ],
+    "replicate-method": [
+        ("state = TrainState.create(apply_fn=f, params=p, tx=tx)\nstate = state.replicate()\n", 2,
+         "state = state.replace(step=0)\n"),
+        ("p = model.params.replicate()\n", 1, "p = model.params.replicate(copies=2)\n"),
+    ],
+    "flax-checkpoints": [
+        ("from flax.training import checkpoints\ncheckpoints.save_checkpoint('ckpt', state, step)\n", 2,
+         "import orbax.checkpoint as ocp\nm = ocp.CheckpointManager('ckpt')\n"),
+        ("from flax.training.checkpoints import restore_checkpoint\nstate = restore_checkpoint('c', state)\n", 2,
+         "state = restore('c', state)\n"),
+    ],
+    "xmap": [
+        ("from jax.experimental.maps import xmap\nf = xmap(g, in_axes=['batch', ...], out_axes=['batch', ...])\n", 1,
+         "import jax\nf = jax.shard_map(g, mesh=mesh, in_specs=P('batch'), out_specs=P('batch'))\n"),
+        ("import jax.experimental.maps\nmesh = jax.experimental.maps.thread_resources.env.physical_mesh\n", 1,
+         "import jax\nmesh = jax.sharding.get_abstract_mesh()\n"),
+    ],
+    "pjit": [
+        ("from jax.experimental.pjit import pjit\nf = pjit(g, in_axis_resources=P('x'), out_axis_resources=None)\n", 2,
+         "import jax\nf = jax.jit(g, in_shardings=s, out_shardings=s)\n"),
+        ("from jax.experimental import pjit\nf = pjit.pjit(g, in_shardings=s, out_shardings=s)\n", 2,
+         "from functools import partial\nimport jax\nf = partial(jax.jit, donate_argnums=0)(g)\n"),
+    ],
+    "experimental-sharding-names": [
+        ("from jax.experimental import PartitionSpec\n", 1, "from jax.sharding import PartitionSpec\n"),
+        ("from jax.experimental.pjit import PartitionSpec as P\n", 1, "from jax import P\n"),
+    ],
+    "host-count": [
+        ("import jax\nn = jax.host_count()\n", 2, "import jax\nn = jax.process_count()\n"),
+        ("import jax\nif jax.host_id() == 0:\n    print('hi')\n", 2, "import jax\nif jax.process_index() == 0:\n    print('hi')\n"),
+    ],
+    "shared-shuffle": [
+        ("import jax\nstep = jax.pmap(f, axis_name='b')\ndef loader(rng, data, bs):\n"
+         "    perm = jax.random.permutation(rng, len(data))\n    return data[perm[:bs]]\n", 4,
+         "import jax\nstep = jax.pmap(f, axis_name='b')\ndef loader(rng, data, bs):\n"
+         "    perm = jax.random.permutation(rng, len(data))\n    me = jax.process_index()\n"
+         "    return data[perm[me * bs:(me + 1) * bs]]\n"),
+        ("import jax\nimport numpy as np\nn = jax.local_device_count()\nrng = np.random.default_rng(0)\n"
+         "order = rng.permutation(1000)\n", 5,
+         "import numpy as np\nrng = np.random.default_rng(0)\norder = rng.permutation(1000)\n"),
+    ],
+    "global-batch-per-host": [
+        ("import jax\nstep = jax.pmap(f)\nbatch_size = 32 * jax.device_count()\n", 3,
+         "import jax\nstep = jax.pmap(f)\nbatch_size = 32 * jax.device_count()\n"
+         "per_host = batch_size // jax.process_count()\n"),
+        ("import jax\nfrom flax.training.common_utils import shard\nbs = jax.device_count() * per_device\n"
+         "batch = shard(batch)\n", 3,
+         "import jax\nbs = jax.device_count() * per_device\n"),
+    ],
+    "not-read": [
+        ("from jax.experimental.multihost_utils import host_local_array_to_global_array_v2\n", 1,
+         "from jax.experimental.multihost_utils import process_allgather\n"),
+        ("import flax.linen.partitioning as nn_partitioning\nr = nn_partitioning.logical_to_mesh_axes(('batch',))\n", 2,
+         "import flax.linen as nn\nd = nn.Dense(4)\n"),
     ],
     "per-device-keys": [
         ("import jax\nkeys = jax.random.split(key, jax.local_device_count())\n", 2,
@@ -242,3 +322,64 @@ def test_the_suggested_rewrite_of_old_spellings_runs_on_the_pinned_jax_without_a
     out = subprocess.run([sys.executable, "-W", "error", str(script)], capture_output=True, text=True,
                          timeout=120, env=env)
     assert (out.returncode, out.stdout) == (0, "[2. 2. 2.]\n"), out.stderr
+
+
+# ------------------------------------------------------------------ code as published scripts write it
+
+HF_STEP = '''import jax
+from flax.training.common_utils import onehot
+AXIS = "batch"
+
+
+def train_step(state, batch, dropout_rng):
+    def loss_fn(params):
+        return compute_loss(params, batch)
+
+    grad_fn = jax.value_and_grad(loss_fn)
+    loss, grad = grad_fn(state.params)
+    g = jax.tree.map(lambda x: jax.lax.pmean(x, axis_name=AXIS), grad)
+    grad_norm = jax.lax.pmean(optax.global_norm(g), AXIS)
+    return state.apply_gradients(grads=g), jax.lax.pmean(loss, AXIS), grad_norm
+
+
+p_train_step = jax.pmap(train_step, "batch", donate_argnums=(0,))
+'''
+
+
+def _said(source: str, line: int) -> list[str]:
+    return [f"{f.does} -> {f.instead}" for f in findings(source, "t.py") if f.line == line]
+
+
+def test_a_pmean_of_gradients_is_the_trap_whatever_the_gradients_are_called():
+    """`g` (through a tree map's lambda) holds gradients because of where it comes from: the trap,
+    never 'rename the axis'; `grad_norm` and `loss` do not, whatever their names say."""
+    (trap,) = _said(HF_STEP, 12)
+    assert "N times too large" in trap and "renaming the axis is not enough" in trap
+    for line in (13, 14):
+        assert all("names pmap's axis" in s for s in _said(HF_STEP, line)), _said(HF_STEP, line)
+
+
+def test_an_axis_name_given_by_position_or_held_in_a_constant_is_pmaps_axis():
+    (pmap,) = [s for s in _said(HF_STEP, 17) if s.startswith("jax.pmap")]
+    assert "axis_name='batch'" in pmap and "spans every device of every host" in pmap
+    assert "(0,) as donate_argnums on jax.jit" in pmap
+
+
+def test_gradients_from_dynamic_scale_and_nnx_grad_are_gradients():
+    source = ("import jax\nfrom flax import nnx\ns = jax.pmap(step, axis_name='b')\n"
+              "dyn, is_fin, aux, grads = dynamic_scale.value_and_grad(loss_fn, has_aux=True)(params)\n"
+              "grads = jax.lax.pmean(grads, 'b')\n"
+              "updates = nnx.grad(loss_fn)(model)\n"
+              "updates = jax.lax.psum(updates, axis_name='b')\n")
+    assert "N times too large" in _said(source, 5)[0]
+    assert "N times too large" in _said(source, 7)[0]
+
+
+def test_a_jupytext_myst_notebook_is_read_cell_by_cell_with_the_files_line_numbers(tmp_path):
+    page = tmp_path / "train.md"
+    page.write_text("---\njupytext:\n  text_representation:\n    format_name: myst\n---\n\n# Train\n\n"
+                    "```{code-cell} ipython3\n:tags: [hide-input]\n%matplotlib inline\nimport jax\n```\n\n"
+                    "Some prose with `jax.pmap(f)` in it.\n\n"
+                    "```{code-cell} ipython3\nstep = jax.pmap(f, axis_name='batch')\n```\n")
+    found = migrate.migrate(page, show=False)
+    assert [(f.path, f.line, f.rule) for f in found] == [(str(page), 18, "pmap")]

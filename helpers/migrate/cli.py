@@ -44,16 +44,27 @@ def _sources(path: Path, shown: Path) -> Iterator[tuple[str, str, int]]:
             if cell.get("cell_type") != "code":
                 continue
             number += 1
-            source = "".join(cell.get("source", []))
-            # IPython's own syntax (%magic, !shell) is not Python: blank it, keeping line numbers
-            source = re.sub(r"^\s*[%!].*$", "", source, flags=re.MULTILINE)
-            yield source, f"{shown} cell {number}", 1
+            yield _python("".join(cell.get("source", []))), f"{shown} cell {number}", 1
+        return
+    if path.suffix == ".md":  # a jupytext MyST notebook: its code cells, numbered by the file's lines
+        for fence in _CODE_CELL.finditer(text):
+            yield _python(fence.group(1)), str(shown), text.count("\n", 0, fence.start(1)) + 1
         return
     yield text, str(shown), 1
 
 
+_CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def _python(cell: str) -> str:
+    """A cell's source with what is not Python blanked, keeping its line numbers: IPython's own
+    syntax (%magic, !shell) and MyST cell options (`:tags: [...]`)."""
+    return re.sub(r"^\s*[%!].*$|^:\w[\w-]*:.*$", "", cell, flags=re.MULTILINE)
+
+
 def migrate(path: str | Path, *, show: bool = True, relative_to: str | Path | None = None) -> list[Finding]:
-    """Every finding for a script, a notebook (cell by cell) or a folder; printed when `show`.
+    """Every finding for a script, a notebook (cell by cell, .ipynb or jupytext MyST .md) or a
+    folder; printed when `show`.
 
     Findings name the path as given, or relative to `relative_to`.
     """

@@ -5,12 +5,14 @@ from __future__ import annotations
 import ast
 import dataclasses
 
-from helpers.migrate import jax_rules, nnx_rules
+from helpers.migrate import data_rules, flax_rules, jax_rules, nnx_rules, old_api_rules, unread
 from helpers.migrate.script import Script
 
+FAMILIES = (jax_rules, flax_rules, nnx_rules, old_api_rules, data_rules)
 # rule -> (notebook, section heading without its number): a test checks them against the notebooks
-LESSONS: dict[str, tuple[str, str]] = {**jax_rules.LESSONS, **nnx_rules.LESSONS}
-RULES = jax_rules.RULES + nnx_rules.RULES
+LESSONS: dict[str, tuple[str, str]] = {k: v for family in (*FAMILIES, unread) for k, v in family.LESSONS.items()}
+RULES = tuple(rule for family in FAMILIES for rule in family.RULES)
+READ = {name for family in FAMILIES for name in getattr(family, "READS", ())}  # the names some rule reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,4 +42,10 @@ def findings(source: str, path: str = "<script>", *, first_line: int = 1) -> lis
     script = Script(ast.parse(source, filename=path))
     found = {(node.lineno, rule, does): Finding(path, node.lineno + first_line - 1, rule, does, instead)
              for check in RULES for node, rule, does, instead in check(script)}
+    spoken = {line for line, _, _ in found}
+    for node, name in unread.unread_names(script, READ):
+        if node.lineno not in spoken:
+            does, instead = unread.not_read(name)
+            found[(node.lineno, "not-read", does)] = Finding(path, node.lineno + first_line - 1, "not-read",
+                                                             does, instead)
     return sorted(found.values(), key=lambda f: (f.line, f.rule, f.does))

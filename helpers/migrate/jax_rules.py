@@ -11,7 +11,7 @@ import re
 from typing import Iterator
 
 from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, is_name, keyword,
-                                    only_process_zero, strings)
+                                    only_process_zero, pmap_axis, strings)
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -38,19 +38,22 @@ _HOST_SYNC = {"jax.device_get", "jax.experimental.multihost_utils.process_allgat
 
 
 def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    for call in s._pmaps():
-        axis = strings(keyword(call, "axis_name"))
+    for call in s.pmaps():
+        axis = s.axis_names(pmap_axis(call))
         in_axes = keyword(call, "in_axes")
         said = [f"axis_name={axis[0]!r}"] if axis else []
         if in_axes is not None:
             said.append(f"in_axes={code_of(in_axes)}")
+        carried = [f"{code_of(k.value)} as {k.arg.replace('static_broadcasted_argnums', 'static_argnums')} on "
+                   "jax.jit" for k in call.keywords if k.arg in ("donate_argnums", "static_broadcasted_argnums")]
         yield (call, "pmap",
-               f"jax.pmap({', '.join(said)}) maps over this host's devices only: each host feeds a "
-               "stack with a leading axis of local_device_count(), and the parameters are stacked "
-               "copies",
+               f"jax.pmap({', '.join(said)}) maps over this host's devices only"
+               + (f", and its axis {axis[0]!r} spans every device of every host" if axis else "")
+               + ": each host feeds a stack with a leading axis of local_device_count(), and the "
+               "parameters are stacked copies",
                f"jax.jit(jax.shard_map(..., mesh=mesh, in_specs=..., out_specs=...)) over a "
                f"{MESH_AXES} mesh with global arrays: P(('host', 'device')) where in_axes was 0, "
-               "P() where it was None")
+               "P() where it was None or the argument was replicated" + "".join(f"; {c}" for c in carried))
 
 
 def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -60,16 +63,17 @@ def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if op not in _COLLECTIVES or not is_name(name, f"jax.lax.{op}"):
             continue
         axis = argument(call, 0 if op == "axis_index" else 1, "axis_name")
-        if not set(strings(axis)) & s.pmap_axes:
+        if not set(s.axis_names(axis)) & s.pmap_axes:
             continue
         operand = code_of(call.args[0]) if call.args and op != "axis_index" else ""
-        if op == "pmean" and "grad" in operand:
+        if op in ("pmean", "psum") and call.args and s.is_gradient(call.args[0]):
             yield (call, "pmap-collective",
-                   f"pmean({operand}, {code_of(axis)}) averages the gradients over pmap's axis; under "
-                   "shard_map with check_vma the gradient of P() parameters is already summed over "
-                   "the devices, so this one comes out N times too large, silently",
-                   f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and drop the pmean of "
-                   "the gradients")
+                   f"{op}({operand}, {code_of(axis)}) {'averages' if op == 'pmean' else 'adds'} the gradients "
+                   "over pmap's axis; under shard_map with check_vma the gradient of P() parameters is "
+                   "already summed over the devices, so a renamed axis here makes it N times too large, "
+                   "silently",
+                   f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and drop this {op}; "
+                   "renaming the axis is not enough")
         else:
             yield (call, "pmap-collective",
                    f"{op}(..., {code_of(axis)}) names pmap's axis, which shard_map does not have",
@@ -265,5 +269,6 @@ def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{MESH_AXES})): a different stream on every device of every host")
 
 
+READS = {*_OLD_CALLS, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap
 RULES = (_pmap, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
          _device_only_spec, _process_zero, _per_device_keys)

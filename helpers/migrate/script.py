@@ -78,6 +78,16 @@ def only_process_zero(test: ast.AST, names: Names) -> bool:
     return False
 
 
+def pmap_axis(call: ast.Call) -> ast.AST | None:
+    """The axis_name of `jax.pmap(f, "batch")` or `jax.pmap(f, axis_name=...)`, as written."""
+    return keyword(call, "axis_name") or (call.args[1] if len(call.args) > 1 and is_name_call(call) else None)
+
+
+def is_name_call(call: ast.Call) -> bool:
+    """A call whose first argument is the function (`pmap(f, ...)`), not `partial(pmap, ...)`."""
+    return not (isinstance(call.func, (ast.Name, ast.Attribute)) and code_of(call.func).endswith("partial"))
+
+
 def _assignments(tree: ast.AST) -> Iterator[tuple[str, ast.AST]]:
     """(name, the expression assigned to it): `a = f()`, and `a, b = f(), g()` item by item."""
     for node in ast.walk(tree):
@@ -99,13 +109,86 @@ class Script:
         self.names = Names(tree)
         self.calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
         self.assigned = dict(_assignments(tree))
-        self.pmap_axes = {axis for call in self._pmaps() for axis in strings(keyword(call, "axis_name"))}
+        self.parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        self.pmap_axes = {axis for call in self.pmaps() for axis in self.axis_names(pmap_axis(call))}
         self.mesh_axes = self._mesh_axes()
+        self.gradients = self._gradients()
 
     def name(self, node: ast.AST) -> str:
         return self.names.of(node)
 
-    def _pmaps(self) -> Iterator[ast.Call]:
+    def value(self, node: ast.AST | None) -> ast.AST | None:
+        """What a name stands for where the script assigns it once (`AXIS = "batch"`), else the node."""
+        for _ in range(8):  # a chain of names, never a cycle
+            if not (isinstance(node, ast.Name) and node.id in self.assigned):
+                break
+            node = self.assigned[node.id]
+        return node
+
+    def axis_names(self, node: ast.AST | None) -> tuple[str, ...]:
+        """The axis names an expression spells, through names the script assigns (module constants)."""
+        node = self.value(node)
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return tuple(a for e in node.elts for a in self.axis_names(e))
+        return strings(node)
+
+    def _is_grad_call(self, call: ast.AST) -> bool:
+        """`jax.grad(f)(...)`, `jax.value_and_grad(f)(...)`, `nnx.grad`, `dynamic_scale.value_and_grad(f)(...)`,
+        or a call of a name bound to one of those transforms."""
+        if not isinstance(call, ast.Call):
+            return False
+        transform = self.value(call.func)
+        return isinstance(transform, ast.Call) and \
+            self.name(transform.func).rsplit(".", 1)[-1] in ("grad", "value_and_grad")
+
+    def _gradients(self) -> set[str]:
+        """Names that hold gradients: assigned from a gradient transform's call (the last item of a
+        tuple target), or from a pmean, psum or tree map of gradients."""
+        found: set[str] = set()
+        for _ in range(4):  # gradients passed on through other names
+            for node in ast.walk(self.tree):
+                if not isinstance(node, ast.Assign):
+                    continue
+                if self._is_grad_call(node.value) or self.is_gradient(node.value, found):
+                    for target in node.targets:
+                        last = target.elts[-1] if isinstance(target, (ast.Tuple, ast.List)) else target
+                        if isinstance(last, ast.Name):
+                            found.add(last.id)
+        return found
+
+    def is_gradient(self, expr: ast.AST, known: set[str] | None = None) -> bool:
+        """Whether an expression holds gradients, judged by where it comes from, never by its name:
+        a gradient name, a collective or tree map of one, or the parameter of a lambda that a tree
+        map applies to gradients (`jax.tree.map(lambda g: pmean(g, 'batch'), grads)`)."""
+        known = self.gradients if known is None else known
+        if isinstance(expr, ast.Name):
+            if expr.id in known:
+                return True
+            lam = self._lambda_binding(expr)
+            mapped = self.parent.get(lam)
+            return isinstance(mapped, ast.Call) and self._is_tree_map(mapped) and \
+                any(self.is_gradient(a, known) for a in mapped.args[1:])
+        if isinstance(expr, ast.Call):
+            name = self.name(expr.func).rsplit(".", 1)[-1]
+            if name in ("pmean", "psum") and expr.args:
+                return self.is_gradient(expr.args[0], known)
+            if self._is_tree_map(expr):
+                return any(self.is_gradient(a, known) for a in expr.args[1:])
+        return False
+
+    def _is_tree_map(self, call: ast.Call) -> bool:
+        return is_name(self.name(call.func), "jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map")
+
+    def _lambda_binding(self, name: ast.Name) -> ast.Lambda | None:
+        """The lambda whose parameter this name is, if any."""
+        node = self.parent.get(name)
+        while node is not None and not isinstance(node, ast.Lambda):
+            node = self.parent.get(node)
+        if node is not None and name.id in {a.arg for a in node.args.args}:
+            return node
+        return None
+
+    def pmaps(self) -> Iterator[ast.Call]:
         """Every jax.pmap(...) call, and partial(jax.pmap, ...) (its keywords are pmap's)."""
         for call in self.calls:
             name = self.name(call.func)

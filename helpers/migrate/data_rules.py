@@ -1,0 +1,67 @@
+"""The rules for host-local data in a pmap-era script: a loader that shuffles with a key or seed
+every host shares (and never looks at its process index), and a per-host batch sized with
+`jax.device_count()`, which counts every host's devices."""
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from helpers.migrate.script import Script, code_of, is_name
+
+# rule -> (notebook, section heading without its number): where the course teaches the fix
+LESSONS: dict[str, tuple[str, str]] = {
+    "shared-shuffle": ("11", "The same shuffle on every host, a new one each epoch"),
+    "global-batch-per-host": ("11", "The global batch of step `s` does not depend on the number of hosts"),
+}
+_SHUFFLES = ("jax.random.permutation", "numpy.random.permutation", "numpy.random.shuffle")
+_HOST_NUMBERS = ("jax.process_index", "jax.process_count", "jax.host_id", "jax.host_count")
+
+
+def _pmap_era(s: Script) -> bool:
+    """The script feeds pmap: it calls pmap, or stacks batches per local device."""
+    return any(True for _ in s.pmaps()) or any(
+        is_name(s.name(c.func), "flax.training.common_utils.shard", "jax.local_device_count") for c in s.calls)
+
+
+def _enclosing_function(s: Script, node: ast.AST) -> ast.AST:
+    while node in s.parent and not isinstance(node, (ast.FunctionDef, ast.Lambda)):
+        node = s.parent[node]
+    return node
+
+
+def _reads_host_number(s: Script, scope: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and is_name(s.name(n.func), *_HOST_NUMBERS) for n in ast.walk(scope))
+
+
+def shared_shuffle(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    if not _pmap_era(s):
+        return
+    for call in s.calls:
+        name = s.name(call.func)
+        shuffles = is_name(name, *_SHUFFLES) or (
+            isinstance(call.func, ast.Attribute) and call.func.attr in ("permutation", "shuffle")
+            and not name.startswith("jax.random."))
+        if shuffles and not _reads_host_number(s, _enclosing_function(s, call)):
+            yield (call, "shared-shuffle",
+                   f"{code_of(call.func)}(...) shuffles with a key or seed every host shares, and this loader "
+                   "never reads jax.process_index(): every host reads the same rows",
+                   "keep the shared shuffle (the same order on every host) and let each host take its own "
+                   "part of each global batch: rows [process_index() * per_host, ...) of it")
+
+
+def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    if not _pmap_era(s) or any(is_name(s.name(c.func), "jax.process_count") for c in s.calls):
+        return  # a script that divides by the process count splits the global batch itself
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            for side in (node.left, node.right):
+                if isinstance(side, ast.Call) and is_name(s.name(side.func), "jax.device_count"):
+                    yield (side, "global-batch-per-host",
+                           f"{code_of(node)} is the global batch (jax.device_count() counts every host's "
+                           "devices), and a per-host loader that reads this many rows reads the whole "
+                           "global batch on every host",
+                           "each host reads its part: global_batch // jax.process_count() rows, and "
+                           "jax.make_array_from_process_local_data assembles the global batch")
+
+
+RULES = (shared_shuffle, global_batch_per_host)

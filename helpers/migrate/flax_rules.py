@@ -1,0 +1,89 @@
+"""The rules for Flax's linen-era pmap helpers: `flax.training.common_utils` (`shard`,
+`shard_prng_key`, `get_metrics`), `flax.jax_utils` (`prefetch_to_device`, `pad_shard_unpad`),
+`.replicate()` methods of train states, and `flax.training.checkpoints`.
+
+(`flax.jax_utils.replicate` and `unreplicate` are in jax_rules, with the calls pmap stacks for.)
+"""
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from helpers.migrate.script import MESH_AXES, Script, code_of, is_name
+
+# rule -> (notebook, section heading without its number): where the course teaches the fix
+LESSONS: dict[str, tuple[str, str]] = {
+    "flax-shard": ("07", "Way three: `shard_map` on a `(host, device)` mesh, with a global batch"),
+    "flax-shard-prng-key": ("06", "Per-device randomness: `fold_in(key, axis_index)`"),
+    "flax-get-metrics": ("10", "Logging from process 0"),
+    "flax-prefetch": ("03", "What each host passes, and the global shape"),
+    "flax-pad-shard-unpad": ("11", "Uneven data: drop the remainder, or pad and mask"),
+    "replicate-method": ("10", "Where the parameters and the optimizer state live"),
+    "flax-checkpoints": ("11", "Orbax: save on 2 x 4, resume on 4 x 2 and 1 x 8"),
+}
+_ROWS = f"jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), rows)"
+# a call -> (rule, what it does on several hosts, what to write instead)
+_CALLS = {
+    "flax.training.common_utils.shard": (
+        "flax-shard",
+        "common_utils.shard reshapes this host's batch to (local_device_count(), -1, ...), the stack "
+        "pmap takes",
+        f"no reshape: {_ROWS} makes this host's rows its part of the global batch"),
+    "flax.training.common_utils.shard_prng_key": (
+        "flax-shard-prng-key",
+        "common_utils.shard_prng_key splits the key local_device_count() ways: every host with the "
+        "same key gets the same keys, so its devices repeat the other hosts' draws",
+        f"one key; in shard_map, jax.random.fold_in(key, jax.lax.axis_index({MESH_AXES})); under "
+        "jax.jit on global arrays, jax.random as on one device"),
+    "flax.training.common_utils.get_metrics": (
+        "flax-get-metrics",
+        "common_utils.get_metrics device_gets pmap's per-device stacks of metrics and keeps copy [0]",
+        "a step's metrics are P() global values: jax.device_get(metrics) (or float(loss)) on every "
+        "host, and print on process 0 only"),
+    "flax.jax_utils.prefetch_to_device": (
+        "flax-prefetch",
+        "jax_utils.prefetch_to_device puts each host batch on the local devices as pmap's stack",
+        f"make each batch global ({_ROWS}); to overlap input with steps, prefetch in a thread or "
+        "with your loader (Grain's prefetch)"),
+    "flax.jax_utils.pad_shard_unpad": (
+        "flax-pad-shard-unpad",
+        "jax_utils.pad_shard_unpad pads this host's batch to a multiple of its local devices, "
+        "stacks it for pmap and unpads the outputs",
+        "pad the global batch to a multiple of jax.device_count() with a mask of real rows, make it "
+        "global, and weigh each row by the mask in the loss and metrics"),
+}
+
+
+def flax_calls(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for call in s.calls:
+        name = s.name(call.func)
+        for old, (rule, does, instead) in _CALLS.items():
+            if is_name(name, old):
+                yield call, rule, does, instead
+
+
+def replicate_method(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for call in s.calls:
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "replicate" and not call.args \
+                and not call.keywords and not is_name(s.name(call.func), "flax.jax_utils.replicate"):
+            yield (call, "replicate-method",
+                   f"{code_of(call)} stacks a copy of the state per local device (flax.jax_utils.replicate), "
+                   "the leading axis pmap strips",
+                   "jax.device_put(state, NamedSharding(mesh, P())) once: one global value, on every "
+                   "device; and no unreplicate later")
+
+
+def flax_checkpoints(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for call in s.calls:
+        name = s.name(call.func)
+        if is_name(name, "flax.training.checkpoints.save_checkpoint", "flax.training.checkpoints.save_checkpoint_multiprocess",
+                   "flax.training.checkpoints.restore_checkpoint"):
+            yield (call, "flax-checkpoints",
+                   f"{name.rsplit('.', 1)[-1]} of flax.training.checkpoints: Flax's old checkpoint API, "
+                   "written for one host's copy of the state (deprecated in favour of Orbax)",
+                   "an orbax.checkpoint.CheckpointManager, called on every host: each writes its own "
+                   "shards of the global arrays, and a restore takes the target shardings")
+
+
+READS = {*_CALLS, "flax.jax_utils.replicate", "flax.jax_utils.unreplicate"}
+RULES = (flax_calls, replicate_method, flax_checkpoints)

@@ -1,0 +1,76 @@
+"""The rules for JAX's older parallel APIs: xmap and `jax.experimental.maps`, pjit with
+`in_axis_resources`, `jax.experimental.PartitionSpec`, `jax.host_count` and `jax.host_id`.
+
+Each says since which jax it is gone (from JAX's changelog) and what replaces it.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from helpers.migrate.script import MESH_AXES, Script, is_name
+
+# rule -> (notebook, section heading without its number): where the course teaches the fix
+LESSONS: dict[str, tuple[str, str]] = {
+    "xmap": ("05", "The body sees one block"),
+    "pjit": ("09", "The same computation with `jax.jit` and shardings"),
+    "experimental-sharding-names": ("01", "`jax.make_mesh`"),
+    "host-count": ("04", "pmap on several hosts"),
+}
+_MOVED = {  # removed in jax 0.4.11 (deprecated in 0.4.1)
+    "jax.experimental.PartitionSpec": "jax.sharding.PartitionSpec (jax.P)",
+    "jax.experimental.pjit.PartitionSpec": "jax.sharding.PartitionSpec (jax.P)",
+    "jax.experimental.pjit.NamedSharding": "jax.sharding.NamedSharding",
+    "jax.experimental.maps.Mesh": "jax.make_mesh(shape, names) or jax.sharding.Mesh",
+}
+_RENAMED = {"jax.host_count": "jax.process_count()", "jax.host_id": "jax.process_index()",
+            "jax.host_ids": "range(jax.process_count())"}
+
+
+def _used(s: Script) -> Iterator[tuple[ast.AST, str]]:
+    """Every dotted name the script imports or calls, with its node."""
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            yield from ((node, f"{node.module}.{a.name}") for a in node.names)
+            yield node, node.module
+        elif isinstance(node, ast.Import):
+            yield from ((node, a.name) for a in node.names)
+        elif isinstance(node, ast.Call):
+            yield node, s.name(node.func)
+
+
+def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for node, name in _used(s):
+        if name in _MOVED:
+            yield (node, "experimental-sharding-names",
+                   f"{name} was removed in jax 0.4.11 (ImportError or AttributeError)", _MOVED[name])
+        elif name in _RENAMED:
+            yield (node, "host-count",
+                   f"{name} is the old name of {_RENAMED[name].split('(')[0]}; jax 0.12 still has it and "
+                   "warns that it will be removed", _RENAMED[name])
+        elif (name == "jax.experimental.maps" or name.startswith("jax.experimental.maps.")) \
+                and name not in _MOVED:
+            yield (node, "xmap",
+                   f"{name}: xmap and jax.experimental.maps (xmap, mesh, thread_resources) were deleted in "
+                   "jax 0.4.31 (ModuleNotFoundError)",
+                   f"jax.shard_map(f, mesh=jax.make_mesh(..., {MESH_AXES}), in_specs=..., out_specs=...): "
+                   "xmap's named axes become mesh axes, its axis resources the specs")
+
+
+def pjit(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for call in s.calls:
+        if not is_name(s.name(call.func), "jax.experimental.pjit.pjit"):
+            continue
+        old = [k.arg for k in call.keywords if k.arg in ("in_axis_resources", "out_axis_resources")]
+        yield (call, "pjit",
+               ("pjit's " + " and ".join(old) + " were deleted in jax 0.4.14 (TypeError); " if old else "")
+               + "pjit before jax 0.4.1 (jax.Array) took each host's numpy batch as that host's part; "
+               "jax.experimental.pjit.pjit now takes jax.jit's arguments, and a numpy input is the whole "
+               "global value on every host",
+               "jax.jit(f, in_shardings=..., out_shardings=...) with NamedSharding(mesh, spec), and "
+               f"global inputs: jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), "
+               "rows) for each host's rows")
+
+
+READS = {*_MOVED, "jax.experimental.pjit.pjit"}  # and all of jax.experimental.maps (old_names)
+RULES = (old_names, pjit)
