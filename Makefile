@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 # processes (start-ups, barriers, stall limits). Measured here: 696 s with 2, 556 s with 3.
 PYTEST_WORKERS ?= 3
 
-.PHONY: lab test test-browser site linkcheck hub bench-hub bench-verdicts bench-floor python-versions notebook bench bench-tests bench-compare doctor solutions notebooks venv clean help
+.PHONY: lab test test-browser site linkcheck hub bench-hub bench-verdicts bench-floor bench-migrate python-versions notebook bench bench-tests bench-compare doctor solutions notebooks venv clean help
 
 help:
 	@echo "make lab            set up .venv and open JupyterLab on the course"
@@ -29,6 +29,7 @@ help:
 	@echo "make bench-tests    measure the test suite (as long as make test) and add it to BENCHMARKS.md"
 	@echo "make bench-verdicts how long a hanging answer waits for its verdict (warm and cold hosts); BENCHMARKS.md"
 	@echo "make bench-floor FLOOR_AGAINST=PYTHON   a host's start (import jax, one jitted op) beside another env's"
+	@echo "make bench-migrate  what python -m helpers.migrate finds in the labelled corpus; BENCHMARKS.md"
 	@echo "make bench-compare A B   ratios between two runs (files or stamps in benchmarks/results/)"
 
 venv: $(STAMP)
@@ -82,6 +83,9 @@ bench-hub: $(HUB_STAMP) $(HUB_PROXY)
 
 bench-verdicts: $(STAMP)
 	$(BIN)/python -m benchmarks.run --only verdicts
+
+bench-migrate: $(STAMP)
+	$(BIN)/python -m benchmarks.run --only migrate
 
 # The floor beside other environments: make bench-floor FLOOR_AGAINST="OLD_VENV/bin/python ..."
 bench-floor: $(STAMP)

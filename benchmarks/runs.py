@@ -28,8 +28,11 @@ FLOOR = "floor"
 FLOOR_APART = ("the floor is compared with another environment's (the pin it replaces), which `make bench` "
                "does not have: run `make bench-floor FLOOR_AGAINST=OTHER_VENV/bin/python` to measure it and add "
                "it to this report")
+MIGRATE = "migrate"
+MIGRATE_APART = ("it measures what the migration assistant finds, not a time: run `make bench-migrate` to measure "
+                 "it and add it to this report")
 APART = {TESTS: TESTS_APART, HUB: HUB_APART, VERDICTS: VERDICTS_APART,
-         FLOOR: FLOOR_APART}  # section -> why `make bench` leaves it out
+         FLOOR: FLOOR_APART, MIGRATE: MIGRATE_APART}  # section -> why `make bench` leaves it out
 NO_FULL_RUN = "no full `make bench` run in this results directory yet: run `make bench`"
 # Files `make bench` writes itself: changing them does not make the measured checkout dirty.
 OUTPUTS = ("BENCHMARKS.md", "benchmarks/results")

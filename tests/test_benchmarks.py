@@ -291,7 +291,7 @@ def test_a_host_that_saw_a_wrong_result_stops_the_run(tmp_path, monkeypatch):
 
 def test_every_section_has_a_quick_mode_and_make_bench_leaves_the_test_suite_out():
     assert [s.KEY for s in run.SECTIONS][5:] == ["checkpoints", "loaders", "collectives", "restarts", "hub",
-                                                 "verdicts", "floor"]
+                                                 "verdicts", "floor", "migrate"]
     assert not {"tests", "hub"} & set(run.ORDER) and set(run.ORDER + run.APART) == {s.KEY for s in run.SECTIONS}
     assert run.chosen_sections("") == run.ORDER and run.chosen_sections("tests") == ["tests"]
     assert run.chosen_sections("hub") == ["hub"] and run.chosen_sections("10") == ["hub"]

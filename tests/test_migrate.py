@@ -182,6 +182,13 @@ CASES = {
         ("import flax.linen.partitioning as nn_partitioning\nr = nn_partitioning.logical_to_mesh_axes(('batch',))\n", 2,
          "import flax.linen as nn\nd = nn.Dense(4)\n"),
     ],
+    "pmap-body-keys": [
+        ("import jax\n@jax.pmap\ndef step(key, x):\n    key, sub = jax.random.split(key)\n    return x\n", 4,
+         "import jax\n@jax.pmap\ndef step(key, x):\n    key = jax.random.fold_in(key, jax.lax.axis_index('i'))\n"
+         "    return x\n"),
+        ("import jax\ndef f(rng, x):\n    return x * jax.random.bernoulli(rng, 0.5, x.shape)\n"
+         "g = jax.pmap(f, axis_name='b')\n", 3, "import jax\ndef f(rng, x):\n    return x\ng = jax.pmap(f)\n"),
+    ],
     "per-device-keys": [
         ("import jax\nkeys = jax.random.split(key, jax.local_device_count())\n", 2,
          "import jax\nkey, sub = jax.random.split(key)\n"),
@@ -383,3 +390,27 @@ def test_a_jupytext_myst_notebook_is_read_cell_by_cell_with_the_files_line_numbe
                     "```{code-cell} ipython3\nstep = jax.pmap(f, axis_name='batch')\n```\n")
     found = migrate.migrate(page, show=False)
     assert [(f.path, f.line, f.rule) for f in found] == [(str(page), 18, "pmap")]
+
+
+# ------------------------------------------------------------------ the labelled corpus (make bench-migrate)
+
+def test_the_corpus_is_read_with_recall_of_95_percent_no_wrong_advice_and_its_ports_clean():
+    from benchmarks import migrate as corpus
+
+    rows = [corpus.score(script) for script in corpus.scripts()]
+    assert len(rows) >= 6
+    labelled, found = sum(r["labelled"] for r in rows), sum(r["found"] for r in rows)
+    assert found / labelled >= 0.95, [(r["script"], r["missed"]) for r in rows]
+    assert not [(r["script"], r["wrong"]) for r in rows if r["wrong"]]
+    assert not [(r["script"], r["ported_findings"]) for r in rows if r["ported_findings"]]
+
+
+def test_the_corpus_score_names_a_rename_where_the_trap_is_as_wrong_advice(tmp_path, monkeypatch):
+    """The measure can fail: a script whose pmean of gradients the tool only renamed is wrong advice."""
+    from benchmarks import migrate as corpus
+
+    (tmp_path / "s.py").write_text("import jax\np = jax.pmap(f, axis_name='b')\ny = jax.lax.pmean(x, 'b')\n")
+    (tmp_path / "s.labels").write_text("2 pmap\n3 pmap-collective:trap  -- x holds gradients, by label\n")
+    (tmp_path / "s_ported.py").write_text("import jax\n")
+    row = corpus.score(tmp_path / "s.py")
+    assert row["wrong"] == [(3, "pmap-collective:rename")] and row["recall"] == 0.5

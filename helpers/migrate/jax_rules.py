@@ -26,6 +26,7 @@ LESSONS: dict[str, tuple[str, str]] = {
     "process-zero-collective": ("12", "A collective on host 0 only"),
     "process-zero-save": ("11", "Orbax: save on 2 x 4, resume on 4 x 2 and 1 x 8"),
     "per-device-keys": ("06", "Per-device randomness: `fold_in(key, axis_index)`"),
+    "pmap-body-keys": ("06", "Per-device randomness: `fold_in(key, axis_index)`"),
 }
 _COLLECTIVES = {"pmean", "psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute",
                 "psum_scatter", "axis_index"}
@@ -60,6 +61,15 @@ def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
         name = s.name(call.func)
         op = name.rsplit(".", 1)[-1]
+        axis = keyword(call, "axis_name")
+        if op == "value_and_grad" and set(s.axis_names(axis)) & s.pmap_axes:
+            yield (call, "pmap-collective",
+                   f"{code_of(call.func)}(..., axis_name={code_of(axis)}) averages the gradients over pmap's axis "
+                   "itself (a pmean inside); under shard_map with check_vma the gradient of P() parameters is "
+                   "already summed over the devices, so a renamed axis here makes it N times too large",
+                   f"no axis_name: take the gradient of jax.lax.pmean(loss, {MESH_AXES}) (with a dynamic "
+                   "scale, keep its finiteness check global yourself)")
+            continue
         if op not in _COLLECTIVES or not is_name(name, f"jax.lax.{op}"):
             continue
         axis = argument(call, 0 if op == "axis_index" else 1, "axis_name")
@@ -136,6 +146,12 @@ def with_mesh(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                     yield (node, "with-mesh",
                            f"`with {code_of(expr)}:` is deprecated (since jax 0.10.1)",
                            f"with jax.set_mesh({code_of(expr)}):")
+                elif isinstance(expr, ast.Call) and (s.name(expr.func) in MESH_MAKERS
+                                                     or s.name(expr.func).endswith("maps.Mesh")):
+                    yield (node, "with-mesh",
+                           f"`with {code_of(expr.func)}(...):` uses a mesh as a context manager, deprecated "
+                           "since jax 0.10.1 (and jax.experimental.maps.Mesh is gone since jax 0.4.11)",
+                           "mesh = jax.make_mesh(shape, names), then `with jax.set_mesh(mesh):`")
 
 
 def is_mesh(s: Script, expr: ast.AST) -> bool:
@@ -147,19 +163,25 @@ def is_mesh(s: Script, expr: ast.AST) -> bool:
 
 def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     seen = set()
+    pmap_era = any(True for _ in [*s.pmaps(), *s.nnx_pmaps()])
     for node in ast.walk(s.tree):
         shaping = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                    and node.func.attr == "reshape") or (
             isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.FloorDiv, ast.Div)))
-        if not shaping:
+        caller = s.parent.get(node)
+        caller = s.parent.get(caller) if isinstance(caller, ast.keyword) else caller
+        shape = (pmap_era and isinstance(node, ast.Tuple) and node.elts and isinstance(caller, ast.Call)
+                 and s.name(caller.func) not in MESH_MAKERS)  # jnp.ones((n_local, ...)) for pmap: a stack
+        if not (shaping or shape):
             continue
-        for inner in ast.walk(node):
-            if (isinstance(inner, ast.Call) and is_name(s.name(inner.func), "jax.local_device_count")
+        for inner in (node.elts[0],) if shape else ast.walk(node):
+            counted = s.value(inner) if isinstance(inner, ast.Name) else inner
+            if (isinstance(counted, ast.Call) and is_name(s.name(counted.func), "jax.local_device_count")
                     and inner.lineno not in seen):
                 seen.add(inner.lineno)
-                if isinstance(node, ast.Call):
+                if isinstance(node, (ast.Call, ast.Tuple)):
                     yield (inner, "local-batch",
-                           "reshape(jax.local_device_count(), ...) stacks this host's rows one "
+                           "a leading axis of jax.local_device_count() (reshape or shape) stacks this host's rows one "
                            "slice per local device, the leading axis pmap strips",
                            "no stacking: pass the host's rows as they are to jax.make_array_from_"
                            "process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows), "
@@ -216,6 +238,10 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     compiled |= {node.name for node in ast.walk(s.tree) if isinstance(node, ast.FunctionDef)
                  and any(is_name(s.name(d.func if isinstance(d, ast.Call) else d), "jax.pmap", "jax.jit",
                              "functools.partial") for d in node.decorator_list)}
+    compiled |= {node.name for node in ast.walk(s.tree) if isinstance(node, ast.FunctionDef)  # and their callers
+                 and any(isinstance(c, ast.Call) and (is_name(s.name(c.func), "jax.pmap", "jax.jit")
+                                                      or (isinstance(c.func, ast.Name) and c.func.id in compiled))
+                         for c in ast.walk(node))}
     for node in ast.walk(s.tree):
         if not (isinstance(node, ast.If) and only_process_zero(node.test, s.names)):
             continue
@@ -269,6 +295,88 @@ def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{MESH_AXES})): a different stream on every device of every host")
 
 
+def _pmapped_names(s: Script) -> set[str]:
+    """Names that hold a pmapped function: `f = jax.pmap(g)`, `@jax.pmap def f`, and `f = make()` where
+    `make` returns one of those."""
+    pmaps = [*s.pmaps(), *s.nnx_pmaps()]
+    found = {name for name, value in s.assigned.items() if isinstance(value, ast.Call) and any(
+        any(n is call for n in ast.walk(value)) for call in pmaps)}
+    found |= {f.name for f in _pmapped_functions(s)}
+    makers = {node.name for node in ast.walk(s.tree) if isinstance(node, ast.FunctionDef) and any(
+        isinstance(r, ast.Return) and isinstance(r.value, ast.Name) and r.value.id in found for r in ast.walk(node))}
+    return found | {name for name, value in s.assigned.items()
+                    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in makers}
+
+
+def _pmap_outputs(s: Script) -> set[str]:
+    """Names assigned from a call of a pmapped function: per-device stacks (tuple targets item by item)."""
+    pmapped = _pmapped_names(s)
+    out: set[str] = set()
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
+                and isinstance(node.value.func, ast.Name) and node.value.func.id in pmapped:
+            out |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return out
+
+
+def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`jax.tree.map(lambda x: x[0], state)` and `loss[0]` of a pmap output: pmap's unreplicate, by hand."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+        return
+    stacks = _pmap_outputs(s)
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in stacks \
+                and isinstance(node.slice, ast.Constant) and node.slice.value == 0:
+            yield (node, "jax-utils-replicate",
+                   f"{code_of(node)} takes device 0's entry of pmap's per-device output; after the port it is "
+                   "one global value, and [0] would index into it",
+                   "use the value as it is: a P() result is the same on every device")
+    for call in s.calls:
+        if not (s.is_tree_map(call) and call.args and isinstance(call.args[0], ast.Lambda)):
+            continue
+        lam = call.args[0]
+        body, params = lam.body, [a.arg for a in lam.args.args]
+        if isinstance(body, ast.Subscript) and isinstance(body.value, ast.Name) and body.value.id in params \
+                and isinstance(body.slice, ast.Constant) and body.slice.value == 0:
+            yield (call, "jax-utils-replicate",
+                   f"{code_of(call)} takes copy [0] of pmap's stack by hand; after the port each leaf is one "
+                   "global value, and [0] would take its first row",
+                   "nothing: a P() array already is the value (read it on any host)")
+
+
+def _pmapped_functions(s: Script) -> Iterator[ast.FunctionDef]:
+    """The functions handed to pmap: `jax.pmap(f, ...)`, `jax.pmap(partial(f, ...))`, `@jax.pmap`,
+    `@partial(jax.pmap, ...)`, followed to their definitions in the script."""
+    defs = {n.name: n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)}
+    for call in s.pmaps():
+        target = call.args[0] if call.args and not is_name(s.name(call.func), "functools.partial") else None
+        if isinstance(target, ast.Call) and is_name(s.name(target.func), "functools.partial") and target.args:
+            target = target.args[0]
+        if isinstance(target, ast.Name) and target.id in defs:
+            yield defs[target.id]
+    for node in defs.values():
+        for d in node.decorator_list:
+            head = d.func if isinstance(d, ast.Call) else d
+            if is_name(s.name(head), "jax.pmap") or (isinstance(d, ast.Call) and is_name(s.name(head), "functools.partial")
+                                                     and d.args and is_name(s.name(d.args[0]), "jax.pmap")):
+                yield node
+
+
+def _pmap_body_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for function in set(_pmapped_functions(s)):
+        calls = [n for n in ast.walk(function) if isinstance(n, ast.Call)]
+        if any(is_name(s.name(c.func), "jax.lax.axis_index") for c in calls):
+            continue
+        draws = sorted((c for c in calls if s.name(c.func).startswith("jax.random.")), key=lambda c: c.lineno)
+        if draws:
+            yield (draws[0], "pmap-body-keys",
+                   f"{code_of(draws[0])} inside {function.name}, which pmap runs: under pmap each device had a "
+                   "key of its own (split per local device before the step); with one replicated key every "
+                   "device draws the same numbers",
+                   f"keep one key and fold each device's position into it: jax.random.fold_in(key, "
+                   f"jax.lax.axis_index({MESH_AXES}))")
+
+
 READS = {*_OLD_CALLS, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap
 RULES = (_pmap, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
-         _device_only_spec, _process_zero, _per_device_keys)
+         _device_only_spec, _process_zero, _per_device_keys, _pmap_body_keys, _copy_zero)

@@ -63,9 +63,9 @@ def argument(call: ast.Call, position: int, name: str) -> ast.AST | None:
 
 
 def only_process_zero(test: ast.AST, names: Names) -> bool:
-    """`jax.process_index() == 0`, `0 == ...`, `not jax.process_index()`, `... < 1`."""
+    """`jax.process_index() == 0`, `0 == ...`, `not jax.process_index()`, `... < 1` (or `jax.host_id()`)."""
     def is_index(n):
-        return isinstance(n, ast.Call) and is_name(names.of(n.func), "process_index")
+        return isinstance(n, ast.Call) and is_name(names.of(n.func), "process_index", "host_id")
 
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
         return is_index(test.operand)
@@ -110,7 +110,8 @@ class Script:
         self.calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
         self.assigned = dict(_assignments(tree))
         self.parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-        self.pmap_axes = {axis for call in self.pmaps() for axis in self.axis_names(pmap_axis(call))}
+        self.pmap_axes = {axis for call in [*self.pmaps(), *self.nnx_pmaps()]
+                          for axis in self.axis_names(pmap_axis(call))}
         self.mesh_axes = self._mesh_axes()
         self.gradients = self._gradients()
 
@@ -166,17 +167,17 @@ class Script:
                 return True
             lam = self._lambda_binding(expr)
             mapped = self.parent.get(lam)
-            return isinstance(mapped, ast.Call) and self._is_tree_map(mapped) and \
+            return isinstance(mapped, ast.Call) and self.is_tree_map(mapped) and \
                 any(self.is_gradient(a, known) for a in mapped.args[1:])
         if isinstance(expr, ast.Call):
             name = self.name(expr.func).rsplit(".", 1)[-1]
             if name in ("pmean", "psum") and expr.args:
                 return self.is_gradient(expr.args[0], known)
-            if self._is_tree_map(expr):
+            if self.is_tree_map(expr):
                 return any(self.is_gradient(a, known) for a in expr.args[1:])
         return False
 
-    def _is_tree_map(self, call: ast.Call) -> bool:
+    def is_tree_map(self, call: ast.Call) -> bool:
         return is_name(self.name(call.func), "jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map")
 
     def _lambda_binding(self, name: ast.Name) -> ast.Lambda | None:
@@ -196,6 +197,10 @@ class Script:
                 yield call
             elif is_name(name, "functools.partial") and call.args and is_name(self.name(call.args[0]), "jax.pmap"):
                 yield call
+
+    def nnx_pmaps(self) -> Iterator[ast.Call]:
+        """Every flax.nnx.pmap(...) call."""
+        return (call for call in self.calls if is_name(self.name(call.func), "flax.nnx.pmap"))
 
     def _mesh_axes(self) -> tuple[str, ...]:
         for call in self.calls:

@@ -28,6 +28,7 @@ CURRENT = {
     "jax.experimental.multihost_utils.assert_equal", "jax.experimental.mesh_utils",
     "jax.experimental.mesh_utils.create_device_mesh", "jax.experimental.mesh_utils.create_hybrid_device_mesh",
     "jax.experimental.multihost_utils.reached_preemption_sync_point",
+    "flax.training.common_utils.onehot", "flax.training.common_utils.stack_forest",  # not parallel
 }
 
 
