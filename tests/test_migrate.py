@@ -307,6 +307,22 @@ def test_diff_leaves_what_it_cannot_rewrite_safely():
     assert rewrite(no_mesh) == (no_mesh, [])
 
 
+def test_diff_rewrites_what_a_pmap_script_needs_most_and_leaves_the_gradient_trap():
+    """pmap calls become jit(shard_map) skeletons on a mesh it adds (P() for what the script
+    replicated, donation on jit), replicate/unreplicate, shard, get_metrics and collectives that are
+    not gradients are rewritten; the pmean of the gradients stays a finding for you to judge."""
+    new, done = rewrite((ROOT / "tests" / "migrate_corpus" / "hf_style_train.py").read_text())
+    ast.parse(new)
+    assert "mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), (\"host\", \"device\"))" in new
+    assert ("jax.jit(jax.shard_map(train_step, mesh=mesh, in_specs=(P(), P((\"host\", \"device\"))), "
+            "out_specs=P()), donate_argnums=(0,))") in new
+    assert "jax.shard_map(eval_step, mesh=mesh, in_specs=(P(), P((\"host\", \"device\")))" in new
+    marked = {line.split("# migrate: ")[1] for line in new.splitlines() if "# migrate: " in line}
+    assert marked == {"per-device-keys", "shared-shuffle", "pmap-body-keys", "pmap-collective",
+                      "global-batch-per-host", "process-zero-collective"}, marked
+    assert 'grad = jax.lax.pmean(grad, "batch")  # migrate: pmap-collective' in new  # the trap: yours to port
+
+
 def test_the_diff_option_prints_a_unified_diff(tmp_path):
     script = tmp_path / "old.py"
     script.write_text(OLD_SPELLINGS)

@@ -1,10 +1,16 @@
-"""`--diff`: the findings that can be rewritten safely, rewritten."""
+"""`--diff`: the findings that can be rewritten safely, rewritten; and what a pmap script needs most
+(its pmap calls, replicate/unreplicate, shard, get_metrics, collectives renamed) as a skeleton to check."""
 from __future__ import annotations
 
 import ast
 
+from helpers.migrate.findings import findings
 from helpers.migrate.jax_rules import experimental_shard_map, is_mesh, with_mesh
-from helpers.migrate.script import SPEC_MAKERS, Script, is_name
+from helpers.migrate.script import SPEC_MAKERS, Script, argument, is_name, keyword
+
+DATA = '("host", "device")'
+MESH_LINE = f"mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), {DATA})\n"
+_REPLICATE = ("flax.jax_utils.replicate",)
 
 
 def rewrite(source: str) -> tuple[str, list[str]]:
@@ -20,8 +26,11 @@ def rewrite(source: str) -> tuple[str, list[str]]:
     done: list[str] = []
     has_jax = script.names.alias.get("jax") == "jax"
 
-    def replace(node: ast.AST, text: str) -> None:
+    addressed: set[tuple[int, str]] = set()  # (line, rule) of the findings an edit rewrites
+
+    def replace(node: ast.AST, text: str, *rules: str) -> None:
         edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, text))
+        addressed.update((node.lineno, rule) for rule in rules)
 
     shard_map_calls = [c for c in script.calls if is_name(script.name(c.func), "shard_map")
                        and "experimental" in script.name(c.func)]
@@ -30,7 +39,7 @@ def rewrite(source: str) -> tuple[str, list[str]]:
     for node, *_ in experimental_shard_map(script):
         if keywords_only and isinstance(node, ast.ImportFrom) and [a.name for a in node.names] == ["shard_map"]:
             alias = node.names[0].asname
-            replace(node, "from jax import shard_map" + (f" as {alias}" if alias else ""))
+            replace(node, "from jax import shard_map" + (f" as {alias}" if alias else ""), "experimental-shard-map")
             for call in shard_map_calls:
                 for k in call.keywords:
                     if k.arg == "check_rep":
@@ -42,22 +51,138 @@ def rewrite(source: str) -> tuple[str, list[str]]:
             for item in node.items:
                 expr = item.context_expr
                 if isinstance(expr, (ast.Name, ast.Attribute)) and is_mesh(script, expr):
-                    replace(expr, f"jax.set_mesh({ast.get_source_segment(source, expr)})")
+                    replace(expr, f"jax.set_mesh({ast.get_source_segment(source, expr)})", "with-mesh")
+                    addressed.add((node.lineno, "with-mesh"))
             done.append(f"`with` on line {node.lineno}")
     if "mesh" in script.assigned:
         for call in script.calls:
             if is_name(script.name(call.func), "jax.device_put_replicated") and call.args:
                 value = ast.get_source_segment(source, call.args[0])
-                replace(call, f"jax.device_put({value}, NamedSharding(mesh, P()))")
+                replace(call, f"jax.device_put({value}, NamedSharding(mesh, P()))", "device-put-replicated")
                 done.append(f"device_put_replicated on line {call.lineno}")
+    pmap_era = _pmap_era_edits(script, source, replace, addressed) if has_jax else []
+    done += pmap_era
     lines = source.splitlines(keepends=True)
     for start, col, end, end_col, text in sorted(edits, reverse=True):
         head, tail = lines[start - 1][:col], lines[end - 1][end_col:]
         lines[start - 1:end] = [head + text + tail]
+    if done:  # what is left for you, marked where it is (lines before the edits' ends keep their numbers)
+        _mark_left(lines, [f for f in findings(source) if (f.line, f.rule) not in addressed], edits)
     out = "".join(lines)
-    if any("device_put_replicated" in d for d in done):
+    if pmap_era and "mesh" not in script.assigned:
+        out = _after_imports(out, script, MESH_LINE)
+    if any("device_put_replicated" in d for d in done) or pmap_era:
         out = _with_sharding_import(out, script)
     return out, done
+
+
+def _mark_left(lines: list[str], left: list, edits: list) -> None:
+    """Append `# migrate: RULE` to each line with a finding that no edit rewrote."""
+    shift = {}  # original line -> its index after multi-line edits were joined into one line
+    removed = sorted((start, end) for start, _, end, _, _ in edits if end > start)
+    for f in left:
+        index = f.line - 1 - sum(end - start for start, end in removed if end < f.line)
+        shift.setdefault(index, []).append(f.rule)
+    for index, rules in shift.items():
+        if 0 <= index < len(lines):
+            body = lines[index].rstrip("\n")
+            lines[index] = f"{body}  # migrate: {', '.join(dict.fromkeys(rules))}\n"
+
+
+def _pmap_era_edits(s: Script, source: str, replace, addressed: set) -> list[str]:
+    """Rewrite each `jax.pmap(f, ...)` as a jax.jit of a jax.shard_map on `mesh` (in_specs from in_axes,
+    or P() for arguments the script replicates, else the batch spec; donation and static arguments on
+    jax.jit), replicate/unreplicate, shard, get_metrics, and collectives over pmap's axis that are not
+    gradients. Nothing unless the script has a pmap call to rewrite or a `mesh`."""
+    pmaps = [c for c in s.pmaps() if c.args and not is_name(s.name(c.func), "functools.partial")]
+    if not pmaps and "mesh" not in s.assigned:
+        return []
+    done, text = [], lambda node: ast.get_source_segment(source, node)
+    replicated = {t.id for node in ast.walk(s.tree) if isinstance(node, ast.Assign) and _replicates(s, node.value)
+                  for t in node.targets if isinstance(t, ast.Name)}
+    defs = {n.name: n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)}
+    for call in pmaps:
+        specs = _in_specs(s, call, defs, replicated)
+        if specs is None:
+            continue
+        on_jit = "".join(f", {k.arg.replace('static_broadcasted_argnums', 'static_argnums')}={text(k.value)}"
+                         for k in call.keywords if k.arg in ("donate_argnums", "static_broadcasted_argnums"))
+        replace(call, f"jax.jit(jax.shard_map({text(call.args[0])}, mesh=mesh, in_specs={specs}, "
+                      f"out_specs=P()){on_jit})", "pmap")
+        done.append(f"pmap on line {call.lineno} (check out_specs: P() for what is the same on every device)")
+    for call in s.calls:
+        name = s.name(call.func)
+        if _replicates(s, call):
+            target = call.args[0] if call.args else call.func.value
+            replace(call, f"jax.device_put({text(target)}, NamedSharding(mesh, P()))", "jax-utils-replicate",
+                    "replicate-method")
+            done.append(f"replicate on line {call.lineno}")
+        elif is_name(name, "flax.jax_utils.unreplicate") and call.args:
+            replace(call, text(call.args[0]), "jax-utils-replicate")
+            done.append(f"unreplicate on line {call.lineno}")
+        elif is_name(name, "flax.training.common_utils.shard") and call.args:
+            replace(call, f"jax.tree.map(lambda x: jax.make_array_from_process_local_data("
+                          f"NamedSharding(mesh, P({DATA})), x), {text(call.args[0])})", "flax-shard")
+            done.append(f"shard on line {call.lineno}")
+        elif is_name(name, "flax.training.common_utils.get_metrics") and call.args \
+                and s.names.alias.get("jnp") == "jax.numpy":
+            replace(call, f"jax.device_get(jax.tree.map(lambda *steps: jnp.stack(steps), *{text(call.args[0])}))",
+                    "flax-get-metrics")
+            done.append(f"get_metrics on line {call.lineno}")
+        elif name.rsplit(".", 1)[-1] in ("pmean", "psum", "pmax", "pmin", "all_gather") and name.startswith("jax.lax."):
+            axis = argument(call, 1, "axis_name")
+            if set(s.axis_names(axis)) & s.pmap_axes and call.args and not s.is_gradient(call.args[0]):
+                replace(axis, DATA)
+                addressed.add((call.lineno, "pmap-collective"))
+                done.append(f"{name.rsplit('.', 1)[-1]}'s axis on line {call.lineno}")
+    return done
+
+
+def _replicates(s: Script, node: ast.AST) -> bool:
+    """`jax_utils.replicate(x)` or `x.replicate()`."""
+    if not isinstance(node, ast.Call):
+        return False
+    if is_name(s.name(node.func), *_REPLICATE):
+        return bool(node.args)
+    return isinstance(node.func, ast.Attribute) and node.func.attr == "replicate" and not node.args \
+        and not node.keywords
+
+
+def _in_specs(s: Script, call: ast.Call, defs: dict, replicated: set[str]) -> str | None:
+    """The in_specs of a pmap call's port, or None when they cannot be read."""
+    in_axes = keyword(call, "in_axes")
+    if isinstance(in_axes, ast.Tuple):
+        axes = [e.value if isinstance(e, ast.Constant) else "?" for e in in_axes.elts]
+    elif in_axes is None and isinstance(call.args[0], ast.Name) and call.args[0].id in defs:
+        params = defs[call.args[0].id].args.args
+        axes = [0] * len(params)
+        for name, value in s.assigned.items():  # the pmapped function's callers: replicated arguments
+            if value is call:
+                for site in s.calls:
+                    if isinstance(site.func, ast.Name) and site.func.id == name:
+                        axes = [None if _root(a) in replicated else axes[i]
+                                for i, a in enumerate(site.args[:len(axes)])] + axes[len(site.args):]
+    else:
+        return None
+    if any(a not in (0, None) for a in axes):
+        return None
+    specs = ["P()" if a is None else f"P({DATA})" for a in axes]
+    return f"({', '.join(specs)},)" if len(specs) == 1 else f"({', '.join(specs)})"
+
+
+def _root(node: ast.AST) -> str | None:
+    """The name an expression starts from: `state` for `state.params`."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _after_imports(source: str, script: Script, line: str) -> str:
+    imports = [n for n in script.tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    at = imports[-1].end_lineno if imports else 0
+    lines = source.splitlines(keepends=True)
+    lines.insert(at, line)
+    return "".join(lines)
 
 
 def _with_sharding_import(source: str, script: Script) -> str:
