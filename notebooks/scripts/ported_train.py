@@ -16,18 +16,17 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from helpers.training import tiny
 
-PER_DEVICE_BATCH = 32
+GLOBAL_BATCH = 256  # one number for the whole run, whatever the number of hosts or devices
 STEPS, LR = 40, 0.3
 BATCH = ("host", "device")  # the batch is split over every device of every host
 
 mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), BATCH)
-global_batch_size = PER_DEVICE_BATCH * jax.device_count()  # one number for the whole run
 batch_sharding = NamedSharding(mesh, P(BATCH))
 
 
 @jax.jit
 @partial(jax.shard_map, mesh=mesh, in_specs=(P(), P(BATCH), P(BATCH)), out_specs=(P(), P()))
-def train_step(params, x, y):  # x: f32[32, 4], this device's block of the global batch
+def train_step(params, x, y):  # x: f32[32, 4] on 2 x 4, this device's block of the global batch
     def global_loss(p):
         return jax.lax.pmean(tiny.loss_fn(p, x, y), BATCH)
 
@@ -37,7 +36,7 @@ def train_step(params, x, y):  # x: f32[32, 4], this device's block of the globa
 
 def global_batch(step):
     """This host's rows of the step; JAX makes them this host's part of one global batch."""
-    x, y = tiny.host_batch(step, jax.process_index(), jax.process_count(), global_batch_size)
+    x, y = tiny.host_batch(step, jax.process_index(), jax.process_count(), GLOBAL_BATCH)
     return (jax.make_array_from_process_local_data(batch_sharding, x),
             jax.make_array_from_process_local_data(batch_sharding, y))
 
