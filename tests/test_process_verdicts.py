@@ -18,7 +18,7 @@ PROCESS_IDS = [i for i in exercises.all_ids() if isinstance(exercises.get(i), Pr
 # What each exercise's function returns once past the hang (the kernel's precheck of 11.2 wants a whole number).
 RETURNS = {"08.4": "0.0", "11.1": "0.0", "10.3": "args[0]", "10.4": "None",
            "11.2": "8", "12.1": "None", "12.2": "1",
-           "11.4": "{'id': np.zeros(0, np.int32)}", "14.1": "False", "14.3": "[]", "15.1": "0"}
+           "11.4": "{'id': np.zeros(0, np.int32)}", "14.1": "False", "14.3": "[]", "15.1": "0", "17.1": "None"}
 # An exercise whose driver makes collectives of its own meets host 0's extra one in the driver's,
 # so JAX reports a mismatch at once instead of a hang: each host raises, naming its own call, and
 # the verdict names one of the two calls (the hosts' exits race when the machine is loaded).
