@@ -55,11 +55,7 @@ _CALLS = {
 
 
 def flax_calls(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    for call in s.calls:
-        name = s.name(call.func)
-        for old, (rule, does, instead) in _CALLS.items():
-            if is_name(name, old):
-                yield call, rule, does, instead
+    return s.calls_in(_CALLS)
 
 
 def replicate_method(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:

@@ -117,11 +117,7 @@ _OLD_CALLS = {
 
 
 def _old_calls(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    for call in s.calls:
-        name = s.name(call.func)
-        for old, (rule, does, instead) in _OLD_CALLS.items():
-            if is_name(name, old):
-                yield call, rule, does, instead
+    return s.calls_in(_OLD_CALLS)
 
 
 def experimental_shard_map(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:

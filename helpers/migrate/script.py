@@ -198,6 +198,14 @@ class Script:
             elif is_name(name, "functools.partial") and call.args and is_name(self.name(call.args[0]), "jax.pmap"):
                 yield call
 
+    def calls_in(self, table: dict[str, tuple[str, str, str]]) -> Iterator[tuple[ast.AST, str, str, str]]:
+        """(call, rule, does, instead) for each call of a name in `table` (name -> (rule, does, instead))."""
+        for call in self.calls:
+            name = self.name(call.func)
+            for old, (rule, does, instead) in table.items():
+                if is_name(name, old):
+                    yield call, rule, does, instead
+
     def nnx_pmaps(self) -> Iterator[ast.Call]:
         """Every flax.nnx.pmap(...) call."""
         return (call for call in self.calls if is_name(self.name(call.func), "flax.nnx.pmap"))
