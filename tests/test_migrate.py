@@ -430,3 +430,10 @@ def test_the_corpus_score_names_a_rename_where_the_trap_is_as_wrong_advice(tmp_p
     (tmp_path / "s_ported.py").write_text("import jax\n")
     row = corpus.score(tmp_path / "s.py")
     assert row["wrong"] == [(3, "pmap-collective:rename")] and row["recall"] == 0.5
+
+
+def test_the_pmap_finding_gives_p_for_the_arguments_the_script_replicates():
+    source = ("import jax\nfrom flax import jax_utils\n@jax.pmap\ndef step(params, batch):\n    return params\n"
+              "p = jax.pmap(step, 'b')\nparams = jax_utils.replicate(params0)\nout = p(params, batch)\n")
+    (said,) = [f.instead for f in findings(source) if f.rule == "pmap" and f.line == 6]
+    assert "in_specs=(P(), P(('host', 'device')))" in said

@@ -53,8 +53,11 @@ def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                + ": each host feeds a stack with a leading axis of local_device_count(), and the "
                "parameters are stacked copies",
                f"jax.jit(jax.shard_map(..., mesh=mesh, in_specs=..., out_specs=...)) over a "
-               f"{MESH_AXES} mesh with global arrays: P(('host', 'device')) where in_axes was 0, "
-               "P() where it was None or the argument was replicated" + "".join(f"; {c}" for c in carried))
+               f"{MESH_AXES} mesh with global arrays: "
+               + (f"in_specs={specs} (P() for what the script replicated)" if (specs := s.pmap_in_specs(call))
+                  else "P(('host', 'device')) where in_axes was 0, P() where it was None or the argument "
+                       "was replicated")
+               + "".join(f"; {c}" for c in carried))
 
 
 def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:

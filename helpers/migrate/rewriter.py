@@ -6,11 +6,10 @@ import ast
 
 from helpers.migrate.findings import findings
 from helpers.migrate.jax_rules import experimental_shard_map, is_mesh, with_mesh
-from helpers.migrate.script import SPEC_MAKERS, Script, argument, is_name, keyword
+from helpers.migrate.script import SPEC_MAKERS, Script, argument, is_name
 
 DATA = '("host", "device")'
 MESH_LINE = f"mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), {DATA})\n"
-_REPLICATE = ("flax.jax_utils.replicate",)
 
 
 def rewrite(source: str) -> tuple[str, list[str]]:
@@ -98,13 +97,11 @@ def _pmap_era_edits(s: Script, source: str, replace, addressed: set) -> list[str
     if not pmaps and "mesh" not in s.assigned:
         return []
     done, text = [], lambda node: ast.get_source_segment(source, node)
-    replicated = {t.id for node in ast.walk(s.tree) if isinstance(node, ast.Assign) and _replicates(s, node.value)
-                  for t in node.targets if isinstance(t, ast.Name)}
-    defs = {n.name: n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)}
     for call in pmaps:
-        specs = _in_specs(s, call, defs, replicated)
+        specs = s.pmap_in_specs(call)
         if specs is None:
             continue
+        specs = specs.replace("'", '"')  # as the rest of the rewrite spells the axes
         on_jit = "".join(f", {k.arg.replace('static_broadcasted_argnums', 'static_argnums')}={text(k.value)}"
                          for k in call.keywords if k.arg in ("donate_argnums", "static_broadcasted_argnums"))
         replace(call, f"jax.jit(jax.shard_map({text(call.args[0])}, mesh=mesh, in_specs={specs}, "
@@ -112,7 +109,7 @@ def _pmap_era_edits(s: Script, source: str, replace, addressed: set) -> list[str
         done.append(f"pmap on line {call.lineno} (check out_specs: P() for what is the same on every device)")
     for call in s.calls:
         name = s.name(call.func)
-        if _replicates(s, call):
+        if s.replicates(call):
             target = call.args[0] if call.args else call.func.value
             replace(call, f"jax.device_put({text(target)}, NamedSharding(mesh, P()))", "jax-utils-replicate",
                     "replicate-method")
@@ -136,45 +133,6 @@ def _pmap_era_edits(s: Script, source: str, replace, addressed: set) -> list[str
                 addressed.add((call.lineno, "pmap-collective"))
                 done.append(f"{name.rsplit('.', 1)[-1]}'s axis on line {call.lineno}")
     return done
-
-
-def _replicates(s: Script, node: ast.AST) -> bool:
-    """`jax_utils.replicate(x)` or `x.replicate()`."""
-    if not isinstance(node, ast.Call):
-        return False
-    if is_name(s.name(node.func), *_REPLICATE):
-        return bool(node.args)
-    return isinstance(node.func, ast.Attribute) and node.func.attr == "replicate" and not node.args \
-        and not node.keywords
-
-
-def _in_specs(s: Script, call: ast.Call, defs: dict, replicated: set[str]) -> str | None:
-    """The in_specs of a pmap call's port, or None when they cannot be read."""
-    in_axes = keyword(call, "in_axes")
-    if isinstance(in_axes, ast.Tuple):
-        axes = [e.value if isinstance(e, ast.Constant) else "?" for e in in_axes.elts]
-    elif in_axes is None and isinstance(call.args[0], ast.Name) and call.args[0].id in defs:
-        params = defs[call.args[0].id].args.args
-        axes = [0] * len(params)
-        for name, value in s.assigned.items():  # the pmapped function's callers: replicated arguments
-            if value is call:
-                for site in s.calls:
-                    if isinstance(site.func, ast.Name) and site.func.id == name:
-                        axes = [None if _root(a) in replicated else axes[i]
-                                for i, a in enumerate(site.args[:len(axes)])] + axes[len(site.args):]
-    else:
-        return None
-    if any(a not in (0, None) for a in axes):
-        return None
-    specs = ["P()" if a is None else f"P({DATA})" for a in axes]
-    return f"({', '.join(specs)},)" if len(specs) == 1 else f"({', '.join(specs)})"
-
-
-def _root(node: ast.AST) -> str | None:
-    """The name an expression starts from: `state` for `state.params`."""
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
 
 
 def _after_imports(source: str, script: Script, line: str) -> str:

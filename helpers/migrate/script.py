@@ -78,6 +78,13 @@ def only_process_zero(test: ast.AST, names: Names) -> bool:
     return False
 
 
+def _root(node: ast.AST) -> str | None:
+    """The name an expression starts from: `state` for `state.params`."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
 def pmap_axis(call: ast.Call) -> ast.AST | None:
     """The axis_name of `jax.pmap(f, "batch")` or `jax.pmap(f, axis_name=...)`, as written."""
     return keyword(call, "axis_name") or (call.args[1] if len(call.args) > 1 and is_name_call(call) else None)
@@ -205,6 +212,43 @@ class Script:
             for old, (rule, does, instead) in table.items():
                 if is_name(name, old):
                     yield call, rule, does, instead
+
+    def replicates(self, node: ast.AST) -> bool:
+        """`jax_utils.replicate(x)` or `x.replicate()`: pmap's stack of copies."""
+        if not isinstance(node, ast.Call):
+            return False
+        if is_name(self.name(node.func), "flax.jax_utils.replicate"):
+            return bool(node.args)
+        return isinstance(node.func, ast.Attribute) and node.func.attr == "replicate" and not node.args \
+            and not node.keywords
+
+    def pmap_in_specs(self, call: ast.Call) -> str | None:
+        """The in_specs of a `jax.pmap(f, ...)` call's port: from in_axes, or P() for each argument its
+        callers pass replicated (`state = state.replicate()`, `state.params`) and the batch spec for
+        the rest; None when they cannot be read."""
+        in_axes = keyword(call, "in_axes")
+        defs = {n.name: n for n in ast.walk(self.tree) if isinstance(n, ast.FunctionDef)}
+        if isinstance(in_axes, ast.Tuple):
+            axes = [e.value if isinstance(e, ast.Constant) else "?" for e in in_axes.elts]
+        elif (in_axes is None or (isinstance(in_axes, ast.Constant) and in_axes.value == 0)) and call.args \
+                and isinstance(call.args[0], ast.Name) and call.args[0].id in defs:
+            axes = [0] * len(defs[call.args[0].id].args.args)
+        elif in_axes is None and any(call in f.decorator_list for f in defs.values()):
+            axes = [0] * len(next(f for f in defs.values() if call in f.decorator_list).args.args)
+        else:
+            return None
+        replicated = {t.id for node in ast.walk(self.tree) if isinstance(node, ast.Assign)
+                      and self.replicates(node.value) for t in node.targets if isinstance(t, ast.Name)}
+        callers = {name for name, value in self.assigned.items() if value is call}
+        callers |= {f.name for f in defs.values() if call in f.decorator_list}  # @partial(jax.pmap, ...)
+        for site in self.calls:  # an argument its callers pass replicated is one global value: P()
+            if isinstance(site.func, ast.Name) and site.func.id in callers:
+                axes = [None if _root(a) in replicated else axes[i]
+                        for i, a in enumerate(site.args[:len(axes)])] + axes[len(site.args):]
+        if any(a not in (0, None) for a in axes):
+            return None
+        specs = ["P()" if a is None else f"P({MESH_AXES})" for a in axes]
+        return f"({specs[0]},)" if len(specs) == 1 else f"({', '.join(specs)})"
 
     def nnx_pmaps(self) -> Iterator[ast.Call]:
         """Every flax.nnx.pmap(...) call."""
