@@ -57,7 +57,8 @@ def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                + (f"in_specs={specs} (P() for what the script replicated)" if (specs := s.pmap_in_specs(call))
                   else "P(('host', 'device')) where in_axes was 0, P() where it was None or the argument "
                        "was replicated")
-               + "".join(f"; {c}" for c in carried))
+               + "".join(f"; {c}" for c in carried)
+               + "; or, for a step that needs nothing per device, a plain jax.jit on the global batch")
 
 
 def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:

@@ -3,8 +3,10 @@
     python -m helpers.launch --hosts 2 --devices-per-host 4 notebooks/scripts/ported_train.py
 
 It trains the same model on the same rows and prints the same losses, with jax.shard_map on a
-(host, device) mesh and global arrays built from each host's own rows.
+(host, device) mesh and global arrays built from each host's own rows. With --jit, the step is a
+plain jax.jit of the loss on the whole global batch, and XLA writes the collectives.
 """
+import sys
 from functools import partial
 
 from helpers.launch import initialize
@@ -34,6 +36,15 @@ def train_step(params, x, y):  # x: f32[32, 4] on 2 x 4, this device's block of 
     return jax.tree.map(lambda p, g: p - LR * g, params, grads), loss
 
 
+@jax.jit
+def jit_step(params, x, y):  # x: f32[256, 4], the whole global batch: XLA splits the work by its sharding
+    loss, grads = jax.value_and_grad(tiny.loss_fn)(params, x, y)
+    return jax.tree.map(lambda p, g: p - LR * g, params, grads), loss
+
+
+step_fn = jit_step if "--jit" in sys.argv else train_step
+
+
 def global_batch(step):
     """This host's rows of the step; JAX makes them this host's part of one global batch."""
     x, y = tiny.host_batch(step, jax.process_index(), jax.process_count(), GLOBAL_BATCH)
@@ -43,7 +54,7 @@ def global_batch(step):
 
 params = jax.device_put(tiny.init_params(), NamedSharding(mesh, P()))
 for step in range(STEPS):
-    params, loss = train_step(params, *global_batch(step))
+    params, loss = step_fn(params, *global_batch(step))
     if jax.process_index() == 0 and step % 10 == 0:  # loss is P(): host 0 reads its own copy, no host waits
         print(f"step {step:3d}  loss {float(loss):.8f}")
 
