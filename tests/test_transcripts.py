@@ -1,4 +1,4 @@
-"""notebooks/transcripts: the recordings notebooks 08 and 12 show of failures too slow (or too
+"""notebooks/transcripts: the recordings notebooks 08, 12 and 14 show of failures too slow (or too
 variable) to run live.
 
 `tools/record_transcripts.py` writes them (minutes each); these tests only read them: each case
@@ -18,12 +18,16 @@ QUOTED = {  # what notebook 12's prose says each recording shows
                               "killed by SIGABRT"),
     "crash_before_first_collective": ("Gloo context initialization failed", "exit status 1"),
     "backend_never_starts": ("Getting local topologies failed", "cpu:local_topology/cpu/1"),
+    # notebook 14: the survivor of a killed host 1 ends at the heartbeat timeout
+    "host_1_killed_under_plain_jax": ("Terminating process because the JAX distributed service detected fatal",
+                                      "The tasks have crashed", "killed by SIGABRT"),
     "host_never_joins": ("host 0: joining", "RegisterTask", "DEADLINE_EXCEEDED", "killed by SIGABRT"),
     # notebook 08: the hostname line, JAX's error naming the address dialled, the launcher's gist
     "gloo_advertises_loopback": ("resolves to 127.0.1.1", "Connection refused, remote=[127.0.1.1]",
                                  "dialled 127.0.1.1, a loopback address"),
 }
-SHOWN_IN = {"gloo_advertises_loopback": "08_real_multiprocess.md"}  # else notebook 12
+SHOWN_IN = {"gloo_advertises_loopback": "08_real_multiprocess.md",
+            "host_1_killed_under_plain_jax": "14_when_a_host_dies.md"}  # else notebook 12
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -1,4 +1,4 @@
-"""Record the slow failures of notebooks 08 and 12 once, into notebooks/transcripts/ (each takes seconds to minutes).
+"""Record the slow failures of notebooks 08, 12 and 14 once, into notebooks/transcripts/ (each takes seconds to minutes).
 
 Usage: python tools/record_transcripts.py [NAME ...]   (no name: all; names: see CASES)
 
@@ -28,6 +28,8 @@ CASES = {  # transcript name -> (script, run options)
     "crash_under_plain_jax": ("crash_under_plain_jax.py", {"bare": True, "timeout": 420, "grace": 10}),
     "crash_before_first_collective": ("crash_under_plain_jax.py",
                                       {"bare": True, "timeout": 420, "grace": 10, "args": ["0"]}),
+    "host_1_killed_under_plain_jax": ("killed_under_plain_jax.py",
+                                      {"bare": True, "timeout": 240, "grace": 200, "args": ["1"]}),
     "backend_never_starts": ("backend_never_starts.py", {"timeout": 240}),
     "host_never_joins": ("host_never_joins.py", {"timeout": 60}),
     # --netns, as root: gloo advertises 127.0.1.1 (notebook 08, section 6)
