@@ -13,6 +13,7 @@ missing. Without root it is skipped: slurmd must run as root.
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import socket
@@ -115,9 +116,20 @@ def slurm_conf():
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range, for JAX's coordinator under srun (which, unlike
+    the course launcher, does not try another port when its port is taken). A port from bind(0) is free
+    only until JAX binds it, and meanwhile the kernel may hand it to any connection on the machine
+    (gloo's, another test's): a fresh-clone CI run failed so, 'Address already in use'. Below the
+    range, only a process that asks for this port by number can take it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(max(1024, low - 8192), low), 64):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in the 8192 below the ephemeral range ({low})")
 
 
 def srun(slurm_conf: str, script: Path, args=()) -> tuple[int, str, dict[int, str], dict[int, str]]:
