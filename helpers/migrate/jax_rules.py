@@ -319,14 +319,19 @@ def _pmap_outputs(s: Script) -> set[str]:
     return out
 
 
+def _first_of(node: ast.AST, names: set[str]) -> bool:
+    """`name[0]` for one of `names`."""
+    return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in names \
+        and isinstance(node.slice, ast.Constant) and node.slice.value == 0
+
+
 def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`jax.tree.map(lambda x: x[0], state)` and `loss[0]` of a pmap output: pmap's unreplicate, by hand."""
     if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
         return
     stacks = _pmap_outputs(s)
     for node in ast.walk(s.tree):
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in stacks \
-                and isinstance(node.slice, ast.Constant) and node.slice.value == 0:
+        if _first_of(node, stacks):
             yield (node, "jax-utils-replicate",
                    f"{code_of(node)} takes device 0's entry of pmap's per-device output; after the port it is "
                    "one global value, and [0] would index into it",
@@ -335,9 +340,7 @@ def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if not (s.is_tree_map(call) and call.args and isinstance(call.args[0], ast.Lambda)):
             continue
         lam = call.args[0]
-        body, params = lam.body, [a.arg for a in lam.args.args]
-        if isinstance(body, ast.Subscript) and isinstance(body.value, ast.Name) and body.value.id in params \
-                and isinstance(body.slice, ast.Constant) and body.slice.value == 0:
+        if _first_of(lam.body, {a.arg for a in lam.args.args}):
             yield (call, "jax-utils-replicate",
                    f"{code_of(call)} takes copy [0] of pmap's stack by hand; after the port each leaf is one "
                    "global value, and [0] would take its first row",

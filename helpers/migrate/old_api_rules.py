@@ -27,24 +27,8 @@ _RENAMED = {"jax.host_count": "jax.process_count()", "jax.host_id": "jax.process
             "jax.host_ids": "range(jax.process_count())"}
 
 
-def _used(s: Script) -> Iterator[tuple[ast.AST, str, bool]]:
-    """Every dotted name the script imports, calls or reads (`maps.thread_resources.env`), with its
-    node and whether it is an import."""
-    for node in ast.walk(s.tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            yield from ((node, f"{node.module}.{a.name}", True) for a in node.names)
-            yield node, node.module, True
-        elif isinstance(node, ast.Import):
-            yield from ((node, a.name, True) for a in node.names)
-        elif isinstance(node, ast.Call):
-            yield node, s.name(node.func), False
-        elif isinstance(node, ast.Attribute) and not isinstance(s.parent.get(node), ast.Attribute) \
-                and getattr(s.parent.get(node), "func", None) is not node:  # a chain's top, not a callee
-            yield node, s.name(node), False
-
-
 def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    for node, name, imported in _used(s):
+    for node, name, imported in s.used_names():
         if name in _MOVED and imported:  # each use would repeat it: the import is what changes
             yield (node, "experimental-sharding-names",
                    f"{name} was removed in jax 0.4.11 (ImportError or AttributeError)", _MOVED[name])

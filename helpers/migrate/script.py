@@ -250,6 +250,21 @@ class Script:
         specs = ["P()" if a is None else f"P({MESH_AXES})" for a in axes]
         return f"({specs[0]},)" if len(specs) == 1 else f"({', '.join(specs)})"
 
+    def used_names(self) -> Iterator[tuple[ast.AST, str, bool]]:
+        """Every dotted name the script imports, calls or reads (`maps.thread_resources.env`), with its
+        node and whether it is an import."""
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                yield node, node.module, True
+                yield from ((node, f"{node.module}.{a.name}", True) for a in node.names)
+            elif isinstance(node, ast.Import):
+                yield from ((node, a.name, True) for a in node.names)
+            elif isinstance(node, ast.Call):
+                yield node, self.name(node.func), False
+            elif isinstance(node, ast.Attribute) and not isinstance(self.parent.get(node), ast.Attribute) \
+                    and getattr(self.parent.get(node), "func", None) is not node:  # a chain's top, not a callee
+                yield node, self.name(node), False
+
     def nnx_pmaps(self) -> Iterator[ast.Call]:
         """Every flax.nnx.pmap(...) call."""
         return (call for call in self.calls if is_name(self.name(call.func), "flax.nnx.pmap"))

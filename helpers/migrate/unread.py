@@ -35,19 +35,12 @@ CURRENT = {
 def unread_names(s: Script, read: set[str]) -> Iterator[tuple[ast.AST, str]]:
     """(node, name) for each parallel API the script imports or calls that is neither a current one
     nor one a rule reads (`read`); importing a whole module (`from flax import jax_utils`) is none."""
-    for node in ast.walk(s.tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.Call):
-            names = [s.name(node.func)]
-        else:
-            continue
-        for name in names:
-            if name not in CURRENT and name not in read and any(name.startswith(p + ".") for p in PARALLEL):
-                yield node, name
-                break
+    reported = set()
+    for node, name, imported in s.used_names():
+        if (imported or isinstance(node, ast.Call)) and node not in reported and name not in CURRENT \
+                and name not in read and any(name.startswith(p + ".") for p in PARALLEL):
+            reported.add(node)
+            yield node, name
 
 
 def not_read(name: str) -> tuple[str, str]:
