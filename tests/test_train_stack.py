@@ -233,12 +233,18 @@ def test_the_eval_rows_exercise_is_judged_on_what_real_hosts_computed():
         [[1001, 1008, 501.0], [998, 1000, 499.5], [13, 16, 7.0]],) * 2
 
 
-def test_a_fresh_run_refuses_a_directory_that_holds_checkpoints(interrupted_ckpt):
-    run = _one_process("--ckpt-dir", interrupted_ckpt, "--steps", 8)
-    assert run.returncode == 2
-    line = _only_error_line(run.stderr)
-    assert "already holds checkpoints (newest: step 4): pass --resume" in line, line
-    assert sorted(p.name for p in interrupted_ckpt.iterdir()) == ["4"]
+def test_a_run_without_resume_continues_from_a_finished_checkpoint(uninterrupted, interrupted_ckpt,
+                                                                   tmp_path):
+    """A requeued job runs its first command again: it must not start over, nor refuse."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(interrupted_ckpt, ckpt)
+    run = _one_process("--ckpt-dir", ckpt, "--steps", 8)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "resumed from checkpoint 4: loader at step 4 (found without --resume)" in run.stdout
+    resumed = _losses(run.stdout)
+    assert sorted(resumed) == [5, 6, 7, 8], run.stdout
+    for step, loss in resumed.items():
+        assert abs(loss - uninterrupted[step]) <= TOL, (step, loss, uninterrupted[step])
 
 
 # ------------------------------------------------------------ failures (notebook 14)
@@ -255,12 +261,29 @@ def test_a_preemption_notice_to_one_host_saves_the_same_step_on_every_host(tmp_p
     assert max(_losses(result.hosts[0].stdout)) == step, "no host trained past the saved step"
 
 
+def test_a_preempted_run_that_exits_non_zero_is_restarted_and_continues(uninterrupted, tmp_path):
+    """--preempted-exit 143: the launcher (as a Kubernetes Job would) runs the same command again."""
+    job = _launch(2, 4, "--steps", 60, "--ckpt-dir", tmp_path, "--notice-at", 3,
+                  "--preempted-exit", 143, max_restarts=1)
+    assert job.ok, str(job)
+    first, second = job.attempts
+    codes = [h.returncode for h in first.hosts]  # None: stopped by the launcher once the other exited
+    assert 143 in codes and set(codes) <= {143, None}, str(first)
+    step = int(re.search(r"preemption notice after step (\d+)", first.hosts[0].stdout)[1])
+    assert f"resumed from checkpoint {step}: loader at step {step} (found without --resume)" \
+        in second.hosts[0].stdout, second.hosts[0].stdout
+    losses = {**_losses(first.hosts[0].stdout), **_losses(second.hosts[0].stdout)}
+    assert sorted(losses) == list(range(1, 61)), "every step trained, and none twice"
+    for s in uninterrupted:
+        assert abs(losses[s] - uninterrupted[s]) <= TOL, (s, losses[s], uninterrupted[s])
+
+
 @pytest.fixture(scope="module")
 def restarted_job(tmp_path_factory) -> tuple[launch.JobResult, Path]:
-    """Host 0 killed while checkpoint 6 is written; the launcher restarts the job with --resume."""
+    """Host 0 killed while checkpoint 6 is written; the launcher restarts the same command."""
     ckpt = tmp_path_factory.mktemp("restarted")
     job = _launch(2, 4, "--steps", 8, "--ckpt-dir", ckpt, "--save-every", 2, "--kill-in-save", 6,
-                  max_restarts=2, restart_args=["--resume"])
+                  max_restarts=2)
     assert not alive(job.pids), "a launched host outlived its attempt"
     return job, ckpt
 

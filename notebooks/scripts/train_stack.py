@@ -16,12 +16,15 @@ global batch. The same file runs three ways:
 Process 0 prints `step {s} loss {loss:.8f}` after the s-th update (s counts from 1).
 
 Failures (notebook 14). On a preemption notice (SIGTERM, as schedulers send it) every host
-saves the same step, agreed with JAX's `reached_preemption_sync_point`, and exits 0.
---resume takes the newest checkpoint that restores: a save that never finished is not in
-Orbax's listing, and a finished but damaged one is reported in one line and skipped (never
-deleted); with none usable the script says so and exits 2. --notice-at (to the last host) and
---kill-in-save (host 0, which commits each checkpoint) are failures on purpose, in a fresh run
-only (so a restarted job runs clean).
+saves the same step, agreed with JAX's `reached_preemption_sync_point`, and exits with
+--preempted-exit (0 by default; a scheduler that should run the job again wants non-zero).
+A run whose --ckpt-dir holds a finished checkpoint (in Orbax's listing) continues from it, so a
+requeued or restarted job runs the same command; --resume insists on one. Either way it takes
+the newest checkpoint that restores: a save that never finished is not in Orbax's listing, and a
+finished but damaged one is reported in one line and skipped (never deleted); with none usable
+the script says so and exits 2. --notice-at (to the last host) and --kill-in-save (host 0, which
+commits each checkpoint) are failures on purpose, in a run that starts from step 0 only (so a
+restarted job runs clean).
 """
 import argparse
 import os
@@ -40,7 +43,8 @@ parser.add_argument("--ckpt-dir", help="directory for Orbax checkpoints (shared 
 parser.add_argument("--save-every", type=int, default=0,
                     help="save a checkpoint every K steps and at the last step (0: only at the last)")
 parser.add_argument("--resume", action="store_true",
-                    help="continue from the newest checkpoint in --ckpt-dir")
+                    help="continue from the newest checkpoint in --ckpt-dir, and fail if there is "
+                         "none (without it a run continues when there is one, and starts anew when not)")
 parser.add_argument("--batch-spec", choices=["host,device", "device"], default="host,device",
                     help="how the global batch is split: over every device of every host "
                          "(default), or only over one host's devices (the pitfall of notebook 03)")
@@ -49,6 +53,9 @@ parser.add_argument("--data-seed", type=int, default=0, help="Grain's shuffle se
 parser.add_argument("--preemption", choices=["sync", "local"], default="sync",
                     help="how a host learns of a preemption notice: JAX's sync point, the same "
                          "step on every host (default), or its own SIGTERM handler (the pitfall)")
+parser.add_argument("--preempted-exit", type=int, default=0, metavar="STATUS",
+                    help="exit status after saving on a preemption notice (default 0; e.g. 143, "
+                         "128 + SIGTERM, for a Kubernetes Job or a restart loop that should run it again)")
 parser.add_argument("--notice-at", type=int, metavar="STEP",
                     help="(demo) the last host gets SIGTERM, a preemption notice, after step STEP")
 parser.add_argument("--kill-in-save", type=int, metavar="STEP",
@@ -75,14 +82,8 @@ if args.resume:  # read the directory before JAX starts: nothing to undo if it i
         resume_step = newest_step(args.ckpt_dir)
     except CheckpointError as error:
         fail(str(error))
-elif args.ckpt_dir and os.path.isdir(args.ckpt_dir):  # a fresh run must not mix with an old one
-    try:
-        found = newest_step(args.ckpt_dir)
-    except CheckpointError:  # nothing finished in it: a fresh run may use it
-        found = None
-    if found is not None:
-        fail(f"{args.ckpt_dir} already holds checkpoints (newest: step {found}): pass --resume "
-             "to continue that run, or pick a new --ckpt-dir")
+elif args.ckpt_dir and finished_steps(args.ckpt_dir):  # a requeued job: its first attempt saved
+    resume_step = newest_step(args.ckpt_dir)
 
 how = initialize()  # before anything else touches JAX: joins the run, or stays alone
 noticed = []  # --preemption local: this host's own record of a SIGTERM
@@ -170,7 +171,8 @@ else:
              "--data-seed")
     start = position["next_step"]
     if host == 0:
-        print(f"resumed from checkpoint {resume_step}: loader at step {start}")
+        print(f"resumed from checkpoint {resume_step}: loader at step {start}"
+              + ("" if args.resume else " (found without --resume)"))
 
 
 def global_batch(step):
@@ -180,7 +182,7 @@ def global_batch(step):
             jax.make_array_from_process_local_data(batch_sharding, rows["y"]))
 
 
-fresh = not args.resume  # the demos' failures happen in a fresh run only
+fresh = resume_step is None  # the demos' failures happen in a run from step 0 only
 
 
 def preempted(done: int) -> bool:
@@ -218,7 +220,7 @@ for step in range(start, args.steps):
         print(f"host {host}: preemption notice after step {done}; {kept}; exiting", flush=True)
         if manager is not None:
             manager.close()
-        sys.exit(0)  # the scheduler counts a preempted job that saved as a success
+        sys.exit(args.preempted_exit)  # 0: the scheduler counts the job as done (notebook 14)
 
 
 # Evaluation on a held-out set of 1001 examples: no host count divides it. Each host pads its
