@@ -8,11 +8,18 @@ host names its folder after the same timestamp. Each step is a `jax.profiler.Ste
 ("train", step_num=s); the host's input (numpy rows to a global array) is a `TraceAnnotation`
 ("input"). `--collectives` adds notebook 13's two all-reduces, each run inside a TraceAnnotation
 named after it. `--slow-host H --sleep S` makes host H sleep S seconds in every step before its
-input, a straggler on purpose. Each host prints one JSON line of its own wall-clock timings.
+input, a straggler on purpose. `--no-block` drops the per-step `block_until_ready`, as a real loop
+would: the host dispatches the steps and waits only at the end. `--one-dir` makes every host write
+into <trace-dir> itself, the layout to avoid. With `--cache-dir`, each host also reports what JAX's
+compiler logged about `train_step` and the persistent cache: the key, the hash of each part of it,
+and whether it hit, missed or was written. Each host prints one JSON line of its own wall-clock
+timings (and that report).
 """
 import argparse
 import json
+import logging
 import time
+from pathlib import Path
 
 from helpers.launch import initialize
 
@@ -24,7 +31,35 @@ parser.add_argument("--sleep", type=float, default=0.2, help="seconds the slow h
 parser.add_argument("--collectives", action="store_true",
                     help="also run notebook 13's flat and hierarchical all-reduce, 3 times each")
 parser.add_argument("--cache-dir", default="", help="a persistent compilation cache; none if empty")
+parser.add_argument("--no-block", action="store_true", help="no block_until_ready in the loop, only after it")
+parser.add_argument("--one-dir", action="store_true", help="every host writes into <trace-dir> itself")
 args = parser.parse_args()
+
+
+class CacheLog(logging.Handler):
+    """What JAX logs at DEBUG while it looks a program up in the persistent compilation cache.
+
+    jax._src.cache_key logs the hash of each part of the key ("get_cache_key hash of serialized
+    <part>: <hex>"); jax._src.compiler then logs a hit or a miss with the key, and, on a host
+    other than process 0, that it does not write the entry.
+    """
+
+    def __init__(self, module: str):
+        super().__init__(logging.DEBUG)
+        self.module, self.parts, self.report, self.last = module, {}, {}, ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if message.startswith("get_cache_key hash of serialized "):
+            part, digest = message.removeprefix("get_cache_key hash of serialized ").rsplit(": ", 1)
+            self.parts[part] = digest
+        elif message.startswith(("Persistent compilation cache hit", "PERSISTENT COMPILATION CACHE MISS")):
+            self.last, key = record.args
+            if self.last == self.module:
+                self.report = {"key": key, "parts": self.parts, "hit": message.startswith("Persistent")}
+            self.parts = {}
+        elif message.startswith("Not writing persistent cache entry since process_id != 0") and self.last == self.module:
+            self.report["not_written"] = True
 
 initialize()
 
@@ -37,9 +72,13 @@ from helpers.training import tiny
 from helpers.measure.allreduce import BODIES  # notebook 13's flat psum and hierarchical all-reduce
 
 jax.config.update("jax_enable_compilation_cache", bool(args.cache_dir))
+cache_log = CacheLog("jit_train_step")
 if args.cache_dir:
     jax.config.update("jax_compilation_cache_dir", args.cache_dir)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    for name in ("jax._src.cache_key", "jax._src.compiler"):  # JAX's own loggers, at DEBUG
+        logging.getLogger(name).setLevel(logging.DEBUG)
+        logging.getLogger(name).addHandler(cache_log)
 
 host, num_hosts = jax.process_index(), jax.process_count()
 mesh = jax.make_mesh((num_hosts, jax.local_device_count()), ("host", "device"))
@@ -62,7 +101,8 @@ if args.collectives:  # 1 MiB of float32 per device, summed over every device tw
     for allreduce in allreduces.values():
         allreduce(grads).block_until_ready()  # compiled before the trace starts
 timings = {"host": host, "devices": [d.id for d in jax.local_devices()], "input_s": [], "step_s": []}
-jax.profiler.start_trace(f"{args.trace_dir}/host{host}", create_perfetto_trace=True)
+jax.profiler.start_trace(args.trace_dir if args.one_dir else f"{args.trace_dir}/host{host}",
+                         create_perfetto_trace=True)
 for step in range(args.steps):
     with jax.profiler.StepTraceAnnotation("train", step_num=step):
         if host == args.slow_host:
@@ -72,15 +112,24 @@ for step in range(args.steps):
             x_local, y_local = tiny.host_batch(step, host, num_hosts, tiny.GLOBAL_BATCH)
             x = jax.make_array_from_process_local_data(batch, x_local)
             y = jax.make_array_from_process_local_data(batch, y_local)
-            jax.block_until_ready((x, y))
+            if not args.no_block:
+                jax.block_until_ready((x, y))
         middle = time.perf_counter()
-        params, loss = jax.block_until_ready(train_step(params, x, y))  # waits for every device
+        params, loss = train_step(params, x, y)
+        if not args.no_block:
+            jax.block_until_ready((params, loss))  # waits for every device
         timings["input_s"].append(middle - start)
         timings["step_s"].append(time.perf_counter() - middle)
+jax.block_until_ready((params, loss))
 if args.collectives:
     for name, allreduce in allreduces.items():
         for _ in range(3):
             with jax.profiler.TraceAnnotation(name):
                 jax.block_until_ready(allreduce(grads))
-jax.profiler.stop_trace()
-print(json.dumps(timings))
+try:
+    jax.profiler.stop_trace()
+finally:
+    if args.one_dir:  # what the hosts' stop_trace left in the one directory, so far
+        sessions = list(Path(args.trace_dir).glob("plugins/profile/*"))
+        print(f"{len(sessions)} session folder(s), files:", sorted(f.name for s in sessions for f in s.iterdir()))
+print(json.dumps(timings | {"cache": cache_log.report}))
