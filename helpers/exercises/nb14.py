@@ -3,29 +3,38 @@ from __future__ import annotations
 
 import re
 
-from helpers.training import checkpoints
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import ValueExercise
 from helpers.exercises.processes import ProcessExercise
-from helpers.exercises.rules import ErrorRule, ValueRule
+from helpers.exercises.rules import ErrorRule, OutputRule, ValueRule
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 
 
-# ------------------------------------------------------- 14.1 every host stops at one step
+# ------------------------------------------ 14.1 regular saves, and the preemption save
 
-# Each step has one collective. On 2 hosts x 1 device the last host gets SIGTERM (a preemption
-# notice) after step NOTICE; on 2 x 2 nobody does, so a function that stops without a notice shows.
-_STOP_DRIVER = (
+# Each step has one collective, and a save is one more. On 2 hosts x 1 device the last host gets
+# SIGTERM (a preemption notice) after step NOTICE; on 2 x 2 nobody does. The driver counts which
+# steps JAX was asked about, and stops a host where JAX said True: it saves there if asked to.
+_SAVE_DRIVER = (
     "from helpers.launch import initialize\ninitialize()\n"
     "import json, os, signal, time\n"
     "from jax.experimental import multihost_utils\n"
+    "asked, agreed = [], []  # the steps JAX was asked about; where it answered True\n"
+    "_reached = multihost_utils.reached_preemption_sync_point\n"
+    "def _counted(step):\n"
+    "    answer = _reached(step)\n"
+    "    asked.append(step)\n"
+    "    if answer:\n"
+    "        agreed.append(step)\n"
+    "    return answer\n"
+    "multihost_utils.reached_preemption_sync_point = _counted\n"
     "print('joined', flush=True)\n{answer}\n"
     "host, hosts = jax.process_index(), jax.process_count()\n"
-    "STEPS, NOTICE = 500, 3  # about 7 ms a step: JAX's hosts agree on a step within a second\n"
+    "STEPS, NOTICE, SAVE_EVERY = 500, 3, 10  # about 7 ms a step: JAX agrees on a step within ~1 s\n"
     "notice = jax.local_device_count() == 1  # on 2 x 2 no scheduler sends one\n"
-    "stopped = 0\n"
+    "saves, stopped = [], 0\n"
     "for step in range(1, STEPS + 1):\n"
     "    time.sleep(0.005)  # the step's work\n"
     "    if step % 100 == 0:\n"
@@ -33,39 +42,58 @@ _STOP_DRIVER = (
     "    multihost_utils.sync_global_devices(f'step {step}')  # this step's collective\n"
     "    if notice and host == hosts - 1 and step == NOTICE:\n"
     "        os.kill(os.getpid(), signal.SIGTERM)  # the scheduler's notice, to one host\n"
-    "    if should_stop(step):\n"
+    "    if should_save(step):\n"
+    "        saves.append(step)\n"
+    "        multihost_utils.sync_global_devices(f'save {step}')  # a save: every host takes part\n"
+    "    if agreed and agreed[-1] == step:  # the preemption step: its save is done (or not), stop\n"
     "        stopped = step\n"
     "        break\n"
     "every = multihost_utils.process_allgather(np.int32(stopped))  # each host's stop (0: none)\n"
-    "same = bool((every == every[0]).all())\n"
-    "# [every host stopped at the same step, it stopped, it stopped after the notice]\n"
-    "print(json.dumps([same, bool(stopped), bool(stopped) and notice and stopped >= NOTICE]))\n")
+    "last = stopped or STEPS\n"
+    "regular = set(range(SAVE_EVERY, last + 1, SAVE_EVERY))\n"
+    "how_asked = ('every step' if asked == list(range(1, last + 1)) else 'some steps' if asked else 'never')\n"
+    "# [every host stopped at the same step, it stopped, after the notice (or never without one),\n"
+    "#  the stop step was saved, every 10th step was saved and no other, how often JAX was asked]\n"
+    "print(json.dumps([bool((every == every[0]).all()), bool(stopped),\n"
+    "                  stopped > NOTICE if notice else not stopped,\n"
+    "                  not stopped or stopped in saves, regular <= set(saves) <= regular | {stopped},\n"
+    "                  how_asked]))\n")
 
-STOP_SOLUTION = '''from jax.experimental import multihost_utils
+SAVE_SOLUTION = '''from jax.experimental import multihost_utils
 
 
-def should_stop(step):
-    """True at the one step every host saves and stops at, once any host got a preemption notice."""
+def should_save(step):
+    """True at every 10th step, and at the step every host saves at after a preemption notice."""
+    preempted = multihost_utils.reached_preemption_sync_point(step)  # asked at every step
+    return preempted or step % 10 == 0
+'''
+
+_SAVE_REGULAR_ONLY = '''def should_save(step):
+    return step % 10 == 0
+'''
+
+_SAVE_ASKED_EVERY_10 = '''def should_save(step):
+    return step % 10 == 0 and multihost_utils.reached_preemption_sync_point(step)
+'''
+
+_SAVE_PREEMPTION_ONLY = '''def should_save(step):
     return multihost_utils.reached_preemption_sync_point(step)
 '''
 
-_STOP_NEVER = '''def should_stop(step):
-    return False
+_SAVE_ASKED_AFTER_THE_REGULAR = '''def should_save(step):
+    return step % 10 == 0 or multihost_utils.reached_preemption_sync_point(step)
 '''
 
-_STOP_FIXED_STEP = '''def should_stop(step):
-    return step == 10
-'''
-
-_STOP_OWN_HANDLER = '''import signal
+_SAVE_OWN_HANDLER = '''import signal
 
 noticed = []
 signal.signal(signal.SIGTERM, lambda signum, frame: noticed.append(signum))
 
 
-def should_stop(step):
-    return bool(noticed)
+def should_save(step):
+    return bool(noticed) or step % 10 == 0
 '''
+
 
 def _unmatched(text: str) -> str:
     """A run's failure, with JAX's `... name mismatch ('x'). Expected: [hashes]` said in the learner's terms."""
@@ -75,145 +103,128 @@ def _unmatched(text: str) -> str:
     return text
 
 
+def _how_asked(case) -> str:
+    """How often JAX was asked, on host 0 ('' when the run gave no verdict)."""
+    got = case.got
+    return got[0][-1] if isinstance(got, tuple) and got and isinstance(got[0], list) else ""
+
+
 register(ProcessExercise(
-    id="14.1", kernel=KERNEL, answer_name="should_stop", signature="(step)",
-    title="every host saves and stops at the same step after a preemption notice",
-    solution=STOP_SOLUTION,
-    driver=_STOP_DRIVER,
+    id="14.1", kernel=KERNEL, answer_name="should_save", signature="(step)",
+    title="regular saves every 10 steps, and one save on every host after a preemption notice",
+    solution=SAVE_SOLUTION,
+    driver=_SAVE_DRIVER,
     setup="from jax.experimental import multihost_utils\n",
     meshes=((2, 1), (2, 2)),
     wrong={
-        _STOP_NEVER: "no host ever stopped: the notice was ignored, so the scheduler's grace period "
-                     "would end in SIGKILL with nothing saved",
-        _STOP_FIXED_STEP: "your hosts stop at a step you chose, notice or not: on 2 x 2 no host got "
-                          "a notice, and they stopped anyway",
-        _STOP_OWN_HANDLER: lambda case: (
-            f"{_unmatched(case.got.text)}: only the host that got SIGTERM saw your flag, so it stopped alone "
-            "while the other host went on to the next step's collective, which no longer matched. "
-            "Ask JAX, which tells every host the same step"),
+        _SAVE_REGULAR_ONLY: "your function never asks JAX about a preemption: the hosts saved every 10 steps "
+                            "and trained on past the notice, so the scheduler's SIGKILL would lose every "
+                            "step since the last regular save",
+        _SAVE_ASKED_EVERY_10: "you ask JAX only at steps 10, 20, ...: it answers True at one exact step, one past "
+                              "the last step it was asked about, which your function never asks about, so no "
+                              "host stopped (and none saved, since `and` saves only when both are True)",
+        _SAVE_PREEMPTION_ONLY: "the preemption save is right, but the regular saves are missing: save at every "
+                               "10th step too",
+        _SAVE_OWN_HANDLER: lambda case: (
+            f"{_unmatched(case.got.text)}: your handler, installed after jax.distributed.initialize, "
+            "replaced JAX's, so only the host that got SIGTERM saw the notice: it went into a save alone "
+            "while the other host went on to its next step. Ask JAX, which tells every host the same step"),
     },
     errors=(ErrorRule(lambda raw: raw.startswith("the run hung") or "name mismatch" in raw, example=(
-        "def should_stop(step):\n"
+        "def should_save(step):\n"
         "    if jax.process_index() == 0:\n"
         "        multihost_utils.sync_global_devices('extra')\n"
-        "    return False\n"),
+        "    return step % 10 == 0\n"),
         say=lambda case: f"{_unmatched(case.got.text)}: the hosts' collectives no longer matched, because "
-                         "they stopped at different steps or one made a collective the other did "
-                         "not. Every host must stop at the same step"),),
+                         "they saved at different steps or one made a collective the other did not. "
+                         "Every host must save at the same steps"),),
+    families=(OutputRule(lambda case: _how_asked(case) == "some steps", example=_SAVE_ASKED_AFTER_THE_REGULAR,
+                         say="JAX was not asked at every step: at steps 10, 20, ... your function returns "
+                             "before it asks. JAX answers True at one exact step, and when that is one your "
+                             "function skips, no host ever stops. Ask JAX first, at every step, then decide"),),
     hints=(
-        "Under jax.distributed, SIGTERM does not end a process: JAX's preemption notifier takes it "
-        "and tells the other hosts.",
-        "jax.experimental.multihost_utils has a function that returns True at one agreed step, "
-        "on every host; call it with the loop's step at every step.",
+        "Section 2's runs show which setups reach the sync point; a function that asks JAX only now and "
+        "then is one of them.",
+        "Store JAX's answer in a variable at every step before anything else, then combine it with the "
+        "regular condition.",
     ),
 ))
 
 
-# ------------------------------------------------ 14.2 which checkpoint does a resume use
+# ------------------------------------------- 14.2 which step a GCS listing shows as finished
 
-# What `ls` showed after a host was killed while checkpoint 8 was written; and a file of
-# checkpoint 6 was truncated afterwards (a disk problem): Orbax still lists 6 as finished.
-LISTING = ("2", "4", "6", "8.orbax-checkpoint-tmp")
-DAMAGED = ("6",)
+# What `gcloud storage ls --recursive` showed of a run saved to gs://bucket/run with Orbax's
+# defaults every 2 steps, after the job was killed. (The notebook prints the same tuple.)
+GCS_LISTING = (
+    "gs://bucket/run/2/_CHECKPOINT_METADATA", "gs://bucket/run/2/commit_success.txt",
+    "gs://bucket/run/2/state/manifest.ocdbt",
+    "gs://bucket/run/4/_CHECKPOINT_METADATA", "gs://bucket/run/4/commit_success.txt",
+    "gs://bucket/run/4/state/manifest.ocdbt",
+    "gs://bucket/run/6/_CHECKPOINT_METADATA", "gs://bucket/run/6/state/manifest.ocdbt",
+    "gs://bucket/run/8/state/manifest.ocdbt",
+)
 
 
-def _resumed_from() -> int:
-    finished = [int(n) for n in LISTING if n.isdigit()]  # what Orbax lists: no tmp directory
-    return max(s for s in finished if str(s) not in DAMAGED)
+def _newest_committed() -> int:
+    committed = {int(name.split("/")[4]) for name in GCS_LISTING if name.endswith("/commit_success.txt")}
+    return max(committed)
 
 
 register(ValueExercise(
     id="14.2", kernel=KERNEL, answer_name="resumed_from",
-    title="the newest checkpoint that is finished and restores",
-    solution="resumed_from = 4  # 8 never finished (its tmp directory); 6 is listed but does not restore",
+    title="the newest step Orbax lists as finished on GCS",
+    solution="resumed_from = 4  # on gs:// a step is finished once it holds commit_success.txt: 6 and 8 never got it",
     form=forms.whole("a step number"),
-    right=_resumed_from,
+    right=_newest_committed,
     wrong={
-        8: f"8 is still in its temporary directory ({checkpoints.UNFINISHED_MARK}): the save never "
-           "finished, so Orbax does not list it",
-        6: "Orbax lists 6 as finished, but one of its files was truncated: its restore fails, and "
-           "train_stack.py skips it (one line) for the next older one",
-        2: "2 restores, but a newer checkpoint restores too",
-        0: "train_stack.py --resume never starts over while a checkpoint restores",
+        8: "8 is the newest directory, but on GCS Orbax writes a step straight into its directory and marks "
+           "it finished last: 8 has no commit_success.txt, so that save never finished",
+        6: "6 has its metadata and its data, but no commit_success.txt: Orbax writes that file last, once "
+           "every host has written its part, and 6 never got it",
+        2: "2 is finished, but a newer step is finished too",
+        0: "a finished step is in the listing: a resume continues from it",
     },
-    rules=(ValueRule(lambda v: v > 8, example=10, say="there is no checkpoint after step 8 in the listing"),),
+    rules=(ValueRule(lambda v: v > 8, example=10, say="the listing has no step after 8"),),
     hints=(
-        "A name that ends in .orbax-checkpoint-tmp is a save that never finished.",
-        "--resume tries Orbax's finished steps newest first and keeps the first that restores.",
+        "On GCS there is no temporary directory and no rename: what marks a step as finished?",
+        "Look for the newest step directory that holds commit_success.txt.",
     ),
 ))
 
 
-# ----------------------------------------- 14.3 the same batches on any number of hosts
+# ------------------------------------ 14.3 what an asynchronous save costs when a host dies
 
-_IDS_DRIVER = '''
-import jax
-import numpy as np
-from jax.experimental import multihost_utils
-
-host, hosts = jax.process_index(), jax.process_count()
+# A job saves every SAVE_EVERY steps with Orbax's own save, which returns at once and commits
+# COMMIT_S seconds later in the background; a step takes STEP_S seconds. SIGKILL comes during
+# step KILLED (at time KILLED * STEP_S): which finished checkpoint does the restarted job find?
+SAVE_EVERY, STEP_S, COMMIT_S, KILLED = 10, 1.0, 8.0, 95
 
 
-def output(namespace, layout):
-    """Per step: the sorted record ids of the global batch, and whether the hosts' parts overlap."""
-    out = []
-    for step in (0, 1, 3):
-        mine = np.asarray(namespace["batch_ids"](step, host, hosts), dtype=np.int32).reshape(-1)
-        if len(mine) != namespace["GLOBAL_BATCH"] // hosts:  # the same on every host: no collective skipped
-            out.append(["rows", int(len(mine))])
-            continue
-        every = multihost_utils.process_allgather(mine).reshape(-1)
-        out.append([sorted(every.tolist()), len(set(every.tolist())) == len(every)])
-    return out
-'''
+def _resumed_from_async() -> int:
+    """The newest save committed before the kill: save s commits at s * STEP_S + COMMIT_S."""
+    killed_at = KILLED * STEP_S
+    return max(s for s in range(SAVE_EVERY, KILLED, SAVE_EVERY) if s * STEP_S + COMMIT_S < killed_at)
 
-_IDS_SETUP = ("GLOBAL_BATCH = 16\n"
-              "ORDER = np.random.default_rng(0).permutation(64)  # one shuffle, the same on every host\n")
 
-IDS_SOLUTION = '''def batch_ids(step, host, num_hosts):
-    """The record ids host `host` of `num_hosts` reads at `step`: its block of that step's global batch."""
-    per_host = GLOBAL_BATCH // num_hosts
-    start = step * GLOBAL_BATCH + host * per_host
-    return ORDER[start:start + per_host]
-'''
-
-register(ProcessExercise(
-    id="14.3", kernel=KERNEL, answer_name="batch_ids", signature="(step, host, num_hosts)",
-    title="a step's global batch does not depend on the number of hosts",
-    solution=IDS_SOLUTION,
-    driver=_IDS_DRIVER, together=True, setup=_IDS_SETUP,
-    meshes=((2, 1), (4, 1)),
+register(ValueExercise(
+    id="14.3", kernel=KERNEL, answer_name="resumed_from_async",
+    title="the newest save committed before the kill, when saves do not wait",
+    solution="resumed_from_async = 80  # save 90 returned at once but commits at 98 s, after the kill at 95 s",
+    form=forms.whole("a step number"),
+    right=_resumed_from_async,
     wrong={
-        "def batch_ids(step, host, num_hosts):\n"
-        "    per_host = GLOBAL_BATCH // num_hosts\n"
-        "    order = np.random.default_rng(host).permutation(64)\n"
-        "    return order[step * per_host:(step + 1) * per_host]\n":
-            "each host shuffles with its own seed, so which records make a step's batch depends on "
-            "how many hosts there are (and two hosts may read the same record). Every host must "
-            "use the one shared ORDER",
-        "def batch_ids(step, host, num_hosts):\n"
-        "    per_host = GLOBAL_BATCH // num_hosts\n"
-        "    start = (step + host) * per_host\n"
-        "    return ORDER[start:start + per_host]\n":
-            "your steps overlap: step s starts s * per_host records in, so consecutive steps share "
-            "records, and how far they overlap depends on the number of hosts. A step starts "
-            "step * GLOBAL_BATCH records in",
-        "def batch_ids(step, host, num_hosts):\n"
-        "    start = step * GLOBAL_BATCH + host * 8\n"
-        "    return ORDER[start:start + 8]\n":
-            "8 rows a host is right only for 2 hosts: compute each host's rows from num_hosts",
-        "def batch_ids(step, host, num_hosts):\n"
-        "    per_host = GLOBAL_BATCH // num_hosts\n"
-        "    return ORDER[host * per_host:(host + 1) * per_host]\n":
-            "every step reads the same records: the step is missing from where a batch starts",
+        90: "save() of step 90 had returned, but the commit comes 8 s later, at 98 s: the kill at 95 s came "
+            "first, so step 90 never finished",
+        95: "no save was made at step 95: saves come every 10 steps",
+        0: "an older save had committed long before the kill",
+        70: "70 committed, but so did a newer one",
     },
-    otherwise=lambda case: (f"on {case.layout[0]} hosts the global batches were {case.got}, "
-                            "not the ones the shared ORDER gives: take each step's GLOBAL_BATCH "
-                            "records of ORDER and give every host an equal block of them"),
+    rules=(ValueRule(lambda v: v > KILLED, example=100, say="the job died during step 95: no later step was saved"),
+           ValueRule(lambda v: v % SAVE_EVERY != 0, example=85,
+                     say="saves are made every 10 steps only: a finished checkpoint has a step that is a "
+                         "multiple of 10")),
     hints=(
-        "Step s of the run is the same GLOBAL_BATCH records of ORDER whatever the number of hosts; "
-        "only how they are split changes.",
-        "Host h of H reads GLOBAL_BATCH // H of them: the block that starts h * (GLOBAL_BATCH // H) "
-        "records into the step's batch.",
+        "A save is finished when Orbax commits it, not when save() returns.",
+        "Save s starts at s seconds and commits at s + 8 seconds. Which of them are committed at 95 s?",
     ),
 ))
