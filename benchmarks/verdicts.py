@@ -1,8 +1,8 @@
 """Section 11: how long a learner waits for the verdict on an answer whose hosts hang.
 
-Every catalogued wrong answer of the exercises judged in real processes that hang (12.1, 12.2),
+Every catalogued wrong answer of the exercises judged in real processes that hang (12.1, 12.3),
 and one answer handed in per exercise with a broadcast under `if jax.process_index() == 0`
-(10.3, 12.2, as a learner would write it: in 12.2 the hosts hang; in 10.3, whose run goes on
+(10.3, 12.3, as a learner would write it: in 12.3 the hosts hang; in 10.3, whose run goes on
 into the reference's collectives, they crash on the mismatch), is checked as a learner's first
 check: nothing of the exercise is known yet (no reference output, no catalogue). The figure runs from the last
 line any host of the learner's run printed to the verdict: the idle limit, the stack dumps,
@@ -20,9 +20,9 @@ from benchmarks.tables import fmt_s, md_table
 
 KEY = "verdicts"
 TITLE = "A hang's verdict: from the last line a host printed to the checker's verdict"
-CATALOGUED = ("12.1", "12.2")  # exercises whose catalogue has answers that hang
-HANDED_IN = {"10.3": "args[0]", "12.2": "1"}  # exercise -> what its function returns past the broadcast
-QUICK_IDS = ("12.2",)
+CATALOGUED = ("12.1", "12.3")  # exercises whose catalogue has answers that hang
+HANDED_IN = {"10.3": "args[0]", "12.3": "1"}  # exercise -> what its function returns past the broadcast
+QUICK_IDS = ("12.3",)
 MODES = ("warm", "cold")
 
 

@@ -17,7 +17,7 @@ from conftest import TEST_STALL_SECONDS
 PROCESS_IDS = [i for i in exercises.all_ids() if isinstance(exercises.get(i), ProcessExercise)]
 # What each exercise's function returns once past the hang (the kernel's precheck of 11.2 wants a whole number).
 RETURNS = {"08.4": "0.0", "11.1": "0.0", "10.3": "args[0]", "10.4": "None",
-           "11.2": "8", "12.1": "None", "12.2": "1",
+           "11.2": "8", "12.1": "None", "12.3": "1",
            "11.4": "{'id': np.zeros(0, np.int32)}", "14.1": "False", "14.3": "[]", "15.1": "0", "17.1": "None"}
 # An exercise whose driver makes collectives of its own meets host 0's extra one in the driver's,
 # so JAX reports a mismatch at once instead of a hang: each host raises, naming its own call, and
@@ -104,8 +104,8 @@ def test_a_right_answer_in_the_learners_own_words_passes_in_one_run(monkeypatch)
 
 
 def test_a_spinning_loop_is_named_apart_from_the_host_that_waits_for_it(monkeypatch):
-    """12.1: host 1 spins in a loop, host 0 waits in the next step's global_mean, a jitted call
-    already compiled (no Python frame of its own): the CPU tells the loop from the wait."""
+    """12.1: host 1 spins in a loop, host 0 waits for the next step's global_mean in its own line
+    (under JAX's `_value` frames, or inside the call on one device): the CPU tells the loop from the wait."""
     spin = ("def log_line(step, x):\n"
             "    m = float(global_mean(x))\n"
             "    while jax.process_index() == 1:\n"

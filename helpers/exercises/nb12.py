@@ -5,7 +5,7 @@ import ast
 import re
 
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, register
+from helpers.exercises.core import Kernel, Mistake, describe, register
 from helpers.exercises.kinds import ValueExercise
 from helpers.exercises.rules import ErrorRule, OutputRule, ValueRule
 from helpers.exercises.processes import ProcessExercise
@@ -144,7 +144,87 @@ register(ProcessExercise(
 ))
 
 
-# ------------------------------------------------------------------ 12.2 uneven epochs
+# ------------------------------------------------------------------ 12.2 read two stack dumps
+
+# The notebook's `spins` run: the demos' 9-line preamble, an empty line, then a loop in which line 13
+# dispatches global_mean, line 14 reads its result with float() and line 15 spins on host 1 after step 0.
+# tests/test_nb12_exercises.py holds these lines to the dumps of the committed notebook.
+SCRIPT_LINES = 15
+CALL_LINE, READ_LINE, LOOP_LINE = 13, 14, 15
+STATES = ("waiting", "computing")
+_ACTIVITY_WORDS = ("idle", "busy", "waking")
+
+
+def _state(answer) -> str:
+    """'waiting' or 'computing', in any case."""
+    word = answer.strip().lower() if isinstance(answer, str) else None
+    if word in STATES:
+        return word
+    if word in _ACTIVITY_WORDS:
+        raise Mistake(f"{answer!r} is the launcher's word for what the CPU did; the state is what that "
+                      "means for the host: \"waiting\" or \"computing\"")
+    raise Mistake(f"expected \"waiting\" or \"computing\" as a host's state, but got {describe(answer)}")
+
+
+_PAIR = forms.tuple_of(_state, forms.whole("a line of the script"), like='("waiting", 12)', what="(state, line)")
+
+
+def _where(answer) -> tuple:
+    """{0: (state, line), 1: (state, line)}, or the two pairs as a tuple in host order."""
+    if isinstance(answer, dict):
+        return forms.keys((0, 1), _PAIR, "a (state, line) pair")(answer)
+    if isinstance(answer, (tuple, list)) and len(answer) == 2:
+        return _PAIR(answer[0]), _PAIR(answer[1])
+    raise Mistake('expected a dict like {0: ("waiting", 12), 1: ("computing", 12)}, one (state, line) per '
+                  f"host; got {describe(answer)}")
+
+
+def _host_says(host: int, what: str):
+    """A rule's message about one host: `what` it got wrong."""
+    return lambda answer: f"host {host} at line {answer[host][1]}: {what}"
+
+
+register(ValueExercise(
+    id="12.2", kernel=KERNEL, answer_name="where",
+    title="host 0 waits where it reads the result, under JAX's _value; host 1 computes in its loop",
+    solution=f'where = {{0: ("waiting", {READ_LINE}), 1: ("computing", {LOOP_LINE})}}',
+    form=_where,
+    right=lambda: (("waiting", READ_LINE), ("computing", LOOP_LINE)),
+    wrong={
+        (("waiting", CALL_LINE), ("computing", LOOP_LINE)):
+            f"host 0 did not wait in line {CALL_LINE}: JAX dispatches a jitted call asynchronously, so "
+            f"global_mean(x) returned at once. Its dump puts it in line {READ_LINE}, where float(m) asks for "
+            "the value (`__float__`, then `_value`: waiting for the devices)",
+        (("computing", READ_LINE), ("computing", LOOP_LINE)):
+            "host 0 was idle: its CPU did almost nothing, and `_value` on top of its dump waits for the "
+            "devices. It is waiting, for host 1 in the all-reduce",
+        (("waiting", READ_LINE), ("waiting", LOOP_LINE)):
+            f"host 1 was busy on the CPU, and its dump has no frame of JAX on top of line {LOOP_LINE}: it is "
+            "computing, in a loop that never ends, so it never reaches step 1's all-reduce",
+        (("computing", LOOP_LINE), ("waiting", READ_LINE)):
+            "you swapped the hosts: host 0's dump has `_value` on top of its line, host 1's dump is its loop",
+    },
+    rules=(
+        ValueRule(lambda a: any(line > SCRIPT_LINES for _, line in a), example=(("waiting", 696), ("computing", LOOP_LINE)),
+                  say=lambda a: f"line {max(line for _, line in a)} is not a line of the script (it has "
+                                f"{SCRIPT_LINES}): that number is from JAX's own source. Give the innermost "
+                                "line of the script, under JAX's frames"),
+        ValueRule(lambda a: a[0][1] != READ_LINE, example=(("waiting", 12), ("computing", LOOP_LINE)),
+                  say=_host_says(0, f"its dump ends in script line {READ_LINE}; that is where it is")),
+        ValueRule(lambda a: a[1][1] != LOOP_LINE, example=(("waiting", READ_LINE), ("computing", READ_LINE)),
+                  say=_host_says(1, f"its dump shows script line {LOOP_LINE}, the loop it runs")),
+    ),
+    otherwise="read each host's activity and the top of its dump again",
+    hints=(
+        "A dump lists the innermost frame first. JAX's frames sit on top of the line of your script "
+        "that called into JAX; the line of the script is the one to give.",
+        "An idle host waits, a busy one computes. `_value` in jax/_src/array.py waits for the devices "
+        "to finish a result: which line asked for one?",
+    ),
+))
+
+
+# ------------------------------------------------------------------ 12.3 uneven epochs
 
 _EPOCH_DRIVER = _JOIN + (
     "my_batches = 5 - 2 * host  # host 0 has 5 batches, host 1 has 3, host 2 has 1\n"
@@ -186,7 +266,7 @@ def steps_together(my_batches):
 '''
 
 register(ProcessExercise(
-    id="12.2", kernel=KERNEL, answer_name="steps_together",
+    id="12.3", kernel=KERNEL, answer_name="steps_together",
     title="every host runs the fewest batches any host has, so the epoch ends together",
     solution=EPOCH_SOLUTION,
     driver=_EPOCH_DRIVER,
@@ -221,7 +301,7 @@ register(ProcessExercise(
 ))
 
 
-# ------------------------------------------------------------------ 12.3 read the logs
+# ------------------------------------------------------------------ 12.4 read the logs
 
 def _mystery_answer() -> tuple[int, int]:
     """(the host the others wait for, the step they wait in), from the script's own settings."""
@@ -235,7 +315,7 @@ def _mystery_answer() -> tuple[int, int]:
 
 
 register(ValueExercise(
-    id="12.3", kernel=KERNEL, answer_name="stuck",
+    id="12.4", kernel=KERNEL, answer_name="stuck",
     title="hosts 0 and 2 wait in step 4 for host 1, which skipped a batch and finished early",
     solution="stuck = (1, 4)  # host 1 skipped step 2, so its steps 3 and 4 met the others' 2 and 3",
     form=forms.tuple_of(forms.whole("a host"), forms.whole("a step"),

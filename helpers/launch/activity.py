@@ -1,9 +1,13 @@
 """What a silent host is doing: busy on the CPU, waking up in a loop, or idle (waiting).
 
 A host that prints nothing is either computing (a loop that never ends, a long compile) or
-waiting (in a collective another host never joins, at a barrier). Its stack dump cannot always
-tell: a jitted call that is already compiled leaves no Python frame, so a host blocked in one
-shows the learner's own line on top, exactly like a loop. Its CPU time can. The launcher samples
+waiting (in a collective another host never joins, at a barrier). Its stack dump does not always
+tell. A host that waits for a result shows JAX's frames above the learner's line (`_value` in
+jax/_src/array.py: waiting for the devices), since JAX dispatches a jitted call asynchronously and
+the host waits where it reads the result. But a compiled jitted call has no Python frame of its
+own, and where the runtime runs the program inside the call (measured here: a CPU host with one
+device), a host blocked in it shows only the learner's line, exactly like a loop. Its CPU time can
+tell. The launcher samples
 each host from /proc (Linux) every SAMPLE_SECONDS: the CPU time of the host and of its child
 processes (a data loader's workers), and of its main thread (whose id is the process id), with
 the number of times that thread went to sleep of its own accord; and, per thread, the time it

@@ -7,8 +7,9 @@ inside a call it made (waiting in it: a collective the other hosts did not make)
 line, or past it. What its CPU did decides between computing and waiting: a host that was busy
 or kept waking up is computing at the innermost loop around that frame (a loop that never ends?),
 whatever function the loop was calling when the dump caught it; an idle host is waiting, even in
-its own line: there it waits in the line's call, a jitted function already compiled, which leaves
-no Python frame of its own. Without CPU figures (no /proc), a host in its own line is computing.
+its own line: there it waits for a result of that line (JAX's frames above it, such as `_value`
+waiting for the devices, are not the learner's), or inside the line's jitted call, which has no
+Python frame of its own. Without CPU figures (no /proc), a host in its own line is computing.
 One grammar for every exercise:
 
     host 0 is waiting in `broadcast_one_to_all` at line 3 (`x = broadcast_one_to_all(x)`); host 1 never called it. ...

@@ -1,4 +1,4 @@
-"""A training loop on 3 hosts that hangs (notebook 12, exercise 12.3): don't read it before the exercise.
+"""A training loop on 3 hosts that hangs (notebook 12, exercise 12.4): don't read it before the exercise.
 
     python -m helpers.launch --hosts 3 --devices-per-host 1 --timeout 20 notebooks/scripts/mystery_hang.py
 """
