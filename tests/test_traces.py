@@ -120,3 +120,23 @@ def test_a_python_call_is_named_without_its_line_number():
     assert python_call("$pjit.py:466 _trace_for_jit") == "pjit.py _trace_for_jit"  # jax 0.10.2's line
     assert python_call("backend_compile_and_load") is None
     assert python_call("all-reduce.5") is None
+
+
+def test_draw_timeline_lines_up_a_loop_that_does_not_block():
+    """Host 0 dispatches steps 0-1 at once and its devices run their all-reduces later, outside the step
+    annotations; host 1 sleeps in each step. Each device's n-th collective is step n's: both hosts' step-1
+    all-reduces end at the same place."""
+    from helpers.measure.traces import Event
+    from helpers.pictures.timeline import _offsets
+
+    def step(host, n, start, dur):
+        return Event(host, "train", start, dur, "python", step=n)
+
+    def all_reduce(host, start, end):
+        return Event(host, "all-reduce.5", start, end - start, "tf_XLAExecute/1", device=host)
+
+    traces = {0: [step(0, 0, 0, 10), step(0, 1, 10, 1), all_reduce(0, 11, 300), all_reduce(0, 300, 600)],
+              1: [step(1, 0, 0, 290), all_reduce(1, 290, 1300), step(1, 1, 1290, 300), all_reduce(1, 1590, 1600)]}
+    offsets = _offsets(traces, first_step=1)
+    assert (offsets[0], offsets[1]) == (600, 1600)
+    assert "2 hosts" in repr(draw_timeline(traces, steps=(1,)))

@@ -1,4 +1,4 @@
-"""notebooks/transcripts: the recordings notebooks 08, 12 and 14 show of failures too slow (or too
+"""notebooks/transcripts: the recordings notebooks 08, 12, 14 and 15 show of failures too slow (or too
 variable) to run live.
 
 `tools/record_transcripts.py` writes them (minutes each); these tests only read them: each case
@@ -25,9 +25,13 @@ QUOTED = {  # what notebook 12's prose says each recording shows
     # notebook 08: the hostname line, JAX's error naming the address dialled, the launcher's gist
     "gloo_advertises_loopback": ("resolves to 127.0.1.1", "Connection refused, remote=[127.0.1.1]",
                                  "dialled 127.0.1.1, a loopback address"),
+    # notebook 15: hosts with hostnames of their own write one session folder; stop_trace fails on both
+    "one_trace_dir_for_all_hosts": ("1 session folder(s), files: ['host0.trace.json.gz', 'host0.xplane.pb', "
+                                    "'host1.trace.json.gz', 'host1.xplane.pb']", "ValueError: Invalid trace folder"),
 }
 SHOWN_IN = {"gloo_advertises_loopback": "08_real_multiprocess.md",
-            "host_1_killed_under_plain_jax": "14_when_a_host_dies.md"}  # else notebook 12
+            "host_1_killed_under_plain_jax": "14_when_a_host_dies.md",
+            "one_trace_dir_for_all_hosts": "15_where_the_time_goes.md"}  # else notebook 12
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -1,4 +1,4 @@
-"""Record the slow failures of notebooks 08, 12 and 14 once, into notebooks/transcripts/ (each takes seconds to minutes).
+"""Record the slow failures of notebooks 08, 12, 14 and 15 once, into notebooks/transcripts/ (each takes seconds to minutes).
 
 Usage: python tools/record_transcripts.py [NAME ...]   (no name: all; names: see CASES)
 
@@ -35,6 +35,9 @@ CASES = {  # transcript name -> (script, run options)
     # --netns, as root: gloo advertises 127.0.1.1 (notebook 08, section 6)
     "gloo_advertises_loopback": ("where_am_i.py", {"netns": True, "etc_hosts": "loopback",
                                                    "timeout": 300}),
+    # --netns, as root: hosts with their own hostnames share one trace directory (notebook 15, section 1)
+    "one_trace_dir_for_all_hosts": ("traced_steps.py", {"netns": True, "etc_hosts": "address", "timeout": 120, "args": [
+        "--trace-dir", "/dev/shm/course-15-one-trace-dir", "--one-dir", "--steps", "2"]}),
 }
 _NATIVE_FRAME = re.compile(r"^\s*@\s+0x[0-9a-f]+\s")
 # The header of a stack dump the launcher asks for before it stops a host; its frames are

@@ -2,12 +2,9 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Any
-
-import jax
 
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, Mistake, describe, register
+from helpers.exercises.core import Kernel, register
 from helpers.exercises.kinds import ValueExercise
 from helpers.exercises.processes import ProcessExercise
 from helpers.exercises.rules import OutputRule, ValueRule
@@ -15,13 +12,16 @@ from helpers.exercises.rules import OutputRule, ValueRule
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 
 
-# ------------------------------------------------------------------ 15.1 name the straggler
+# ------------------------------------------------------------------ 15.1 name the straggler, asynchronous too
 
-# One real run of 2 hosts x 2 devices. Every host records two traces of 3 steps after a warm-up step:
-# in run "a" host 1 sleeps 0.3 s at the start of every step, in run "b" host 0 does. Both hosts write
-# under one directory (named after the run's coordinator address), read both hosts' traces back, and
-# host 0 removes the directory. A layout (2, d) shows the function the XLA ops of d devices per host.
-_DRIVER = '''
+# One real run of 2 hosts x 2 devices. Every host records two traces of 3 steps: in run "a" the loop
+# blocks on every step (as traced_steps.py does by default) and host 1 sleeps 0.3 s at the start of
+# every step; in run "b" the loop never blocks (as traced_steps.py --no-block, and a real training
+# loop) and host 0 sleeps. Run "b" is recorded in the middle of its loop, as on a cluster: one step is
+# already running when the recording starts. Both hosts write under one directory (named after the
+# run's coordinator address), read both hosts' traces back, and host 0 removes the directory. A layout
+# (2, d) shows the function the XLA ops of d devices per host.
+_DRIVER = """
 import os
 import re
 import shutil
@@ -50,19 +50,28 @@ _x = jax.make_array_from_process_local_data(_rows, np.ones((2 * jax.local_device
 _w = _step(_w, _x).block_until_ready()  # compiled before any trace starts
 
 
-def _record(run, slow_host):
+def _train(number, slow_host, block):
     global _w
+    with jax.profiler.StepTraceAnnotation("train", step_num=number):
+        if _host == slow_host:
+            time.sleep(0.3)
+        _w = _step(_w, _x)
+        if block:
+            _w.block_until_ready()
+
+
+def _record(run, slow_host, block):
+    if not block:
+        _train(0, slow_host, block)  # the loop is already running when the recording starts
     jax.profiler.start_trace(f"{_root}/{run}/host{_host}", create_perfetto_trace=True)
-    for step in range(3):
-        with jax.profiler.StepTraceAnnotation("train", step_num=step):
-            if _host == slow_host:
-                time.sleep(0.3)
-            _w = _step(_w, _x).block_until_ready()
+    for number in (1, 2, 3):
+        _train(number, slow_host, block)
+    _w.block_until_ready()  # the loop's end
     jax.profiler.stop_trace()
 
 
-_record("a", 1)
-_record("b", 0)
+_record("a", 1, block=True)
+_record("b", 0, block=False)
 multihost_utils.sync_global_devices("traces written")
 _runs = [_traces.read_hosts(f"{_root}/{run}") for run in ("a", "b")]
 multihost_utils.sync_global_devices("traces read")
@@ -71,7 +80,7 @@ if _host == 0:
 
 
 def _number(value):
-    """A host number as JSON: an int; a float as it is; -2 for None; -1 for anything else."""
+    \"\"\"A host number as JSON: an int; a float as it is; -2 for None; -1 for anything else.\"\"\"
     if value is None:
         return -2
     if isinstance(value, Integral) and not isinstance(value, bool):
@@ -82,7 +91,7 @@ def _number(value):
 
 
 def _first_devices(traces, per_host):
-    """Each host's events, without the XLA ops of devices past its first `per_host`."""
+    \"\"\"Each host's events, without the XLA ops of devices past its first `per_host`.\"\"\"
     kept = {}
     for host, events in traces.items():
         devices = sorted({e.device for e in events if e.device is not None})[:per_host]
@@ -92,39 +101,49 @@ def _first_devices(traces, per_host):
 
 def output(namespace, layout):
     return [_number(namespace["slowest_host"](_first_devices(traces, layout[1]))) for traces in _runs]
-'''
+"""
 
 _SETUP = "from helpers.measure.traces import collective_ms, collectives, during, steps\n"
 
-STRAGGLER_SOLUTION = textwrap.dedent('''\
+STRAGGLER_SOLUTION = textwrap.dedent("""\
     def slowest_host(traces):
-        """The host the others wait for: the one that spends the least time in collectives."""
+        \"\"\"The host the others wait for: the one whose devices spent the least time in collectives.\"\"\"
+        def waiting_ms(host):
+            per_device = {}
+            for op in collectives(traces[host]):  # the whole trace: a step's ops may run after its annotation
+                per_device[op.device] = per_device.get(op.device, 0.0) + op.dur_ms
+            return max(per_device.values())
+        return min(traces, key=waiting_ms)
+    """)
+
+_IN_STEP_ANNOTATIONS = textwrap.dedent("""\
+    def slowest_host(traces):
         def waiting_ms(host):
             return sum(collective_ms(traces[host], step) for step in steps(traces[host]))
         return min(traces, key=waiting_ms)
-    ''')
+    """)
 
-_MOST_WAITING = textwrap.dedent('''\
+_MOST_WAITING = textwrap.dedent("""\
     def slowest_host(traces):
         def waiting_ms(host):
-            return sum(collective_ms(traces[host], step) for step in steps(traces[host]))
+            return sum(op.dur_ms for op in collectives(traces[host]))
         return max(traces, key=waiting_ms)
-    ''')
+    """)
 
-_ALWAYS_0 = textwrap.dedent('''\
+_ALWAYS_0 = textwrap.dedent("""\
     def slowest_host(traces):
         return 0
-    ''')
+    """)
 
-_ITS_TIME = textwrap.dedent('''\
+_ITS_TIME = textwrap.dedent("""\
     def slowest_host(traces):
-        return min(sum(collective_ms(events, step) for step in steps(events)) + 0.5 for events in traces.values())
-    ''')
+        return min(sum(op.dur_ms for op in collectives(events)) + 0.5 for events in traces.values())
+    """)
 
-_RETURNS_NONE = textwrap.dedent('''\
+_RETURNS_NONE = textwrap.dedent("""\
     def slowest_host(traces):
-        print(min(traces, key=lambda h: sum(collective_ms(traces[h], s) for s in steps(traces[h]))))
-    ''')
+        print(min(traces, key=lambda h: sum(op.dur_ms for op in collectives(traces[h]))))
+    """)
 
 
 def _all_hosts(case) -> list:
@@ -133,10 +152,15 @@ def _all_hosts(case) -> list:
 
 register(ProcessExercise(
     id="15.1", kernel=KERNEL, answer_name="slowest_host", signature="(traces)",
-    title="the slow host is the one the others wait for: the least time in collectives",
+    title="the slow host's devices spend the least time in collectives, wherever the steps' annotations end",
     setup=_SETUP, solution=STRAGGLER_SOLUTION, driver=_DRIVER, together=True,
     meshes=((2, 2), (2, 1)), on=(2, 2), timeout=120.0,
     wrong={
+        _IN_STEP_ANNOTATIONS: "your function names the right host when the loop blocks on every step, and "
+                              "the wrong one when it does not: there a fast host's step annotation ends as "
+                              "soon as the step is dispatched, and its devices wait in the all-reduce later, "
+                              "outside the annotation (section 4's loop without the block). Count each "
+                              "device's collectives over the whole trace",
         _MOST_WAITING: "your function names the host that spent the most time in the all-reduce: that host "
                        "arrived first and waited for the others. The slow host is the one nobody waits "
                        "for, so its collectives are short",
@@ -151,58 +175,24 @@ register(ProcessExercise(
              say="slowest_host should return a host's number (a key of traces), not a time or anything else"),
     ),
     hints=(
-        "In an all-reduce, every host waits until the last one has joined. Which host's all-reduce is "
-        "then the shortest?",
-        "collective_ms(events, step) is one host's collective time in one step; add it up over "
-        "steps(events) for each host, and return the host with the smallest sum.",
+        "In an all-reduce, every host waits until the last one has joined. Whose devices then spend the "
+        "least time in collectives? And in a loop that never blocks, where are those collectives: inside "
+        "the step annotations on the Python row, or later?",
+        "collectives(events) gives every collective op a host's devices ran, with its device and dur_ms. "
+        "Add the durations up per device over the whole trace, take each host's longest device, and "
+        "return the host with the smallest total.",
     ),
 ))
 
 
-# ------------------------------------------------------------------ 15.2 the annotation that marks steps
-
-def _name(answer: Any) -> str:
-    """A class or function of jax.profiler, or its name as text: the name after the last dot."""
-    if isinstance(answer, str):
-        return answer.strip().split(".")[-1].split("(")[0]
-    name = getattr(answer, "__name__", None)
-    if name is None:
-        raise Mistake(f"expected a name from jax.profiler, like \"annotate_function\" (or the thing itself), "
-                      f"but got {describe(answer)}")
-    return name
-
-
-register(ValueExercise(
-    id="15.2", kernel=KERNEL, title="StepTraceAnnotation marks steps", answer_name="step_marker",
-    solution="step_marker = jax.profiler.StepTraceAnnotation",
-    form=_name,
-    right=lambda: jax.profiler.StepTraceAnnotation.__name__,
-    wrong={
-        "TraceAnnotation": "a TraceAnnotation names a span of the trace (like this notebook's 'input'); the "
-                           "profiler's per-step analysis reads a subclass of it, which marks its span as a step",
-        "annotate_function": "annotate_function names every call of one function in the trace; it says "
-                             "nothing about steps",
-        "trace": "jax.profiler.trace records the trace itself; something inside it must mark each step",
-        "start_trace": "start_trace begins the recording; something inside it must mark each step",
-    },
-    otherwise="that is not what the notebook's scripts wrap each train step in; look at the loop of "
-              "section 2 again",
-    hints=(
-        "Look at the loop the scripts run: each train step is inside a `with jax.profiler.... (\"train\", "
-        "step_num=step):` block.",
-        "Its name says 'step'; the plain TraceAnnotation is its base class.",
-    ),
-))
-
-
-# ------------------------------------------------------------------ 15.3 the fraction spent waiting
+# ------------------------------------------------------------------ 15.2 the fraction spent waiting
 
 # A cluster of 4 hosts: host 3 spends EXTRA_MS more on its input than the others in every step, and
 # a step where no host is late takes BALANCED_MS. The others wait in the all-reduce for host 3.
 BALANCED_MS, EXTRA_MS = 210, 90
 
 register(ValueExercise(
-    id="15.3", kernel=KERNEL, title="the fraction of a fast host's step spent waiting",
+    id="15.2", kernel=KERNEL, title="the fraction of a fast host's step spent waiting",
     answer_name="host0_waiting",
     solution=f"host0_waiting = {EXTRA_MS} / ({BALANCED_MS} + {EXTRA_MS})",
     form=forms.number("the fraction of host 0's step spent waiting"),
@@ -221,5 +211,42 @@ register(ValueExercise(
         "host 0's step?",
         f"Host 0's step is {BALANCED_MS} ms of its own work and collective, plus the time it waits for "
         "host 3.",
+    ),
+))
+
+
+# ------------------------------------------------------------------ 15.3 who compiles, from the cache
+
+# Section 5's runs on CPU: the persistent cache keeps only what process 0 wrote, under process 0's key,
+# and every other host's key differs in its accelerator_config part. A job of HOSTS hosts, run twice
+# with one shared cache directory that is empty at first.
+HOSTS = 4
+
+register(ValueExercise(
+    id="15.3", kernel=KERNEL, title="on CPU, only process 0 gets its program back from the cache",
+    answer_name="compiling_hosts",
+    solution=f"compiling_hosts = ({HOSTS}, {HOSTS - 1})",
+    form=forms.ints(2, like="(4, 0)", what="(hosts that compile in the first run, in the second run)"),
+    right=lambda: (HOSTS, HOSTS - 1),
+    wrong={
+        (HOSTS, 0): "that is what the cache would give if every host looked up process 0's key. On CPU each "
+                    "host's key differs (its accelerator_config part), and only process 0 writes: the other "
+                    "hosts' keys are never in the cache",
+        (1, 0): "in the first run the cache is empty, and every host compiles the program for itself (a host "
+                "does not wait for process 0's entry)",
+        (1, HOSTS - 1): "in the first run the cache is empty, and every host compiles the program for itself "
+                        "(a host does not wait for process 0's entry)",
+        (HOSTS, HOSTS): "process 0 wrote its entry in the first run, under its own key, and finds it in the "
+                        "second: it does not compile again",
+        (HOSTS, 1): "process 0 is the one host that finds its program in the second run: the others compile",
+        (HOSTS - 1, HOSTS - 1): "in the first run the cache is empty for process 0 too: every host compiles",
+    },
+    otherwise="not quite; look at section 5's cache table again: who compiled in each run, and whose key is "
+              "in the cache directory",
+    hints=(
+        "In the first run the cache directory is empty. In the second, which host's key is in it, and whose "
+        "key matches that one?",
+        "Section 5 printed each host's key and the directory's entries: only process 0 writes, and on CPU "
+        "every host's key differs from process 0's.",
     ),
 ))

@@ -2,7 +2,10 @@
 
 Each host's trace counts time from its own start, so the hosts' clocks are lined up where a
 collective ends: a collective ends at (nearly) the same moment on every host, once the last
-one has joined it. On the Python row, the step annotations are outlined and named, and the
+one has joined it (each device's n-th collective is step n's: one all-reduce per step). In a
+loop that does not block on each step, a host's step annotation ends when the step is
+dispatched, and its devices run the step's ops later: the device rows show every op in the
+drawn time span, not only those that start inside a step annotation. On the Python row, the step annotations are outlined and named, and the
 host's own work (input, sleep) is grey; on the device rows, collectives are red and every other
 XLA op is blue.
 
@@ -13,7 +16,7 @@ from __future__ import annotations
 from matplotlib.patches import Patch, Rectangle
 
 from helpers.pictures.described import DescribedFigure, described
-from helpers.measure.traces import Event, collectives, during, is_collective, steps as step_spans
+from helpers.measure.traces import Event, collectives, is_collective, steps as step_spans
 
 COLLECTIVE, COMPUTE, HOST_WORK, STEP_EDGE = "#C0102A", "#0072B2", "#999999", "#222222"
 HOST_NAMES = ("input", "$time sleep")  # host-side events worth a box on the Python row
@@ -21,11 +24,21 @@ _ROW_H, _WIDTH = 0.32, 7.8
 
 
 def _offsets(traces: dict[int, list[Event]], first_step: int) -> dict[int, float]:
-    """Per host, the time (us) to subtract so that the first collective of `first_step` ends at 0."""
+    """Per host, the time (us) to subtract so that the collective of step `first_step` ends at 0.
+
+    Each device's collectives are counted from the start of the first step annotation, one per
+    step (the course's train step has one all-reduce): counted, not looked up inside the step's
+    annotation, because in a loop that does not block a step's ops run after its annotation.
+    """
     offsets = {}
     for host, events in traces.items():
-        span = next((s for s in step_spans(events) if s.step == first_step), None)
-        ends = [e.end_us for e in collectives(during(events, span))] if span else []
+        spans = step_spans(events)
+        by_device: dict[int, list[Event]] = {}
+        for e in collectives(events):
+            if spans and e.start_us >= spans[0].start_us:
+                by_device.setdefault(e.device, []).append(e)
+        first = spans[0].step if spans else 0
+        ends = [ops[first_step - first].end_us for ops in by_device.values() if 0 <= first_step - first < len(ops)]
         if not ends:
             raise ValueError(f"host {host}'s trace has no collective in step {first_step}")
         offsets[host] = min(ends)
@@ -44,13 +57,12 @@ def draw_timeline(traces: dict[int, list[Event]], *, steps: tuple[int, ...] = (1
         rows += [(f"host {host} device {d}", host, d) for d in sorted({e.device for e in events if e.device is not None})]
     fig = plt.figure(figsize=(_WIDTH, 0.9 + len(rows) * _ROW_H))
     ax = fig.add_subplot(1, 1, 1)
-    lo, hi = float("inf"), float("-inf")
+    shown_steps = {host: [s for s in step_spans(events) if s.step in steps] for host, events in traces.items()}
+    lo = min(s.start_us - offsets[host] for host, shown in shown_steps.items() for s in shown)
+    hi = max(s.end_us - offsets[host] for host, shown in shown_steps.items() for s in shown)
     for y, (label, host, device) in enumerate(rows):
-        events, offset = traces[host], offsets[host]
-        shown = [s for s in step_spans(events) if s.step in steps]
-        window = [e for s in shown for e in during(events, s)]
-        for s in shown:
-            lo, hi = min(lo, s.start_us - offset), max(hi, s.end_us - offset)
+        events, offset, shown = traces[host], offsets[host], shown_steps[host]
+        window = [e for e in events if lo <= e.start_us - offset < hi]  # every host's drawn steps, lined up
         if device is None:
             for s in shown:
                 ax.add_patch(Rectangle(((s.start_us - offset) / 1000, y - 0.4), s.dur_ms, 0.8, facecolor="none",
