@@ -1,172 +1,157 @@
-"""Exercises of notebook 16: a finding of helpers.migrate on the pmap script, and the learner's fix."""
+"""Exercise of notebook 16: the capstone, a script in the Hugging Face Flax style ported and judged on real hosts."""
 from __future__ import annotations
 
-import jax
-import numpy as np
-from jax import P
-
-from helpers.training import tiny
-from helpers.exercises.core import Kernel, Mistake, describe, register
-from helpers.exercises.kinds import ProgramExercise, course_mesh, placed, varying_over
+from helpers.exercises.core import Kernel, register
+from helpers.exercises.processes import ProcessExercise
 from helpers.exercises.rules import ErrorRule, OutputRule
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
-DATA = ("host", "device")
 _SETUP = 'from helpers.training import tiny\nDATA = ("host", "device")\nLR = 0.3\n'
 
+# ------------------------------------------------------------- 16.1 port hf_style_train.py
 
-# ------------------------------------------------------------- 16.1 replicate -> one global value
+# notebooks/scripts/hf_style_train.py's loop, with the learner's port in place of jax.pmap: every host
+# hands it what `shard` and `shard_prng_key` were given (its own rows, unstacked, and its local devices'
+# dropout keys). A layout (2, d) runs on the first d devices of each host, the global batch 16 rows per
+# device as in the script. Every host returns the losses it read (rounded: runs of one program agree).
+_DRIVER = '''
+import jax
+import numpy as np
 
-def _held(leaf, mesh) -> list[int]:
-    """How many of the leaf's elements each device of the mesh holds, from JAX's own shards."""
-    shards = getattr(leaf, "addressable_shards", [])
-    return [sum(s.data.size for s in shards if s.device == d) for d in mesh.devices.flat]
+from helpers.training import tiny
 
-
-def _placed_params(fn, mesh):
-    """The learner's params on the mesh: each leaf's values and how much of it each device holds."""
-    out = fn(tiny.init_params(), mesh)
-    if not isinstance(out, dict) or sorted(out) != sorted(tiny.init_params()):
-        raise Mistake(f"place_params should return the params dict (keys {sorted(tiny.init_params())}), "
-                      f"but returned {describe(out)}")
-    return {name: (np.asarray(leaf), np.asarray(_held(leaf, mesh))) for name, leaf in out.items()}
+STEPS = 4
 
 
-def _placement_of(case) -> str:
-    """Where the learner's w1 is, for a message: 'on 4 of the 8 devices only', 'split between ...'."""
-    values, held = case.got["w1"]
-    if (held < values.size).any() and held.any():
-        return "split between the devices (no device holds a whole copy)"
-    return f"on {np.count_nonzero(held)} of the mesh's {held.size} devices only"
+def _mesh(layout):
+    """(hosts, devices): the first `devices` devices of each process, host by host."""
+    per_process = [sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
+                   for p in range(jax.process_count())]
+    return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])
 
 
-register(ProgramExercise(
-    id="16.1", kernel=KERNEL, answer_name="place_params",
-    title="flax.jax_utils.replicate becomes one global value on every device",
-    setup=_SETUP,
-    solution='''
-def place_params(params, mesh):
-    """The parameters as global arrays with a whole copy on every device of the mesh."""
-    return jax.device_put(params, NamedSharding(mesh, P()))
-''',
-    run=_placed_params,
-    wrong={
-        '''
-def place_params(params, mesh):
-    return jax.tree.map(lambda x: jnp.stack([x] * mesh.size), params)
-''': lambda case: f"that is pmap's stack of copies: each leaf gains a leading axis of {case.devices}. With "
-                  "shard_map the parameters stay one value, and the sharding says where its copies are: P()",
-        '''
-def place_params(params, mesh):
-    return jax.device_put(params)
-''': "your parameters sit on one device only (jax.device_put without a sharding): give it "
-     "NamedSharding(mesh, P()) so every device of the mesh holds a copy",
-    },
-    errors=(
-        ErrorRule(lambda text: "evenly divide" in text or "rank" in text,
-                  example='''
-def place_params(params, mesh):
-    return jax.device_put(params, NamedSharding(mesh, P(DATA)))
-''',
-                  say="P(DATA) splits each parameter over the devices (and a bias of 1 number cannot be "
-                      "split): parameters are replicated, P()"),
-    ),
-    families=(
-        OutputRule(lambda case: isinstance(case.got, dict) and all(
-            np.array_equal(v[0], w[0]) for v, w in zip(case.got.values(), case.want.values())),
-                   example='''
-def place_params(params, mesh):
-    first_host = jax.make_mesh((mesh.shape["device"],), ("device",), devices=mesh.devices[0])
-    return jax.device_put(params, NamedSharding(first_host, P()))
-''',
-                   say=lambda case: f"the values are right, but they are {_placement_of(case)}: every device "
-                                    "of the mesh needs a whole copy, which NamedSharding(mesh, P()) says"),
-    ),
-    otherwise="return the params dict, each leaf a global array with a whole copy on every device of the mesh",
-    hints=(
-        "pmap needed a stack, one copy per device. shard_map takes one global array per parameter, and its "
-        "sharding says where the copies are.",
-        "jax.device_put takes a whole pytree and one sharding for all of it; the spec that names no mesh axis "
-        "places a whole copy on every device.",
-    ),
-))
-
-
-# ------------------------------------------------------------- 16.2 pmean(grads) -> grad of pmean
-
-def _step_output(fn, mesh):
-    """One step of the learner's make_train_step(mesh) on a global batch: (new params, loss)."""
-    step = fn(mesh)
-    if not callable(step):
-        raise Mistake(f"make_train_step(mesh) should return the step function, but returned {describe(step)}")
-    x, y = tiny.global_batch_at(3)
-    params = placed(mesh, tiny.init_params(), P())
-    out = step(params, placed(mesh, x, P(DATA)), placed(mesh, y, P(DATA)))
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise Mistake(f"the step should return (params, loss), but returned {describe(out)}")
-    return jax.tree.map(np.asarray, tuple(out))
-
-
-def _gradient_ratio(case) -> float:
-    """How many times the learner's gradient step is the true one (nan if not one number)."""
-    start = tiny.init_params()["b2"]
-    try:
-        ratio = (np.asarray(case.got[0]["b2"], np.float64) - start) / (case.want[0]["b2"] - start)
-    except Exception:  # another structure
-        return float("nan")
-    return float(ratio[0]) if np.allclose(ratio, ratio[0], rtol=1e-3) else float("nan")
-
-
-def _step(body: str, extra: str = "") -> str:
-    return f'''
-def make_train_step(mesh):
-    def body(params, x, y):
-{body}
-        return jax.tree.map(lambda p, g: p - LR * g, params, grads), loss
-
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P(DATA), P(DATA)), out_specs=(P(), P()){extra}))
+def output(namespace, layout):
+    mesh = _mesh(layout)
+    train_step = namespace["port"](mesh)
+    if not callable(train_step):
+        return ["not a function", type(train_step).__name__]
+    rng, params, losses = jax.random.PRNGKey(0), tiny.init_params(), []
+    for step in range(STEPS):
+        x, y = tiny.host_batch(step, jax.process_index(), jax.process_count(), 16 * mesh.size)
+        rng, dropout_rng = jax.random.split(rng)
+        out = train_step(params, {"x": x, "y": y}, jax.random.split(dropout_rng, layout[1]))
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            return ["not (params, loss)", type(out).__name__]
+        params, loss = out
+        losses.append(round(float(np.asarray(loss).reshape(-1)[0]), 6))
+    return losses
 '''
 
 
-register(ProgramExercise(
-    id="16.2", kernel=KERNEL, answer_name="make_train_step",
-    title="pmap's pmean of the gradients, ported: the gradient of the pmean'd loss",
-    setup=_SETUP,
-    solution=_step('''        def global_loss(p):
-            return jax.lax.pmean(tiny.loss_fn(p, x, y), DATA)
+def _port(*, keys: str = "keys[0]", keys_spec: str = "P(DATA)", rows: str = "P(DATA)",
+          loss: str = "jax.lax.pmean(tiny.dropout_loss_fn(p, x, y, {keys}), DATA)", grads: str = "") -> str:
+    """A port of the script's step, with the given choices."""
+    return f'''
+def port(mesh):
+    """The script's step on `mesh`: (params, batch, dropout_keys) -> (params, loss)."""
+    rows = NamedSharding(mesh, {rows})
 
-        loss, grads = jax.value_and_grad(global_loss)(params)'''),
-    run=_step_output,
-    meshes=((2, 4), (2, 2)),
+    def body(params, x, y, keys):
+        def global_loss(p):
+            return {loss.format(keys=keys)}
+
+        loss, grads = jax.value_and_grad(global_loss)(params){grads}
+        return jax.tree.map(lambda p, g: p - LR * g, params, grads), loss
+
+    step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P(DATA), P(DATA), {keys_spec}),
+                                 out_specs=(P(), P())), donate_argnums=(0,))
+
+    def train_step(params, batch, dropout_keys):
+        params = jax.device_put(params, NamedSharding(mesh, P()))
+        x, y, keys = (jax.make_array_from_process_local_data(rows, a)
+                      for a in (batch["x"], batch["y"], dropout_keys))
+        return step(params, x, y, keys)
+
+    return train_step
+'''
+
+
+SOLUTION = _port()
+_GRADIENT_TRAP = _port(loss="tiny.dropout_loss_fn(p, x, y, {keys})",
+                       grads="\n        grads = jax.lax.pmean(grads, DATA)\n        loss = jax.lax.pmean(loss, DATA)")
+_ONE_KEY = '''
+def port(mesh):
+    rows = NamedSharding(mesh, P(DATA))
+
+    def body(params, x, y, key):
+        def global_loss(p):
+            return jax.lax.pmean(tiny.dropout_loss_fn(p, x, y, key), DATA)
+
+        loss, grads = jax.value_and_grad(global_loss)(params)
+        return jax.tree.map(lambda p, g: p - LR * g, params, grads), loss
+
+    step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P(DATA), P(DATA), P()), out_specs=(P(), P())))
+
+    def train_step(params, batch, dropout_keys):
+        params = jax.device_put(params, NamedSharding(mesh, P()))
+        x, y = (jax.make_array_from_process_local_data(rows, a) for a in (batch["x"], batch["y"]))
+        key = jax.device_put(np.asarray(dropout_keys[0]), NamedSharding(mesh, P()))  # one key for all
+        return step(params, x, y, key)
+
+    return train_step
+'''
+_ROWS_ON_DEVICE = _port(rows="P('device')")
+_WHOLE_BLOCK = _port(keys="keys")
+
+
+def _losses(case) -> list:
+    """Host 0's losses, [] when the run gave none."""
+    got = case.got
+    return got[0] if isinstance(got, tuple) and got and isinstance(got[0], list) else []
+
+
+register(ProcessExercise(
+    id="16.1", kernel=KERNEL, answer_name="port", signature="(mesh)",
+    title="the Hugging Face-style pmap script, ported: the same losses on 2 real hosts",
+    setup=_SETUP, solution=SOLUTION, driver=_DRIVER, together=True, on=(2, 2),
+    meshes=((2, 2), (2, 1)), timeout=150.0,
     wrong={
-        _step('''        loss, grads = jax.value_and_grad(tiny.loss_fn)(params, x, y)
-        grads = jax.lax.pmean(grads, DATA)
-        loss = jax.lax.pmean(loss, DATA)'''):
-            lambda case: f"that is pmap's step with the axis renamed, and its gradient is {case.devices}x the "
-                         "true one: under check_vma the gradient of P() parameters is already summed over the "
-                         "devices, and a pmean of it changes nothing. Take the gradient of the pmean'd loss",
-        _step('''        loss, grads = jax.value_and_grad(lambda p: jax.lax.psum(tiny.loss_fn(p, x, y), DATA))(params)'''):
-            lambda case: f"your loss and gradient are {case.devices}x the true ones: psum adds up the devices' "
-                         "mean losses; average them with pmean",
+        _GRADIENT_TRAP: "your losses drift from the pmap script's after the first step: the gradient is "
+                        "pmean'd after value_and_grad, as pmap did, but under shard_map the gradient of P() "
+                        "parameters is already summed over the devices. Take the gradient of the pmean'd loss",
+        _ONE_KEY: "every device drew the same dropout mask: you passed one key to all of them. pmap gave each "
+                  "local device its own key (shard_prng_key's row d); pass this host's keys as its part of a "
+                  "global array, P(DATA), and take the block's key[0] in the body",
+        _ROWS_ON_DEVICE: "P('device') names one mesh axis, so it says every host holds the same rows: JAX takes "
+                         "each host's batch as its copy of one replicated array, and the hosts' different rows "
+                         "give different losses. Each host holds its own rows: P(DATA)",
     },
     errors=(
-        ErrorRule(lambda text: varying_over(text) is not None,
-                  example=_step('''        loss, grads = jax.value_and_grad(lambda p: jax.lax.pmean(tiny.loss_fn(p, x, y), "device"))(params)'''),
-                  say="your loss still differs between the hosts (check_vma refuses out_specs=P()): pmap's "
-                      "axis 'batch' spanned every device of every host, so average over both mesh axes, DATA"),
+        ErrorRule(lambda text: "key" in text.lower() and ("shape" in text or "(1, 2)" in text or "(1,2)" in text),
+                  example=_WHOLE_BLOCK,
+                  say="in the body, keys is this device's block of the global key array, one row of shape "
+                      "(1, 2), where pmap handed its function one key of shape (2,): take keys[0]"),
+        ErrorRule(lambda text: text.startswith("NameError"),
+                  example=_port().replace("    rows = NamedSharding(mesh, P(DATA))\n", ""),
+                  say=lambda case: f"{case.got.text.split(' on host')[0]}: on the hosts your function runs alone, "
+                                   "with jax, jnp, np, P, NamedSharding, tiny, DATA and LR defined. Build what "
+                                   "else it needs inside port, from mesh"),
     ),
     families=(
-        OutputRule(lambda case: case.devices != 8 and abs(_gradient_ratio(case) - case.devices / 8) < 1e-3,
-                   example=_step('''        loss, grads = jax.value_and_grad(lambda p: jax.lax.psum(tiny.loss_fn(p, x, y), DATA) / 8)(params)'''),
-                   say=lambda case: f"right on 8 devices only: on this {case.devices}-device mesh your step is "
-                                    f"{case.devices}/8 of the true one, because you divide by 8. jax.lax.pmean "
-                                    "divides by the mesh's device count"),
+        OutputRule(lambda case: bool(_losses(case)) and abs(_losses(case)[0] - case.want[0][0]) > 1e-4,
+                   example=_port(loss="jax.lax.pmean(tiny.loss_fn(p, x, y), DATA)"),
+                   say="your first step's loss already differs from the pmap script's: the step is the "
+                       "script's own, tiny.dropout_loss_fn of this device's rows with this device's key, "
+                       "averaged over every device of every host"),
     ),
-    otherwise="take one step of plain gradient descent on the mean loss over every device of every host",
+    otherwise="your port trains, but not as the pmap script does: compare each part with the script's "
+              "(rows, keys, the gradient of the averaged loss)",
     hints=(
-        "Write the loss of the whole global batch first: jax.lax.pmean of each device's loss over DATA. "
-        "pmap's 'batch' axis was every device of every host; on the mesh that is both axes.",
-        "Then take jax.value_and_grad of that function, and use its gradient as it is: under check_vma it "
-        "already is the mean gradient. No pmean of the gradients.",
+        "Three parts: the batch (shard's rows become this host's part of a global array), the keys "
+        "(shard_prng_key's rows too: one per device), and the step (jax.jit(jax.shard_map(...)) whose loss is "
+        "pmean'd before the gradient).",
+        "jax.make_array_from_process_local_data(NamedSharding(mesh, P(DATA)), a) for x, y and the keys; the "
+        "body's keys are a (1, 2) block, so keys[0] is this device's key; the loss is "
+        "jax.lax.pmean(tiny.dropout_loss_fn(p, x, y, keys[0]), DATA).",
     ),
 ))
