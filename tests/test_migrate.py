@@ -437,3 +437,19 @@ def test_the_pmap_finding_gives_p_for_the_arguments_the_script_replicates():
               "p = jax.pmap(step, 'b')\nparams = jax_utils.replicate(params0)\nout = p(params, batch)\n")
     (said,) = [f.instead for f in findings(source) if f.rule == "pmap" and f.line == 6]
     assert "in_specs=(P(), P(('host', 'device')))" in said
+
+
+def test_a_held_out_folder_is_scored_without_ports_and_its_absence_is_said(tmp_path):
+    """HELDOUT=folder: published scripts labelled by hand, scored like the corpus (no port beside them);
+    the section says so when no folder is given. CI has no network, so the folder is made here."""
+    from benchmarks import migrate as corpus
+
+    (tmp_path / "train.py").write_text("import jax\np = jax.pmap(f, axis_name='b')\ny = jax.lax.pmean(x, 'b')\n")
+    (tmp_path / "train.labels").write_text("# someone/repo train.py @ abc123\n2 pmap\n3 pmap-collective:trap\n")
+    (tmp_path / "notes.txt").write_text("not a script\n")
+    heldout = corpus.score_heldout(tmp_path)
+    (row,) = heldout["scripts"]
+    assert (row["source"], row["labelled"], row["found"], row["wrong"]) == (
+        "someone/repo train.py @ abc123", 2, 1, [(3, "pmap-collective:rename")])
+    assert "| `train.py` | someone/repo train.py @ abc123 | 2 | 1 | 50% | 50% | 1 |" in corpus.render_heldout(heldout)
+    assert "not measured in this run" in corpus.render_heldout(None)
