@@ -67,7 +67,8 @@ def draw_timeline(traces: dict[int, list[Event]], *, steps: tuple[int, ...] = (1
             for s in shown:
                 ax.add_patch(Rectangle(((s.start_us - offset) / 1000, y - 0.4), s.dur_ms, 0.8, facecolor="none",
                                        edgecolor=STEP_EDGE, linewidth=1.2))
-                ax.text((s.start_us - offset) / 1000 + 0.5, y, f"step {s.step}", va="center", fontsize=7)
+                if s.dur_us > 0.04 * (hi - lo):  # no label on a step too short to hold it (dispatch only)
+                    ax.text((s.start_us - offset) / 1000 + 0.5, y, f"step {s.step}", va="center", fontsize=7)
             boxes = [e for e in window if e.thread == "python" and e.name in host_names]
         else:
             boxes = [e for e in window if e.device == device and not e.name.startswith("end:")
