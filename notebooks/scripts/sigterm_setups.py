@@ -23,7 +23,7 @@ parser.add_argument("--handler", choices=["none", "before", "after"], default="n
                     help="install a Python SIGTERM handler before or after jax.distributed.initialize")
 parser.add_argument("--check-every", type=int, default=1, metavar="N",
                     help="ask reached_preemption_sync_point only at steps N, 2N, ... (default: every step)")
-parser.add_argument("--steps", type=int, default=400)
+parser.add_argument("--steps", type=int, default=300)
 parser.add_argument("--notice-at", type=int, default=3, metavar="STEP")
 args = parser.parse_args()
 
