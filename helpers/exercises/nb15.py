@@ -226,7 +226,7 @@ register(ValueExercise(
     id="15.3", kernel=KERNEL, title="on CPU, only process 0 gets its program back from the cache",
     answer_name="compiling_hosts",
     solution=f"compiling_hosts = ({HOSTS}, {HOSTS - 1})",
-    form=forms.ints(2, like="(4, 0)", what="(hosts that compile in the first run, in the second run)"),
+    form=forms.ints(2, like="(0, 0)", what="(hosts that compile in the first run, in the second run)"),
     right=lambda: (HOSTS, HOSTS - 1),
     wrong={
         (HOSTS, 0): "that is what the cache would give if every host looked up process 0's key. On CPU each "
