@@ -101,6 +101,10 @@ CASES = {
         ("from flax import nnx\naxes = nnx.StateAxes({Custom: 0, nnx.RngState: 0, ...: None})\n", 2,
          "from flax import nnx\nspecs = nnx.StateSharding({Custom: P(DATA), ...: P()})\n"),
         ("from flax.nnx import StateAxes\naxes = StateAxes({...: None})\n", 2, "axes = {'params': None}\n"),
+        ("from flax import nnx\naxes = nnx.StateAxes({'dropout': 0, ...: None})\n"
+         "f = nnx.pmap(g, in_axes=(axes, 0))\n", 2,
+         "from flax import nnx\naxes = nnx.StateAxes({'dropout': None, ...: nnx.Carry})\n"  # a scan within each device
+         "@nnx.scan(in_axes=(axes, nnx.Carry, 1))\ndef unroll(cell, h, x):\n    return h, x\n"),
     ],
     "flax-shard": [
         ("from flax.training.common_utils import shard\nbatch = shard(batch)\n", 2,
@@ -126,6 +130,8 @@ CASES = {
         ("from flax import jax_utils\nstep = jax_utils.pad_shard_unpad(p_eval_step)\n", 2, "step = p_eval_step\n"),
         ("from flax.jax_utils import pad_shard_unpad\nout = pad_shard_unpad(f, static_argnums=(0,))(s, b)\n", 2,
          "out = f(s, b)\n"),
+        ("import jax\nimport numpy as np\nn = jax.local_device_count()\nsize = int(np.ceil(len(rows) / n) * n)\n", 4,
+         "import jax\nn = jax.local_device_count()\nrows_per_host = 32 * n\n"),  # padding by hand, and a batch size
     ],
     "replicate-method": [
         ("state = TrainState.create(apply_fn=f, params=p, tx=tx)\nstate = state.replicate()\n", 2,
@@ -188,6 +194,39 @@ CASES = {
          "    return x\n"),
         ("import jax\ndef f(rng, x):\n    return x * jax.random.bernoulli(rng, 0.5, x.shape)\n"
          "g = jax.pmap(f, axis_name='b')\n", 3, "import jax\ndef f(rng, x):\n    return x\ng = jax.pmap(f)\n"),
+        ("import jax\n@jax.pmap\ndef step(key, x):\n    return x + jax.random.normal(key, x.shape)\n", 4,
+         "import jax\n@jax.pmap\ndef init(x):\n    k = jax.random.key(0)\n"  # a key made there: no draw of a passed one
+         "    return net.init(k, x)\n"),
+    ],
+    "numpy-of-global": [
+        ("import jax\nimport numpy as np\npredict = jax.pmap(f)\nout = predict(params, x)\n"
+         "best = np.argmax(out, -1)\n", 5,
+         "import jax\nimport numpy as np\npredict = jax.pmap(f)\nbest = np.argmax(labels, -1)\n"),
+        ("import jax\nimport numpy as np\nstep = jax.pmap(f)\ndef flat(y):\n    return np.asarray(y).reshape(-1)\n"
+         "preds = step(x)\nrows = flat(preds)\n", 5,
+         "import jax\nimport numpy as np\nstep = jax.pmap(f)\ndef flat(y):\n    return np.asarray(y).reshape(-1)\n"
+         "rows = flat(batch)\n"),
+    ],
+    "pmap-over-hosts": [
+        ("import jax\ndef total(x):\n    one = {d.process_index: d for d in jax.devices()}\n"
+         "    f = jax.pmap(lambda v: jax.lax.psum(v, 'h'), 'h', devices=list(one.values()))\n"
+         "    return f(x[None])[0]\n", 4,
+         "import jax\nf = jax.pmap(lambda v: jax.lax.psum(v, 'h'), 'h', devices=jax.local_devices())\n"),
+        ("import jax\nfrom jax import lax\nhosts = [ds[0] for ds in by_host.values()]\n"
+         "by_host = {d.process_index: [d] for d in jax.devices()}\n"
+         "add = jax.pmap(lambda v: lax.psum(v, 'p'), 'p', devices=hosts)\n",
+         5, "import jax\nadd = jax.pmap(lambda v: jax.lax.psum(v, 'p'), 'p')\n"),
+    ],
+    "per-device-state": [
+        ("import jax\ndef step(state, x):\n    stats = apply(state, x, mutable=['batch_stats'])\n"
+         "    return state.replace(batch_stats=stats['batch_stats'])\np = jax.pmap(step, 'b')\n", 4,
+         "import jax\ndef step(state, x):\n    stats = apply(state, x, mutable=['batch_stats'])\n"
+         "    return state.replace(batch_stats=jax.lax.pmean(stats['batch_stats'], 'b'))\np = jax.pmap(step, 'b')\n"),
+        ("import jax\nfrom functools import partial\n@partial(jax.pmap, axis_name='b')\ndef step(state, x):\n"
+         "    new, vs = apply(state, x)\n    return state.apply_gradients(grads=g,\n"
+         "                                 batch_stats=vs['batch_stats'])\n", 7,
+         "import jax\n@jax.jit\ndef step(state, x):\n    new, vs = apply(state, x)\n"
+         "    return state.apply_gradients(grads=g, batch_stats=vs['batch_stats'])\n"),
     ],
     "per-device-keys": [
         ("import jax\nkeys = jax.random.split(key, jax.local_device_count())\n", 2,
@@ -396,6 +435,25 @@ def test_gradients_from_dynamic_scale_and_nnx_grad_are_gradients():
               "updates = jax.lax.psum(updates, axis_name='b')\n")
     assert "N times too large" in _said(source, 5)[0]
     assert "N times too large" in _said(source, 7)[0]
+
+
+def test_gradients_handed_back_by_a_helper_given_a_gradient_transform_are_gradients():
+    """`l, g = accumulate(jax.value_and_grad(loss_fn), ...)`: g holds gradients, so its pmean is the trap."""
+    source = ("import jax\ndef step(params, batch):\n"
+              "    l, g = accumulate(jax.value_and_grad(loss_fn), params, batch, 4)\n"
+              "    g = jax.tree.map(lambda x: jax.lax.pmean(x, 'b'), g)\n"
+              "    return g, jax.lax.pmean(l, 'b')\n"
+              "p = jax.pmap(step, 'b')\n")
+    assert "N times too large" in _said(source, 4)[0]
+    assert "names pmap's axis" in _said(source, 5)[0]
+
+
+def test_a_notebook_cell_uses_the_imports_of_the_cells_before_it(tmp_path):
+    page = tmp_path / "guide.md"
+    page.write_text("# Guide\n\n```{code-cell} ipython3\nimport jax\nfrom flax import nnx\n```\n\n"
+                    "```{code-cell} ipython3\nn = jax.local_device_count()\nx = jax.numpy.ones((n, 4))\n"
+                    "f = nnx.pmap(g, in_axes=0)\n```\n")
+    assert [(f.line, f.rule) for f in migrate.migrate(page, show=False)] == [(10, "local-batch"), (11, "nnx-pmap")]
 
 
 def test_a_jupytext_myst_notebook_is_read_cell_by_cell_with_the_files_line_numbers(tmp_path):

@@ -17,9 +17,9 @@ class MigrateError(Exception):
     """A path the tool cannot read: the message is one line for the learner."""
 
 
-def _sources(path: Path, shown: Path) -> Iterator[tuple[str, str, int]]:
-    """(text, the name findings give, first line) for a script, each cell of a notebook, or
-    every .py file under a folder; `shown` is how the path is written in the findings."""
+def _sources(path: Path, shown: Path) -> Iterator[tuple[str, str, int, tuple[str, ...]]]:
+    """(text, the name findings give, first line, the notebook's cells before it) for a script, each cell of
+    a notebook, or every .py file under a folder; `shown` is how the path is written in the findings."""
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.py") if not any(
             part.startswith(".") or part in ("__pycache__", "site-packages") for part in p.parts))
@@ -39,18 +39,17 @@ def _sources(path: Path, shown: Path) -> Iterator[tuple[str, str, int]]:
             cells = json.loads(text)["cells"]
         except (ValueError, KeyError, TypeError):
             raise MigrateError(f"{path}: not a Jupyter notebook (no cells in its JSON)") from None
-        number = 0
-        for cell in cells:
-            if cell.get("cell_type") != "code":
-                continue
-            number += 1
-            yield _python("".join(cell.get("source", []))), f"{shown} cell {number}", 1
+        code = [_python("".join(cell.get("source", []))) for cell in cells if cell.get("cell_type") == "code"]
+        for number, text in enumerate(code, start=1):
+            yield text, f"{shown} cell {number}", 1, tuple(code[:number - 1])
         return
     if path.suffix == ".md":  # a jupytext MyST notebook: its code cells, numbered by the file's lines
-        for fence in _CODE_CELL.finditer(text):
-            yield _python(fence.group(1)), str(shown), text.count("\n", 0, fence.start(1)) + 1
+        fences = list(_CODE_CELL.finditer(text))
+        for number, fence in enumerate(fences):
+            yield (_python(fence.group(1)), str(shown), text.count("\n", 0, fence.start(1)) + 1,
+                   tuple(_python(f.group(1)) for f in fences[:number]))
         return
-    yield text, str(shown), 1
+    yield text, str(shown), 1, ()
 
 
 _CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -71,9 +70,9 @@ def migrate(path: str | Path, *, show: bool = True, relative_to: str | Path | No
     found: list[Finding] = []
     path = Path(path)
     shown = path.relative_to(relative_to) if relative_to is not None else path
-    for text, name, first in _sources(path, shown):
+    for text, name, first, earlier in _sources(path, shown):
         try:
-            found += findings(text, name, first_line=first)
+            found += findings(text, name, first_line=first, earlier=earlier)
         except SyntaxError as error:
             raise MigrateError(f"{name}:{error.lineno}: not valid Python ({error.msg}); fix that "
                                "line first (the tool reads the script, it never runs it)") from None

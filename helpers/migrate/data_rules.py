@@ -23,12 +23,6 @@ def _pmap_era(s: Script) -> bool:
         is_name(s.name(c.func), "flax.training.common_utils.shard", "jax.local_device_count") for c in s.calls)
 
 
-def _enclosing_function(s: Script, node: ast.AST) -> ast.AST:
-    while node in s.parent and not isinstance(node, (ast.FunctionDef, ast.Lambda)):
-        node = s.parent[node]
-    return node
-
-
 def _reads_host_number(s: Script, scope: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) and is_name(s.name(n.func), *_HOST_NUMBERS) for n in ast.walk(scope))
 
@@ -41,7 +35,7 @@ def shared_shuffle(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         shuffles = is_name(name, *_SHUFFLES) or (
             isinstance(call.func, ast.Attribute) and call.func.attr in ("permutation", "shuffle")
             and not name.startswith("jax.random."))
-        if shuffles and not _reads_host_number(s, _enclosing_function(s, call)):
+        if shuffles and not _reads_host_number(s, s.enclosing_function(call)):
             yield (call, "shared-shuffle",
                    f"{code_of(call.func)}(...) shuffles with a key or seed every host shares, and this loader "
                    "never reads jax.process_index(): every host reads the same rows",

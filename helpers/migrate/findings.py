@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 import dataclasses
 
-from helpers.migrate import data_rules, flax_rules, jax_rules, nnx_rules, old_api_rules, unread
+from helpers.migrate import data_rules, flax_rules, host_read_rules, jax_rules, nnx_rules, old_api_rules, unread
 from helpers.migrate.script import Script
 
-FAMILIES = (jax_rules, flax_rules, nnx_rules, old_api_rules, data_rules)
+FAMILIES = (jax_rules, flax_rules, nnx_rules, old_api_rules, data_rules, host_read_rules)
 # rule -> (notebook, section heading without its number): a test checks them against the notebooks
 LESSONS: dict[str, tuple[str, str]] = {k: v for family in (*FAMILIES, unread) for k, v in family.LESSONS.items()}
 RULES = tuple(rule for family in FAMILIES for rule in family.RULES)
@@ -34,12 +34,14 @@ class Finding:
         return f"{self.path}:{self.line}: {self.does} -> {self.instead} ({self.lesson})"
 
 
-def findings(source: str, path: str = "<script>", *, first_line: int = 1) -> list[Finding]:
+def findings(source: str, path: str = "<script>", *, first_line: int = 1,
+             earlier: tuple[str, ...] = ()) -> list[Finding]:
     """What the course says about each line of `source` (Python text), in line order.
 
-    Raises SyntaxError for text that is not Python. `first_line` numbers a notebook cell's lines.
+    Raises SyntaxError for text that is not Python. `first_line` numbers a notebook cell's lines; `earlier` are
+    the notebook's cells before it (their imports name what this cell calls).
     """
-    script = Script(ast.parse(source, filename=path))
+    script = Script(ast.parse(source, filename=path), tuple(ast.parse(cell) for cell in earlier))
     found = {(node.lineno, rule, does): Finding(path, node.lineno + first_line - 1, rule, does, instead)
              for check in RULES for node, rule, does, instead in check(script)}
     spoken = {line for line, _, _ in found}

@@ -1,6 +1,6 @@
 """The rules for Flax's linen-era pmap helpers: `flax.training.common_utils` (`shard`,
 `shard_prng_key`, `get_metrics`), `flax.jax_utils` (`prefetch_to_device`, `pad_shard_unpad`),
-`.replicate()` methods of train states, and `flax.training.checkpoints`.
+`.replicate()` methods of train states, `flax.training.checkpoints`, and BatchNorm statistics kept per device.
 
 (`flax.jax_utils.replicate` and `unreplicate` are in jax_rules, with the calls pmap stacks for.)
 """
@@ -20,6 +20,7 @@ LESSONS: dict[str, tuple[str, str]] = {
     "flax-pad-shard-unpad": ("11", "Uneven data: drop the remainder, or pad and mask"),
     "replicate-method": ("10", "Where the parameters and the optimizer state live"),
     "flax-checkpoints": ("11", "Orbax: save on 2 x 4, resume on 4 x 2 and 1 x 8"),
+    "per-device-state": ("10", "Where the parameters and the optimizer state live"),
 }
 _ROWS = f"jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), rows)"
 # a call -> (rule, what it does on several hosts, what to write instead)
@@ -81,5 +82,22 @@ def flax_checkpoints(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "shards of the global arrays, and a restore takes the target shardings")
 
 
+def per_device_state(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`state.apply_gradients(..., batch_stats=new_stats)` in a pmapped step, with statistics no collective
+    averaged: each device keeps its own (BatchNorm without axis_name), which a P() state cannot hold."""
+    for function in set(s.pmapped_functions()):
+        for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
+            stats = next((k.value for k in call.keywords if k.arg == "batch_stats"), None)
+            averaged = isinstance(stats, ast.Call) and s.name(stats.func).rsplit(".", 1)[-1] in ("pmean", "psum")
+            if stats is not None and not averaged:
+                yield (stats, "per-device-state",
+                       f"batch_stats={code_of(stats)} puts each device's own BatchNorm statistics into the state: "
+                       "under pmap every device kept its copy (synced by a pmean before evaluation); after the port "
+                       "the state is one P() value, which statistics that differ per device cannot be",
+                       f"in shard_map, average them in the step: batch_stats=jax.lax.pmean({code_of(stats)}, "
+                       f"{MESH_AXES}); under jax.jit on the global batch BatchNorm's statistics are the global "
+                       "batch's, one value already (and the pmap that synced them goes)")
+
+
 READS = {*_CALLS, "flax.jax_utils.replicate", "flax.jax_utils.unreplicate"}
-RULES = (flax_calls, replicate_method, flax_checkpoints)
+RULES = (flax_calls, replicate_method, flax_checkpoints, per_device_state)

@@ -40,6 +40,8 @@ _HOST_SYNC = {"jax.device_get", "jax.experimental.multihost_utils.process_allgat
 
 def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.pmaps():
+        if call in s.pmaps_over_hosts():  # host_read_rules says what replaces it
+            continue
         axis = s.axis_names(pmap_axis(call))
         in_axes = keyword(call, "in_axes")
         said = [f"axis_name={axis[0]!r}"] if axis else []
@@ -74,7 +76,7 @@ def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"no axis_name: take the gradient of jax.lax.pmean(loss, {MESH_AXES}) (with a dynamic "
                    "scale, keep its finiteness check global yourself)")
             continue
-        if op not in _COLLECTIVES or not is_name(name, f"jax.lax.{op}"):
+        if op not in _COLLECTIVES or not is_name(name, f"jax.lax.{op}") or s.in_pmap_over_hosts(call):
             continue
         axis = argument(call, 0 if op == "axis_index" else 1, "axis_name")
         if not set(s.axis_names(axis)) & s.pmap_axes:
@@ -179,7 +181,14 @@ def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             if (isinstance(counted, ast.Call) and is_name(s.name(counted.func), "jax.local_device_count")
                     and inner.lineno not in seen):
                 seen.add(inner.lineno)
-                if isinstance(node, (ast.Call, ast.Tuple)):
+                if _rounds_up_to_a_multiple(s, node):
+                    yield (inner, "flax-pad-shard-unpad",
+                           f"{code_of(node)} pads this host's batch to a multiple of its local devices, so that "
+                           "pmap can stack it (pad_shard_unpad by hand); after the port every host must pass the same "
+                           "number of rows each step, and a short last batch on one host is a different shape there",
+                           "pad the GLOBAL batch to a multiple of jax.device_count() with a mask of real rows (every "
+                           "host the same row count), make it global, and weigh each row by the mask")
+                elif isinstance(node, (ast.Call, ast.Tuple)):
                     yield (inner, "local-batch",
                            "a leading axis of jax.local_device_count() (reshape or shape) stacks this host's rows one "
                            "slice per local device, the leading axis pmap strips",
@@ -192,6 +201,19 @@ def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                            "the batch a step trains on is process_count() times this number",
                            "choose the GLOBAL batch size; each host loads global_batch // "
                            "jax.process_count() rows of it")
+
+
+def _rounds_up_to_a_multiple(s: Script, node: ast.AST) -> bool:
+    """`ceil(n / d) * d` or `(n + d - 1) // d * d` (through int() and ceil()): n rounded up to a multiple of d."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
+        return False
+    for side in (node.left, node.right):
+        while isinstance(side, ast.Call) and side.args and is_name(s.name(side.func), "int", "ceil"):
+            side = side.args[0]
+        if isinstance(side, ast.BinOp) and isinstance(side.op, (ast.Div, ast.FloorDiv)) \
+                and code_of(side.right) in (code_of(node.left), code_of(node.right)):
+            return True
+    return False
 
 
 def _device_only_spec(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -295,30 +317,6 @@ def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{MESH_AXES})): a different stream on every device of every host")
 
 
-def _pmapped_names(s: Script) -> set[str]:
-    """Names that hold a pmapped function: `f = jax.pmap(g)`, `@jax.pmap def f`, and `f = make()` where
-    `make` returns one of those."""
-    pmaps = [*s.pmaps(), *s.nnx_pmaps()]
-    found = {name for name, value in s.assigned.items() if isinstance(value, ast.Call) and any(
-        any(n is call for n in ast.walk(value)) for call in pmaps)}
-    found |= {f.name for f in _pmapped_functions(s)}
-    makers = {node.name for node in ast.walk(s.tree) if isinstance(node, ast.FunctionDef) and any(
-        isinstance(r, ast.Return) and isinstance(r.value, ast.Name) and r.value.id in found for r in ast.walk(node))}
-    return found | {name for name, value in s.assigned.items()
-                    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in makers}
-
-
-def _pmap_outputs(s: Script) -> set[str]:
-    """Names assigned from a call of a pmapped function: per-device stacks (tuple targets item by item)."""
-    pmapped = _pmapped_names(s)
-    out: set[str] = set()
-    for node in ast.walk(s.tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
-                and isinstance(node.value.func, ast.Name) and node.value.func.id in pmapped:
-            out |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    return out
-
-
 def _first_of(node: ast.AST, names: set[str]) -> bool:
     """`name[0]` for one of `names`."""
     return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in names \
@@ -329,9 +327,9 @@ def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`jax.tree.map(lambda x: x[0], state)` and `loss[0]` of a pmap output: pmap's unreplicate, by hand."""
     if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
         return
-    stacks = _pmap_outputs(s)
+    stacks = s.pmap_outputs()
     for node in ast.walk(s.tree):
-        if _first_of(node, stacks):
+        if _first_of(node, stacks) and not s.in_pmap_over_hosts(node):
             yield (node, "jax-utils-replicate",
                    f"{code_of(node)} takes device 0's entry of pmap's per-device output; after the port it is "
                    "one global value, and [0] would index into it",
@@ -340,37 +338,31 @@ def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if not (s.is_tree_map(call) and call.args and isinstance(call.args[0], ast.Lambda)):
             continue
         lam = call.args[0]
-        if _first_of(lam.body, {a.arg for a in lam.args.args}):
+        if _first_of(lam.body, {a.arg for a in lam.args.args}) and not s.in_pmap_over_hosts(call):
             yield (call, "jax-utils-replicate",
                    f"{code_of(call)} takes copy [0] of pmap's stack by hand; after the port each leaf is one "
                    "global value, and [0] would take its first row",
                    "nothing: a P() array already is the value (read it on any host)")
 
 
-def _pmapped_functions(s: Script) -> Iterator[ast.FunctionDef]:
-    """The functions handed to pmap: `jax.pmap(f, ...)`, `jax.pmap(partial(f, ...))`, `@jax.pmap`,
-    `@partial(jax.pmap, ...)`, followed to their definitions in the script."""
-    defs = {n.name: n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)}
-    for call in s.pmaps():
-        target = call.args[0] if call.args and not is_name(s.name(call.func), "functools.partial") else None
-        if isinstance(target, ast.Call) and is_name(s.name(target.func), "functools.partial") and target.args:
-            target = target.args[0]
-        if isinstance(target, ast.Name) and target.id in defs:
-            yield defs[target.id]
-    for node in defs.values():
-        for d in node.decorator_list:
-            head = d.func if isinstance(d, ast.Call) else d
-            if is_name(s.name(head), "jax.pmap") or (isinstance(d, ast.Call) and is_name(s.name(head), "functools.partial")
-                                                     and d.args and is_name(s.name(d.args[0]), "jax.pmap")):
-                yield node
+_KEY_MAKERS = ("jax.random.key", "jax.random.PRNGKey", "jax.random.wrap_key_data")
+
+
+def _draws_from_a_passed_key(s: Script, call: ast.Call) -> bool:
+    """A jax.random call on a key the function was given: not a key made on the spot (`jax.random.key(0)`,
+    the same on every device under pmap and after the port), nor a draw from one."""
+    if not s.name(call.func).startswith("jax.random.") or is_name(s.name(call.func), *_KEY_MAKERS):
+        return False
+    key = s.value(call.args[0]) if call.args else None
+    return not (isinstance(key, ast.Call) and is_name(s.name(key.func), *_KEY_MAKERS))
 
 
 def _pmap_body_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    for function in set(_pmapped_functions(s)):
+    for function in set(s.pmapped_functions()):
         calls = [n for n in ast.walk(function) if isinstance(n, ast.Call)]
         if any(is_name(s.name(c.func), "jax.lax.axis_index") for c in calls):
             continue
-        draws = sorted((c for c in calls if s.name(c.func).startswith("jax.random.")), key=lambda c: c.lineno)
+        draws = sorted((c for c in calls if _draws_from_a_passed_key(s, c)), key=lambda c: c.lineno)
         if draws:
             yield (draws[0], "pmap-body-keys",
                    f"{code_of(draws[0])} inside {function.name}, which pmap runs: under pmap each device had a "

@@ -55,9 +55,23 @@ def nnx_split_rngs(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"jax.lax.axis_index({MESH_AXES})) in the body")
 
 
+_ONE_DEVICE = ("scan", "vmap", "fori_loop", "while_loop", "remat", "cond", "switch")  # transforms within a device
+
+
+def _for_a_transform_within_a_device(s: Script, state_axes: ast.Call) -> bool:
+    """The StateAxes is handed to nnx.scan or nnx.vmap (directly, or through the name it is assigned to), which
+    map over an axis inside each device: nothing for a port across hosts."""
+    holder = s.parent.get(state_axes)
+    names = {t.id for t in getattr(holder, "targets", ()) if isinstance(t, ast.Name)}
+    users = [call for call in s.calls if any(n is state_axes or (isinstance(n, ast.Name) and n.id in names)
+                                             for arg in [*call.args, *(k.value for k in call.keywords)]
+                                             for n in ast.walk(arg))]
+    return bool(users) and all(any(_nnx(s, call, t) for t in _ONE_DEVICE) for call in users)
+
+
 def nnx_state_axes(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
-        if _nnx(s, call, "StateAxes"):
+        if _nnx(s, call, "StateAxes") and not _for_a_transform_within_a_device(s, call):
             yield (call, "nnx-state-axes",
                    f"{code_of(call)} tells nnx.pmap which state has a leading axis of this host's "
                    "devices",

@@ -13,11 +13,12 @@ MESH_AXES = "('host', 'device')"  # how the course names a data-parallel mesh's 
 
 
 class Names:
-    """What each imported name stands for: `jnp` -> `jax.numpy`, `pmap` -> `jax.pmap`."""
+    """What each imported name stands for: `jnp` -> `jax.numpy`, `pmap` -> `jax.pmap`, from the imports of
+    one or more trees (a notebook cell and the cells before it)."""
 
-    def __init__(self, tree: ast.AST):
+    def __init__(self, *trees: ast.AST):
         self.alias: dict[str, str] = {}
-        for node in ast.walk(tree):
+        for node in (n for tree in trees for n in ast.walk(tree)):
             if isinstance(node, ast.Import):
                 for a in node.names:
                     self.alias[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
@@ -109,11 +110,12 @@ def _assignments(tree: ast.AST) -> Iterator[tuple[str, ast.AST]]:
 
 
 class Script:
-    """One parsed script and what the rules need to know about it."""
+    """One parsed script (or notebook cell) and what the rules need to know about it; `earlier` are the
+    notebook's cells before it, whose imports it uses."""
 
-    def __init__(self, tree: ast.AST):
+    def __init__(self, tree: ast.AST, earlier: tuple[ast.AST, ...] = ()):
         self.tree = tree
-        self.names = Names(tree)
+        self.names = Names(*earlier, tree)
         self.calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
         self.assigned = dict(_assignments(tree))
         self.parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
@@ -140,14 +142,20 @@ class Script:
             return tuple(a for e in node.elts for a in self.axis_names(e))
         return strings(node)
 
-    def _is_grad_call(self, call: ast.AST) -> bool:
-        """`jax.grad(f)(...)`, `jax.value_and_grad(f)(...)`, `nnx.grad`, `dynamic_scale.value_and_grad(f)(...)`,
-        or a call of a name bound to one of those transforms."""
-        if not isinstance(call, ast.Call):
-            return False
-        transform = self.value(call.func)
+    def _is_transform(self, node: ast.AST) -> bool:
+        """`jax.grad(f)`, `jax.value_and_grad(f)`, `nnx.grad(f)`, `dynamic_scale.value_and_grad(f)`, or a name
+        bound to one."""
+        transform = self.value(node)
         return isinstance(transform, ast.Call) and \
             self.name(transform.func).rsplit(".", 1)[-1] in ("grad", "value_and_grad")
+
+    def _is_grad_call(self, call: ast.AST) -> bool:
+        """A call of a gradient transform (`jax.value_and_grad(f)(...)`, `grad_fn(...)`), or a helper handed one
+        (`accumulate_gradient(jax.value_and_grad(loss_fn), params, ...)`): its result holds gradients."""
+        if not isinstance(call, ast.Call):
+            return False
+        return self._is_transform(call.func) or any(
+            self._is_transform(a) for a in [*call.args, *(k.value for k in call.keywords)])
 
     def _gradients(self) -> set[str]:
         """Names that hold gradients: assigned from a gradient transform's call (the last item of a
@@ -264,6 +272,64 @@ class Script:
             elif isinstance(node, ast.Attribute) and not isinstance(self.parent.get(node), ast.Attribute) \
                     and getattr(self.parent.get(node), "func", None) is not node:  # a chain's top, not a callee
                 yield node, self.name(node), False
+
+    def enclosing_function(self, node: ast.AST) -> ast.AST:
+        """The def or lambda a node is in (the module for a node outside any)."""
+        while node in self.parent and not isinstance(node, (ast.FunctionDef, ast.Lambda)):
+            node = self.parent[node]
+        return node
+
+    def pmapped_functions(self) -> Iterator[ast.FunctionDef]:
+        """The functions handed to pmap: `jax.pmap(f, ...)`, `jax.pmap(partial(f, ...))`, `@jax.pmap`,
+        `@partial(jax.pmap, ...)`, followed to their definitions in the script."""
+        defs = {n.name: n for n in ast.walk(self.tree) if isinstance(n, ast.FunctionDef)}
+        for call in self.pmaps():
+            target = call.args[0] if call.args and not is_name(self.name(call.func), "functools.partial") else None
+            if isinstance(target, ast.Call) and is_name(self.name(target.func), "functools.partial") and target.args:
+                target = target.args[0]
+            if isinstance(target, ast.Name) and target.id in defs:
+                yield defs[target.id]
+        for node in defs.values():
+            for d in node.decorator_list:
+                head = d.func if isinstance(d, ast.Call) else d
+                if is_name(self.name(head), "jax.pmap") or (
+                        isinstance(d, ast.Call) and is_name(self.name(head), "functools.partial")
+                        and d.args and is_name(self.name(d.args[0]), "jax.pmap")):
+                    yield node
+
+    def pmapped_names(self) -> set[str]:
+        """Names that hold a pmapped function: `f = jax.pmap(g)`, `@jax.pmap def f`, and `f = make()` where
+        `make` returns one of those."""
+        pmaps = [*self.pmaps(), *self.nnx_pmaps()]
+        found = {name for name, value in self.assigned.items() if isinstance(value, ast.Call) and any(
+            any(n is call for n in ast.walk(value)) for call in pmaps)}
+        found |= {f.name for f in self.pmapped_functions()}
+        makers = {node.name for node in ast.walk(self.tree) if isinstance(node, ast.FunctionDef) and any(
+            isinstance(r, ast.Return) and isinstance(r.value, ast.Name) and r.value.id in found
+            for r in ast.walk(node))}
+        return found | {name for name, value in self.assigned.items()
+                        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in makers}
+
+    def pmap_outputs(self) -> set[str]:
+        """Names assigned from a call of a pmapped function: per-device stacks (tuple targets item by item)."""
+        pmapped = self.pmapped_names()
+        return {n.id for node in ast.walk(self.tree) if isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+                and node.value.func.id in pmapped
+                for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+    def pmaps_over_hosts(self) -> list[ast.Call]:
+        """pmaps over devices picked by their process (`devices=[one per host]`): a map across hosts."""
+        return [call for call in self.pmaps() if keyword(call, "devices") is not None and any(
+            isinstance(n, ast.Attribute) and n.attr == "process_index"
+            for n in ast.walk(self.enclosing_function(call)))]
+
+    def in_pmap_over_hosts(self, node: ast.AST) -> bool:
+        """The node is inside a function that builds a pmap across hosts (a port replaces it as a whole)."""
+        scopes = {self.enclosing_function(call) for call in self.pmaps_over_hosts()} - {self.tree}
+        while node not in scopes and node in self.parent:
+            node = self.parent[node]
+        return node in scopes
 
     def nnx_pmaps(self) -> Iterator[ast.Call]:
         """Every flax.nnx.pmap(...) call."""

@@ -1,0 +1,70 @@
+"""The rules for reading a step's results on the host: numpy of a pmap output (one global array over every
+host's devices after the port), and a pmap over one device per host that combines each host's values.
+
+Each rule reads a `Script` and yields (node, rule name, what the line does on several hosts, what to write
+instead); `LESSONS` names the notebook section that teaches each rule's fix.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from helpers.migrate.script import MESH_AXES, Script, code_of, keyword
+
+# rule -> (notebook, section heading without its number): where the course teaches the fix
+LESSONS: dict[str, tuple[str, str]] = {
+    "numpy-of-global": ("12", "`process_allgather`: read a global array on every host"),
+    "pmap-over-hosts": ("12", "`process_allgather`: read a global array on every host"),
+}
+
+
+def pmap_over_hosts(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for call in s.pmaps_over_hosts():
+        yield (call, "pmap-over-hosts",
+               f"jax.pmap(..., devices={code_of(keyword(call, 'devices'))}) maps over one device per host to "
+               "combine each host's values: a map across processes, which neither shard_map nor jit spells",
+               "jax.experimental.multihost_utils.process_allgather(values) on every host (a leading axis of "
+               "process_count()) and a sum over it; or, inside the step, jax.lax.psum over 'host' of a value that "
+               "is the same on each host's devices")
+
+
+def _numpy_call(s: Script, call: ast.Call) -> bool:
+    name = s.name(call.func)
+    return name.startswith("numpy.") and not name.startswith("numpy.random.")
+
+
+def _outputs_passed_on(s: Script, outputs: set[str]) -> dict[ast.FunctionDef, set[str]]:
+    """The parameters of the script's functions that a call passes a pmap output to (`tohost(predicted)`)."""
+    defs = {n.name: n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)}
+    passed: dict[ast.FunctionDef, set[str]] = {}
+    for call in s.calls:
+        target = defs.get(call.func.id) if isinstance(call.func, ast.Name) else None
+        if target is None:
+            continue
+        params = [a.arg for a in target.args.args]
+        for position, arg in enumerate(call.args[:len(params)]):
+            if isinstance(arg, ast.Name) and arg.id in outputs:
+                passed.setdefault(target, set()).add(params[position])
+    return passed
+
+
+def numpy_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    outputs = s.pmap_outputs()
+    if not outputs:
+        return
+    passed = _outputs_passed_on(s, outputs)
+    for call in s.calls:
+        if not (_numpy_call(s, call) and call.args and isinstance(call.args[0], ast.Name)):
+            continue
+        read = call.args[0].id
+        if read in outputs or read in passed.get(s.enclosing_function(call), set()):
+            yield (call, "numpy-of-global",
+                   f"{code_of(call.func)}({read}, ...) reads a pmap output as this host's numpy array; after the "
+                   "port a per-example output is one global array over every host's devices, and numpy of it "
+                   "raises on several hosts (other hosts hold part of it)",
+                   "this host's rows: jax.experimental.multihost_utils.global_array_to_host_local_array(out, mesh, "
+                   f"P({MESH_AXES})); every host's: multihost_utils.process_allgather(out); a P() output (a pmean) "
+                   "reads as it is")
+
+
+RULES = (pmap_over_hosts, numpy_of_global)
