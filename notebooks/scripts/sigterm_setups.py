@@ -9,9 +9,9 @@ says True. --handler installs a Python SIGTERM handler of the script's own, befo
     python -m helpers.launch --hosts 2 --devices-per-host 1 notebooks/scripts/sigterm_setups.py \
         --handler after
 
-Each host prints where it stopped, whether its own handler ran, and whether Python still names it
-as the SIGTERM handler; the host that got the notice prints how long it took from the signal to
-the sync point.
+Each host prints where it stopped (or, if it never did, which step JAX had chosen), whether its
+own handler ran, and whether Python still names it as the SIGTERM handler; the host that got the
+notice prints how long it took from the signal to the sync point.
 """
 import argparse
 import os
@@ -61,5 +61,10 @@ for step in range(1, args.steps + 1):
         break
 else:
     print(f"host {host}: no sync point in {args.steps} steps", flush=True)
+    # Which step had JAX chosen? Ask it about every step now: True at that one step only.
+    chosen = next((s for s in range(1, args.steps + 2)
+                   if multihost_utils.reached_preemption_sync_point(s)), None)
+    print(f"host {host}: " + (f"JAX's sync point was step {chosen}" if chosen else
+                              "JAX chose no sync point: it never heard of the notice"), flush=True)
 print(f"host {host}: own SIGTERM handler ran: {bool(handled)}; Python's signal.getsignal names it: "
       f"{signal.getsignal(signal.SIGTERM) is own_handler}", flush=True)
