@@ -17,7 +17,7 @@ is the script ported. A finding's kind is its rule, `:trap` or `:rename` for pma
 Held-out published scripts (`HELDOUT=/path make bench-migrate`): a folder of published pmap-era scripts
 (.py, or a notebook as .md/.ipynb) that the course does not ship, each with NAME.labels beside it whose first
 line is `# REPO PATH @ COMMIT`, labelled by hand before the tool was run on them. They are scored the same way,
-without ports; with `HELDOUT_BEFORE=REVISION`, also by the tool as it was at that git revision. Their code
+without ports; with `HELDOUT_BEFORE=REV[,REV...]`, also by the tool as it was at each of those git revisions. Their code
 stays out of the repository; without the folder, the section says so.
 """
 from __future__ import annotations
@@ -89,8 +89,11 @@ def heldout_scripts(folder: Path) -> list[Path]:
 
 
 def source(script: Path) -> str:
-    """Where a held-out script was published: the first line of its labels, `# REPO PATH @ COMMIT`."""
-    return script.with_suffix(".labels").read_text().splitlines()[0].lstrip("# ").strip()
+    """Where a held-out script was published: the first line of its labels, `# REPO PATH @ COMMIT`, and its
+    `# note: ...` line if it has one."""
+    lines = [line.lstrip("# ").strip() for line in script.with_suffix(".labels").read_text().splitlines()]
+    note = next((line[len("note: "):] for line in lines if line.startswith("note: ")), "")
+    return lines[0] + (f" ({note})" if note else "")
 
 
 def findings_at(revision: str, scripts: list[Path]) -> list[set[tuple[int, str]]]:
@@ -107,14 +110,14 @@ def findings_at(revision: str, scripts: list[Path]) -> list[set[tuple[int, str]]
     return [{(line, kind(rule, does)) for line, rule, does in found} for found in json.loads(out)]
 
 
-def score_heldout(folder: Path, before: str | None = None) -> dict:
-    """Each held-out script scored by the tool now, and by the tool at revision `before` if given."""
+def score_heldout(folder: Path, before: tuple[str, ...] = ()) -> dict:
+    """Each held-out script scored by the tool now, and by the tool at each revision of `before`."""
     scripts = heldout_scripts(folder)
-    rows = [_score(s, _found(s)) | {"source": source(s)} for s in scripts]
-    if before:
-        for row, script, got in zip(rows, scripts, findings_at(before, scripts)):
-            row["before"] = _score(script, got)
-    return {"folder": str(folder), "before": before, "scripts": rows}
+    rows = [_score(s, _found(s)) | {"source": source(s), "before": []} for s in scripts]
+    for revision in before:
+        for row, script, got in zip(rows, scripts, findings_at(revision, scripts)):
+            row["before"].append(_score(script, got))
+    return {"folder": str(folder), "before": list(before), "scripts": rows}
 
 
 def measure(results, opts) -> None:
@@ -126,7 +129,8 @@ def measure(results, opts) -> None:
         results.sections[KEY]["heldout"] = None
         return
     log(f"migrate: {len(heldout_scripts(folder))} held-out scripts in {folder}")
-    results.sections[KEY]["heldout"] = score_heldout(folder, os.environ.get("HELDOUT_BEFORE"))
+    before = tuple(r for r in os.environ.get("HELDOUT_BEFORE", "").split(",") if r)
+    results.sections[KEY]["heldout"] = score_heldout(folder, before)
 
 
 def render(results) -> str:
@@ -146,6 +150,13 @@ def render(results) -> str:
             "not seen are the fairer test.\n\n" + render_heldout(results.sections[KEY].get("heldout")))
 
 
+def _tally(scored: list[dict]) -> str:
+    labelled, found = sum(r["labelled"] for r in scored), sum(r["found"] for r in scored)
+    return (f"{found} of {labelled} labelled lines found ({found / labelled:.0%}), "
+            f"{sum(len(r['wrong']) for r in scored)} with wrong advice, "
+            f"{sum(len(r['extra']) for r in scored)} findings on lines not labelled so")
+
+
 def render_heldout(heldout: dict | None) -> str:
     """The held-out published scripts: one row each, before and after, and what is still missed."""
     if not heldout:
@@ -153,24 +164,22 @@ def render_heldout(heldout: dict | None) -> str:
                 "scores a folder of labelled published scripts; their code is never committed).")
     rows = heldout["scripts"]
     before = heldout["before"]
-    both = (lambda r, key, fmt=str: f"{fmt(r['before'][key])} → {fmt(r[key])}") if before else \
-        (lambda r, key, fmt=str: fmt(r[key]))
+
+    def both(row: dict, key: str, fmt=str) -> str:
+        return " → ".join(fmt(scored[key]) for scored in [*row["before"], row])
+
     table = md_table(["script", "published as", "labelled", "found", "recall", "precision", "wrong advice"],
                      [[f"`{r['script']}`", r["source"], str(r["labelled"]), both(r, "found"),
                        both(r, "recall", lambda v: f"{v:.0%}"), both(r, "precision", lambda v: f"{v:.0%}"),
-                       both(r, "wrong", len)] for r in rows], align="llrrrrr")
-    labelled, found = sum(r["labelled"] for r in rows), sum(r["found"] for r in rows)
-    total = f"{found} of {labelled} labelled lines found ({found / labelled:.0%}), " \
-            f"{sum(len(r['wrong']) for r in rows)} with wrong advice"
-    if before:
-        was = sum(r["before"]["found"] for r in rows)
-        total = (f"the tool of `{before}` found {was} of {labelled} ({was / labelled:.0%}), "
-                 f"{sum(len(r['before']['wrong']) for r in rows)} with wrong advice; now " + total)
+                       both(r, "wrong", lambda v: str(len(v)))] for r in rows], align="llrrrrr")
+    tallies = [(f"the tool of `{revision}`", [r["before"][i] for r in rows]) for i, revision in enumerate(before)]
+    total = "; ".join(f"{who}: {_tally(scored)}" for who, scored in [*tallies, ("now", rows)])
     missed = [f"`{r['script']}` line {line} ({k})" for r in rows for line, k in r["missed"]]
     extra = [f"`{r['script']}` line {line} ({k})" for r in rows for line, k in r["extra"]]
     return ("**Held-out published scripts** (the folder `HELDOUT` names, outside the repository: published code "
             "is never committed; each labelled by hand before the tool was run on it; "
-            + ("cells: before → after the rules this measurement led to" if before else "the tool now") + "):\n\n"
+            + (f"cells: the tool of {', '.join(f'`{r}`' for r in before)} → now" if before else "the tool now")
+            + "):\n\n"
             + table + f"\n\nAll together: {total}. "
             + (f"Still missed: {', '.join(missed)}. " if missed else "Nothing missed. ")
             + (f"Findings on lines not labelled so: {', '.join(extra)}." if extra else ""))

@@ -181,6 +181,10 @@ CASES = {
         ("import jax\nfrom flax.training.common_utils import shard\nbs = jax.device_count() * per_device\n"
          "batch = shard(batch)\n", 3,
          "import jax\nbs = jax.device_count() * per_device\n"),
+        ("import jax\nstep = jax.pmap(f)\nif bs % jax.device_count():\n    raise ValueError(bs)\n"
+         "ds = make_dataset(path, batch_size=bs)\n", 5,
+         "import jax\nstep = jax.pmap(f)\nif bs % jax.device_count():\n    raise ValueError(bs)\n"
+         "ds = make_dataset(path, batch_size=bs // jax.process_count())\n"),
     ],
     "not-read": [
         ("from jax.experimental.multihost_utils import host_local_array_to_global_array_v2\n", 1,
@@ -194,6 +198,10 @@ CASES = {
          "    return x\n"),
         ("import jax\ndef f(rng, x):\n    return x * jax.random.bernoulli(rng, 0.5, x.shape)\n"
          "g = jax.pmap(f, axis_name='b')\n", 3, "import jax\ndef f(rng, x):\n    return x\ng = jax.pmap(f)\n"),
+        ("import jax\nkeys = jax.random.split(key, jax.local_device_count())\ndef step(x, rng):\n"
+         "    return net.apply(x, rngs={'dropout': rng})\np = jax.pmap(step, 'b')\nout = p(x, keys)\n", 4,
+         "import jax\nkeys = jax.random.split(key, 3)\ndef step(x, rng):\n"
+         "    return net.apply(x, rngs={'dropout': rng})\np = jax.pmap(step, 'b')\nout = p(x, keys)\n"),
         ("import jax\n@jax.pmap\ndef step(key, x):\n    return x + jax.random.normal(key, x.shape)\n", 4,
          "import jax\n@jax.pmap\ndef init(x):\n    k = jax.random.key(0)\n"  # a key made there: no draw of a passed one
          "    return net.init(k, x)\n"),
@@ -206,6 +214,9 @@ CASES = {
          "preds = step(x)\nrows = flat(preds)\n", 5,
          "import jax\nimport numpy as np\nstep = jax.pmap(f)\ndef flat(y):\n    return np.asarray(y).reshape(-1)\n"
          "rows = flat(batch)\n"),
+        ("import jax\nimport numpy as np\npredict = jax.pmap(f)\nhits = np.argmax(predict(params, x), -1)\n", 4,
+         "import jax\nimport numpy as np\nstep = jax.pmap(f)\ndef summarize(metrics):\n"  # another function's name
+         "    return np.sum(metrics, -1)\nstate, metrics = step(state, batch)\n"),
     ],
     "pmap-over-hosts": [
         ("import jax\ndef total(x):\n    one = {d.process_index: d for d in jax.devices()}\n"

@@ -56,6 +56,19 @@ def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                            "global batch on every host",
                            "each host reads its part: global_batch // jax.process_count() rows, and "
                            "jax.make_array_from_process_local_data assembles the global batch")
+    checked = {n.left.id for n in ast.walk(s.tree) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
+               and isinstance(n.left, ast.Name) and isinstance(n.right, ast.Call)
+               and is_name(s.name(n.right.func), "jax.device_count")}  # `batch_size % jax.device_count()`
+    for call in s.calls:
+        for k in call.keywords:
+            if k.arg and "batch" in k.arg and isinstance(k.value, ast.Name) and k.value.id in checked:
+                yield (k.value, "global-batch-per-host",
+                       f"{code_of(call.func)}(..., {k.arg}={k.value.id}) hands a per-host loader the batch size the "
+                       "script checks against jax.device_count(), the global one: every host reads the whole "
+                       "global batch",
+                       "each host reads its part: global_batch // jax.process_count() rows (its own rows: split "
+                       "the data by jax.process_index()), and jax.make_array_from_process_local_data assembles "
+                       "the global batch")
 
 
 RULES = (shared_shuffle, global_batch_per_host)

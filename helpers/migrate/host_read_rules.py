@@ -33,35 +33,34 @@ def _numpy_call(s: Script, call: ast.Call) -> bool:
     return name.startswith("numpy.") and not name.startswith("numpy.random.")
 
 
-def _outputs_passed_on(s: Script, outputs: set[str]) -> dict[ast.FunctionDef, set[str]]:
-    """The parameters of the script's functions that a call passes a pmap output to (`tohost(predicted)`)."""
+def _pmap_outputs_by_scope(s: Script) -> set[tuple[ast.AST, str]]:
+    """(function, name) for each name a function assigns from a call of a pmapped function, and for each
+    parameter of the script's functions that a call passes such a name to (`tohost(predicted)`)."""
+    pmapped = s.pmapped_names()
+    found = {(s.enclosing_function(node), n.id) for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
+             and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+             and node.value.func.id in pmapped for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
     defs = {n.name: n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)}
-    passed: dict[ast.FunctionDef, set[str]] = {}
     for call in s.calls:
         target = defs.get(call.func.id) if isinstance(call.func, ast.Name) else None
-        if target is None:
-            continue
-        params = [a.arg for a in target.args.args]
-        for position, arg in enumerate(call.args[:len(params)]):
-            if isinstance(arg, ast.Name) and arg.id in outputs:
-                passed.setdefault(target, set()).add(params[position])
-    return passed
+        if target is not None:
+            params = [a.arg for a in target.args.args]
+            found |= {(target, params[i]) for i, arg in enumerate(call.args[:len(params)])
+                      if isinstance(arg, ast.Name) and (s.enclosing_function(call), arg.id) in found}
+    return found
 
 
 def numpy_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    outputs = s.pmap_outputs()
-    if not outputs:
-        return
-    passed = _outputs_passed_on(s, outputs)
+    pmapped = s.pmapped_names()
+    outputs = _pmap_outputs_by_scope(s)
     for call in s.calls:
-        if not (_numpy_call(s, call) and call.args and isinstance(call.args[0], ast.Name)):
-            continue
-        read = call.args[0].id
-        if read in outputs or read in passed.get(s.enclosing_function(call), set()):
+        read = call.args[0] if call.args and _numpy_call(s, call) else None
+        if (isinstance(read, ast.Name) and (s.enclosing_function(call), read.id) in outputs) or (
+                isinstance(read, ast.Call) and isinstance(read.func, ast.Name) and read.func.id in pmapped):
             yield (call, "numpy-of-global",
-                   f"{code_of(call.func)}({read}, ...) reads a pmap output as this host's numpy array; after the "
-                   "port a per-example output is one global array over every host's devices, and numpy of it "
-                   "raises on several hosts (other hosts hold part of it)",
+                   f"{code_of(call.func)}({code_of(read)}, ...) reads a pmap output as this host's numpy array; "
+                   "after the port a per-example output is one global array over every host's devices, and numpy "
+                   "of it raises on several hosts (other hosts hold part of it)",
                    "this host's rows: jax.experimental.multihost_utils.global_array_to_host_local_array(out, mesh, "
                    f"P({MESH_AXES})); every host's: multihost_utils.process_allgather(out); a P() output (a pmean) "
                    "reads as it is")

@@ -301,15 +301,19 @@ def _is_checkpoint_save(s: Script, call: ast.Call) -> bool:
                                               for w in ("orbax", "checkpoint"))
 
 
+def _splits_per_device(s: Script, call: ast.AST) -> bool:
+    """`jax.random.split(key, jax.local_device_count())` (or a count named for the devices)."""
+    if not (isinstance(call, ast.Call) and is_name(s.name(call.func), "jax.random.split") and len(call.args) > 1):
+        return False
+    count = call.args[1]
+    return any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.local_device_count", "jax.device_count")
+               for n in ast.walk(count)) or bool(re.search(r"dev", code_of(count)))
+
+
 def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
-        if not is_name(s.name(call.func), "jax.random.split") or len(call.args) < 2:
-            continue
-        count = call.args[1]
-        by_device = any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.local_device_count",
-                                                          "jax.device_count")
-                        for n in ast.walk(count))
-        if by_device or re.search(r"dev", code_of(count)):
+        if _splits_per_device(s, call):
+            count = call.args[1]
             yield (call, "per-device-keys",
                    f"jax.random.split(key, {code_of(count)}) makes one key per local device for "
                    "pmap; every host splits the same key, so host 1's devices repeat host 0's draws",
@@ -363,13 +367,34 @@ def _pmap_body_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if any(is_name(s.name(c.func), "jax.lax.axis_index") for c in calls):
             continue
         draws = sorted((c for c in calls if _draws_from_a_passed_key(s, c)), key=lambda c: c.lineno)
-        if draws:
-            yield (draws[0], "pmap-body-keys",
-                   f"{code_of(draws[0])} inside {function.name}, which pmap runs: under pmap each device had a "
+        uses = draws or _uses_of_per_device_keys(s, function)
+        if uses:
+            yield (uses[0], "pmap-body-keys",
+                   f"{code_of(uses[0])} inside {function.name}, which pmap runs: under pmap each device had a "
                    "key of its own (split per local device before the step); with one replicated key every "
                    "device draws the same numbers",
                    f"keep one key and fold each device's position into it: jax.random.fold_in(key, "
                    f"jax.lax.axis_index({MESH_AXES}))")
+
+
+def _uses_of_per_device_keys(s: Script, function: ast.FunctionDef) -> list[ast.Name]:
+    """Where a pmapped function first reads a parameter its callers pass keys split per local device to
+    (`p_step(batch, keys)` with `keys = jax.random.split(key, n_devices)`), handed on to a sampler or a model."""
+    keys = {name for name, value in s.assigned.items() if _splits_per_device(s, value)}
+    params = [a.arg for a in function.args.args]
+    callers = {}  # name of the pmapped step -> the parameters its positional arguments fill
+    for name, value in s.assigned.items():
+        if value in set(s.pmaps()) and s.pmap_target(value) == function.name:
+            bound = value.args[0].args[1:] if value.args and isinstance(value.args[0], ast.Call) else []
+            callers[name] = params[len(bound):]  # after the arguments a partial(f, ...) fixed
+    fed = set()
+    for call in s.calls:
+        if isinstance(call.func, ast.Name) and call.func.id in callers:
+            free = callers[call.func.id]
+            fed |= {free[i] for i, a in enumerate(call.args[:len(free)]) if isinstance(a, ast.Name) and a.id in keys}
+            fed |= {k.arg for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id in keys}
+    return sorted((n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id in fed
+                   and isinstance(n.ctx, ast.Load)), key=lambda n: (n.lineno, n.col_offset))
 
 
 READS = {*_OLD_CALLS, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap

@@ -284,11 +284,8 @@ class Script:
         `@partial(jax.pmap, ...)`, followed to their definitions in the script."""
         defs = {n.name: n for n in ast.walk(self.tree) if isinstance(n, ast.FunctionDef)}
         for call in self.pmaps():
-            target = call.args[0] if call.args and not is_name(self.name(call.func), "functools.partial") else None
-            if isinstance(target, ast.Call) and is_name(self.name(target.func), "functools.partial") and target.args:
-                target = target.args[0]
-            if isinstance(target, ast.Name) and target.id in defs:
-                yield defs[target.id]
+            if self.pmap_target(call) in defs:
+                yield defs[self.pmap_target(call)]
         for node in defs.values():
             for d in node.decorator_list:
                 head = d.func if isinstance(d, ast.Call) else d
@@ -296,6 +293,13 @@ class Script:
                         isinstance(d, ast.Call) and is_name(self.name(head), "functools.partial")
                         and d.args and is_name(self.name(d.args[0]), "jax.pmap")):
                     yield node
+
+    def pmap_target(self, call: ast.Call) -> str | None:
+        """The name of the function a `jax.pmap(f, ...)` or `jax.pmap(partial(f, ...))` call maps."""
+        target = call.args[0] if call.args and not is_name(self.name(call.func), "functools.partial") else None
+        if isinstance(target, ast.Call) and is_name(self.name(target.func), "functools.partial") and target.args:
+            target = target.args[0]
+        return target.id if isinstance(target, ast.Name) else None
 
     def pmapped_names(self) -> set[str]:
         """Names that hold a pmapped function: `f = jax.pmap(g)`, `@jax.pmap def f`, and `f = make()` where
