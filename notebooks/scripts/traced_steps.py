@@ -8,12 +8,14 @@ host names its folder after the same timestamp. Each step is a `jax.profiler.Ste
 ("train", step_num=s); the host's input (numpy rows to a global array) is a `TraceAnnotation`
 ("input"). `--collectives` adds notebook 13's two all-reduces, each run inside a TraceAnnotation
 named after it. `--slow-host H --sleep S` makes host H sleep S seconds in every step before its
-input, a straggler on purpose. `--no-block` drops the per-step `block_until_ready`, as a real loop
-would: the host dispatches the steps and waits only at the end. `--one-dir` makes every host write
-into <trace-dir> itself, the layout to avoid. With `--cache-dir`, each host also reports what JAX's
-compiler logged about `train_step` and the persistent cache: the key, the hash of each part of it,
-and whether it hit, missed or was written. Each host prints one JSON line of its own wall-clock
-timings (and that report).
+input, a straggler on purpose. `--no-block` drops the per-step `block_until_ready`, as a real
+loop would: the host dispatches the steps and waits only at the end. `--one-dir` makes every
+host write into <trace-dir> itself, still with create_perfetto_trace (notebook 15, section 1:
+what that does). `--share-binary-ms` turns on JAX's jax_share_binary_between_hosts (it acts only
+with `--cache-dir`). With `--cache-dir`, each host also reports what JAX's compiler logged about
+`train_step` and the persistent cache: the key, the hash of each part of it, and whether it hit,
+missed or was written. Each host prints one JSON line of its own wall-clock timings (and that
+report).
 """
 import argparse
 import json
@@ -33,6 +35,9 @@ parser.add_argument("--collectives", action="store_true",
 parser.add_argument("--cache-dir", default="", help="a persistent compilation cache; none if empty")
 parser.add_argument("--no-block", action="store_true", help="no block_until_ready in the loop, only after it")
 parser.add_argument("--one-dir", action="store_true", help="every host writes into <trace-dir> itself")
+parser.add_argument("--share-binary-ms", type=int, default=0,
+                    help="with --cache-dir: process 0 compiles and shares each program it misses in the cache "
+                         "(jax_share_binary_between_hosts); the others wait for it at most this long")
 args = parser.parse_args()
 
 
@@ -79,6 +84,9 @@ if args.cache_dir:
     for name in ("jax._src.cache_key", "jax._src.compiler"):  # JAX's own loggers, at DEBUG
         logging.getLogger(name).setLevel(logging.DEBUG)
         logging.getLogger(name).addHandler(cache_log)
+if args.share_binary_ms:
+    jax.config.update("jax_share_binary_between_hosts", True)
+    jax.config.update("jax_share_binary_between_hosts_timeout_ms", args.share_binary_ms)
 
 host, num_hosts = jax.process_index(), jax.process_count()
 mesh = jax.make_mesh((num_hosts, jax.local_device_count()), ("host", "device"))
