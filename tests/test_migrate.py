@@ -54,12 +54,18 @@ CASES = {
         ("import jax\nbatch_size = 32 * jax.local_device_count()\n", 2,
          "import jax\nprint(jax.local_device_count(), 'devices')\n"),
         ("import jax\nx = x.reshape(jax.local_device_count(), -1, 4)\n", 2, "import jax\nx = x.reshape(-1, 4)\n"),
+        ("import jax\nn = jax.local_device_count()\nstep = jax.pmap(f)\nds = load(split, batch_dims=[n, 32])\n", 4,
+         "import jax\nn = jax.local_device_count()\nstep = jax.pmap(f)\nds = load(split, batch_dims=[32])\n"),
     ],
     "jax-utils-replicate": [
         ("from flax import jax_utils\nstate = jax_utils.replicate(state)\n", 2,
          "def replicate(t):\n    return t\nstate = replicate(state)\n"),
         ("from flax.jax_utils import unreplicate\nparams = unreplicate(state.params)\n", 2,
          "params = state.params\n"),
+        ("import jax\nimport jax.numpy as jnp\nn = jax.local_device_count()\ninit = jax.pmap(make)\n"
+         "keys = jnp.broadcast_to(key, (n,) + key.shape)\n", 5,
+         "import jax\nimport jax.numpy as jnp\ninit = jax.pmap(make)\n"
+         "keys = jnp.broadcast_to(key, (1,) + key.shape)\n"),
     ],
     "device-only-spec": [
         (MESH + "x = jax.make_array_from_process_local_data(NamedSharding(mesh, P('device')), rows)\n", 4,
@@ -170,6 +176,12 @@ CASES = {
          "import jax\nstep = jax.pmap(f, axis_name='b')\ndef loader(rng, data, bs):\n"
          "    perm = jax.random.permutation(rng, len(data))\n    me = jax.process_index()\n"
          "    return data[perm[me * bs:(me + 1) * bs]]\n"),
+        ("import jax\nstep = jax.pmap(f, axis_name='b')\ndef main(rng, data):\n"  # the index only guards a log line
+         "    order = jax.random.permutation(rng, len(data))\n"
+         "    if jax.process_index() == 0:\n        print(order)\n", 4,
+         "import jax\nstep = jax.pmap(f, axis_name='b')\ndef main(rng, data):\n"
+         "    order = jax.random.permutation(rng, len(data))\n"
+         "    return order[jax.process_index()::jax.process_count()]\n"),
         ("import jax\nimport numpy as np\nn = jax.local_device_count()\nrng = np.random.default_rng(0)\n"
          "order = rng.permutation(1000)\n", 5,
          "import numpy as np\nrng = np.random.default_rng(0)\norder = rng.permutation(1000)\n"),
@@ -181,6 +193,9 @@ CASES = {
         ("import jax\nfrom flax.training.common_utils import shard\nbs = jax.device_count() * per_device\n"
          "batch = shard(batch)\n", 3,
          "import jax\nbs = jax.device_count() * per_device\n"),
+        ("import jax\nstep = jax.pmap(f)\ntotal = per_device * jax.device_count()\nloader = Loader(ds, total)\n", 3,
+         "import jax\nstep = jax.pmap(f)\ntotal = per_device * jax.device_count()\n"  # the global batch, for arithmetic
+         "steps = n_examples // total\nlr = base_lr * total / 256\n"),
         ("import jax\nstep = jax.pmap(f)\nif bs % jax.device_count():\n    raise ValueError(bs)\n"
          "ds = make_dataset(path, batch_size=bs)\n", 5,
          "import jax\nstep = jax.pmap(f)\nif bs % jax.device_count():\n    raise ValueError(bs)\n"

@@ -24,7 +24,17 @@ def _pmap_era(s: Script) -> bool:
 
 
 def _reads_host_number(s: Script, scope: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) and is_name(s.name(n.func), *_HOST_NUMBERS) for n in ast.walk(scope))
+    """The scope uses a process index or count as data (a slice, an offset, a shard number), not only in a
+    comparison such as `if jax.process_index() == 0:` around logging."""
+    def compared(node: ast.AST) -> bool:
+        while node in s.parent and node is not scope:
+            node = s.parent[node]
+            if isinstance(node, ast.Compare):
+                return True
+        return False
+
+    return any(isinstance(n, ast.Call) and is_name(s.name(n.func), *_HOST_NUMBERS) and not compared(n)
+               for n in ast.walk(scope))
 
 
 def shared_shuffle(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -43,11 +53,22 @@ def shared_shuffle(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "part of each global batch: rows [process_index() * per_host, ...) of it")
 
 
+def _only_counted_with(s: Script, product: ast.BinOp) -> bool:
+    """`total = per_device * jax.device_count()` that the script only does arithmetic with (steps per epoch, a
+    learning rate): the global batch used as such, not a size handed to a loader."""
+    holder = s.parent.get(product)
+    if not (isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name)):
+        return False
+    name = holder.targets[0].id
+    uses = [n for n in ast.walk(s.tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+    return bool(uses) and all(isinstance(s.parent.get(n), ast.BinOp) for n in uses)
+
+
 def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     if not _pmap_era(s) or any(is_name(s.name(c.func), "jax.process_count") for c in s.calls):
         return  # a script that divides by the process count splits the global batch itself
     for node in ast.walk(s.tree):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and not _only_counted_with(s, node):
             for side in (node.left, node.right):
                 if isinstance(side, ast.Call) and is_name(s.name(side.func), "jax.device_count"):
                     yield (side, "global-batch-per-host",

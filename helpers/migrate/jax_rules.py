@@ -171,8 +171,9 @@ def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    and node.func.attr == "reshape") or (
             isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.FloorDiv, ast.Div)))
         caller = s.parent.get(node)
-        caller = s.parent.get(caller) if isinstance(caller, ast.keyword) else caller
-        shape = (pmap_era and isinstance(node, ast.Tuple) and node.elts and isinstance(caller, ast.Call)
+        joined = isinstance(caller, ast.BinOp) and isinstance(caller.op, ast.Add) and caller.left is node
+        caller = s.parent.get(caller) if isinstance(caller, ast.keyword) or joined else caller
+        shape = (pmap_era and isinstance(node, (ast.Tuple, ast.List)) and node.elts and isinstance(caller, ast.Call)
                  and s.name(caller.func) not in MESH_MAKERS)  # jnp.ones((n_local, ...)) for pmap: a stack
         if not (shaping or shape):
             continue
@@ -188,7 +189,11 @@ def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                            "number of rows each step, and a short last batch on one host is a different shape there",
                            "pad the GLOBAL batch to a multiple of jax.device_count() with a mask of real rows (every "
                            "host the same row count), make it global, and weigh each row by the mask")
-                elif isinstance(node, (ast.Call, ast.Tuple)):
+                elif shape and is_name(s.name(caller.func), "broadcast_to"):
+                    yield (caller, "jax-utils-replicate",
+                           f"{code_of(caller)} stacks a copy per local device by hand (pmap's replicate)",
+                           "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
+                elif isinstance(node, (ast.Call, ast.Tuple, ast.List)):
                     yield (inner, "local-batch",
                            "a leading axis of jax.local_device_count() (reshape or shape) stacks this host's rows one "
                            "slice per local device, the leading axis pmap strips",
