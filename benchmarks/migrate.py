@@ -152,9 +152,16 @@ def render(results) -> str:
 
 def _tally(scored: list[dict]) -> str:
     labelled, found = sum(r["labelled"] for r in scored), sum(r["found"] for r in scored)
+    extra = sum(len(r["extra"]) for r in scored)
     return (f"{found} of {labelled} labelled lines found ({found / labelled:.0%}), "
             f"{sum(len(r['wrong']) for r in scored)} with wrong advice, "
-            f"{sum(len(r['extra']) for r in scored)} findings on lines not labelled so")
+            f"{extra} finding{'' if extra == 1 else 's'} on lines not labelled so")
+
+
+def _unseen(rows: list[dict], before: list[str]) -> list[dict]:
+    """Each script noted `fresh at REV` (labelled after REV's rules were written), scored by REV's tool: the
+    score on code the rules had not seen."""
+    return [r["before"][before.index(rev)] for r in rows for rev in before if f"fresh at {rev}" in r["source"]]
 
 
 def render_heldout(heldout: dict | None) -> str:
@@ -174,6 +181,9 @@ def render_heldout(heldout: dict | None) -> str:
                        both(r, "wrong", lambda v: str(len(v)))] for r in rows], align="llrrrrr")
     tallies = [(f"the tool of `{revision}`", [r["before"][i] for r in rows]) for i, revision in enumerate(before)]
     total = "; ".join(f"{who}: {_tally(scored)}" for who, scored in [*tallies, ("now", rows)])
+    if unseen := _unseen(rows, before):
+        total += (f". The {len(unseen)} scripts marked fresh, each scored by the tool of the revision it was "
+                  f"labelled after, before any rule it led to: {_tally(unseen)}")
     missed = [f"`{r['script']}` line {line} ({k})" for r in rows for line, k in r["missed"]]
     extra = [f"`{r['script']}` line {line} ({k})" for r in rows for line, k in r["extra"]]
     return ("**Held-out published scripts** (the folder `HELDOUT` names, outside the repository: published code "

@@ -537,3 +537,6 @@ def test_a_held_out_folder_is_scored_without_ports_and_its_absence_is_said(tmp_p
         "someone/repo train.py @ abc123", 2, 1, [(3, "pmap-collective:rename")])
     assert "| `train.py` | someone/repo train.py @ abc123 | 2 | 1 | 50% | 50% | 1 |" in corpus.render_heldout(heldout)
     assert "not measured in this run" in corpus.render_heldout(None)
+    fresh = {"source": "a/b x.py @ 1 (fresh at r2: labelled after its rules were written)",
+             "before": [{"found": 1}, {"found": 2}]}
+    assert corpus._unseen([fresh, row | {"before": [{}, {}]}], ["r1", "r2"]) == [{"found": 2}]  # r2's score
