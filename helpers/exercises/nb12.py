@@ -192,9 +192,9 @@ register(ValueExercise(
     right=lambda: (("waiting", READ_LINE), ("computing", LOOP_LINE)),
     wrong={
         (("waiting", CALL_LINE), ("computing", LOOP_LINE)):
-            f"host 0 did not wait in line {CALL_LINE}: JAX dispatches a jitted call asynchronously, so "
-            f"global_mean(x) returned at once. Its dump puts it in line {READ_LINE}, where float(m) asks for "
-            "the value (`__float__`, then `_value`: waiting for the devices)",
+            f"host 0 did not wait in line {CALL_LINE}: with 2 devices per host JAX dispatches a jitted call "
+            "asynchronously, so global_mean(x) returned at once. Its dump puts it in the line where float(m) "
+            "asks for the value (`__float__`, then `_value`: waiting for the devices)",
         (("computing", READ_LINE), ("computing", LOOP_LINE)):
             "host 0 was idle: its CPU did almost nothing, and `_value` on top of its dump waits for the "
             "devices. It is waiting, for host 1 in the all-reduce",
@@ -209,10 +209,14 @@ register(ValueExercise(
                   say=lambda a: f"line {max(line for _, line in a)} is not a line of the script (it has "
                                 f"{SCRIPT_LINES}): that number is from JAX's own source. Give the innermost "
                                 "line of the script, under JAX's frames"),
+        ValueRule(lambda a: a[0][0] == "computing" and a[1][0] == "waiting",
+                  example=(("computing", READ_LINE), ("waiting", LOOP_LINE)),
+                  say="the states are swapped: an idle host is waiting, a busy one is computing"),
         ValueRule(lambda a: a[0][1] != READ_LINE, example=(("waiting", 12), ("computing", LOOP_LINE)),
-                  say=_host_says(0, f"its dump ends in script line {READ_LINE}; that is where it is")),
+                  say=_host_says(0, "host 0's dump does not end in that line; its last frame is the innermost "
+                                    "line of the script, under JAX's frames")),
         ValueRule(lambda a: a[1][1] != LOOP_LINE, example=(("waiting", READ_LINE), ("computing", READ_LINE)),
-                  say=_host_says(1, f"its dump shows script line {LOOP_LINE}, the loop it runs")),
+                  say=_host_says(1, "host 1's dump has one frame only, and it is not that line")),
     ),
     otherwise="read each host's activity and the top of its dump again",
     hints=(

@@ -101,6 +101,7 @@ def port(mesh):
     return train_step
 '''
 _ROWS_ON_DEVICE = _port(rows="P('device')")
+_FOLD_IN = _port(keys="jax.random.fold_in(keys[0], jax.lax.axis_index(DATA))")
 _WHOLE_BLOCK = _port(keys="keys")
 
 
@@ -122,6 +123,9 @@ register(ProcessExercise(
         _ONE_KEY: "every device drew the same dropout mask: you passed one key to all of them. pmap gave each "
                   "local device its own key (shard_prng_key's row d); pass this host's keys as its part of a "
                   "global array, P(DATA), and take the block's key[0] in the body",
+        _FOLD_IN: "fold_in(key, axis_index(DATA)) gives every device of every host a key of its own: right for a "
+                  "new run, as the tool advises, but other masks than the pmap script's, so other losses from the "
+                  "first step. Port with shard_prng_key's keys first (row d for device d), then switch",
         _ROWS_ON_DEVICE: "P('device') names one mesh axis, so it says every host holds the same rows: JAX takes "
                          "each host's batch as its copy of one replicated array, and the hosts' different rows "
                          "give different losses. Each host holds its own rows: P(DATA)",

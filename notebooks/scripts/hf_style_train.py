@@ -2,7 +2,7 @@
 
 Each host reads its rows of the global batch; `shard` stacks them one slice per local device,
 `shard_prng_key` gives each local device a dropout key, `jax.pmap` is applied by call with its
-axis name and donation, and `get_metrics` collects host 0's copy of every step's metrics:
+axis name and donation, and `get_metrics` keeps each host's first device's copy of the metrics:
 
     python -m helpers.launch --hosts 2 --devices-per-host 2 notebooks/scripts/hf_style_train.py
 """
