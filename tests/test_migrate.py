@@ -23,6 +23,8 @@ MESH = "import jax\nfrom jax.sharding import NamedSharding, PartitionSpec as P\n
 CASES = {
     "pmap": [
         ("import jax\nstep = jax.pmap(f, axis_name='i')\n", 2, "import jax\nstep = jax.jit(f)\n"),
+        ("from jax import pmap\n@pmap\ndef step(x):\n    return x\n", 2,  # a bare decorator
+         "import jax\n@jax.jit\ndef step(x):\n    return x\n"),
         ("from functools import partial\nimport jax\n@partial(jax.pmap, axis_name='b', in_axes=(0, None))\n"
          "def step(p, x):\n    return p\n", 3, "from functools import partial\nimport jax\n"
          "@partial(jax.jit, static_argnums=1)\ndef step(p, x):\n    return p\n"),
@@ -54,6 +56,9 @@ CASES = {
         ("import jax\nbatch_size = 32 * jax.local_device_count()\n", 2,
          "import jax\nprint(jax.local_device_count(), 'devices')\n"),
         ("import jax\nx = x.reshape(jax.local_device_count(), -1, 4)\n", 2, "import jax\nx = x.reshape(-1, 4)\n"),
+        ("import jax\nn = jax.device_count()\nstep = jax.pmap(f)\nprefix = (n, 16)\n"
+         "x = x.reshape(prefix + x.shape[1:])\n", 5,
+         "import jax\nn = jax.device_count()\nx = x.reshape((n, 16) + x.shape[1:])\n"),  # a reshape for pmap, by names
         ("import jax\nn = jax.local_device_count()\nstep = jax.pmap(f)\nds = load(split, batch_dims=[n, 32])\n", 4,
          "import jax\nn = jax.local_device_count()\nstep = jax.pmap(f)\nds = load(split, batch_dims=[32])\n"),
     ],
@@ -169,6 +174,7 @@ CASES = {
     "host-count": [
         ("import jax\nn = jax.host_count()\n", 2, "import jax\nn = jax.process_count()\n"),
         ("import jax\nif jax.host_id() == 0:\n    print('hi')\n", 2, "import jax\nif jax.process_index() == 0:\n    print('hi')\n"),
+        ("from jax.lib import xla_bridge\nn = xla_bridge.device_count()\n", 2, "import jax\nn = jax.device_count()\n"),
     ],
     "shared-shuffle": [
         ("import jax\nstep = jax.pmap(f, axis_name='b')\ndef loader(rng, data, bs):\n"
@@ -196,6 +202,10 @@ CASES = {
         ("import jax\nstep = jax.pmap(f)\ntotal = per_device * jax.device_count()\nloader = Loader(ds, total)\n", 3,
          "import jax\nstep = jax.pmap(f)\ntotal = per_device * jax.device_count()\n"  # the global batch, for arithmetic
          "steps = n_examples // total\nlr = base_lr * total / 256\n"),
+        ("import jax.experimental.maps\nimport jax\nsize = jax.device_count()\n"
+         "ds = Loader(batch=(steps, per_replica * size))\n", 4,
+         "import jax.experimental.maps\nimport jax\nsize = jax.device_count()\n"
+         "seen = steps * (per_replica * size // mp)\ntokens = seen * seq\n"),  # xmap era; arithmetic only
         ("import jax\nstep = jax.pmap(f)\nif bs % jax.device_count():\n    raise ValueError(bs)\n"
          "ds = make_dataset(path, batch_size=bs)\n", 5,
          "import jax\nstep = jax.pmap(f)\nif bs % jax.device_count():\n    raise ValueError(bs)\n"
@@ -472,6 +482,17 @@ def test_gradients_handed_back_by_a_helper_given_a_gradient_transform_are_gradie
               "p = jax.pmap(step, 'b')\n")
     assert "N times too large" in _said(source, 4)[0]
     assert "names pmap's axis" in _said(source, 5)[0]
+
+
+def test_a_comprehension_over_gradients_yields_gradients():
+    """`[(psum(dw, 'b'), psum(db, 'b')) for dw, db in grads]`: each layer's gradient, so each psum is the trap."""
+    source = ("import jax\nfrom functools import partial\nfrom jax import lax\n"
+              "@partial(jax.pmap, axis_name='b')\ndef step(params, batch):\n"
+              "    grads = jax.grad(loss)(params, batch)\n"
+              "    grads = [(lax.psum(dw, 'b'), lax.psum(db, 'b')) for dw, db in grads]\n"
+              "    sizes = [lax.psum(n, 'b') for n in counts]\n    return grads, sizes\n")
+    assert len(_said(source, 7)) == 2 and all("N times too large" in said for said in _said(source, 7))
+    assert "names pmap's axis" in _said(source, 8)[0]
 
 
 def test_a_notebook_cell_uses_the_imports_of_the_cells_before_it(tmp_path):

@@ -18,9 +18,11 @@ _HOST_NUMBERS = ("jax.process_index", "jax.process_count", "jax.host_id", "jax.h
 
 
 def _pmap_era(s: Script) -> bool:
-    """The script feeds pmap: it calls pmap, or stacks batches per local device."""
+    """The script feeds pmap or an older parallel API (xmap's jax.experimental.maps, old pjit, which took each
+    host's batch as its part): it calls one, or stacks batches per local device."""
     return any(True for _ in s.pmaps()) or any(
-        is_name(s.name(c.func), "flax.training.common_utils.shard", "jax.local_device_count") for c in s.calls)
+        is_name(s.name(c.func), "flax.training.common_utils.shard", "jax.local_device_count") for c in s.calls) or any(
+        name.startswith(("jax.experimental.maps", "jax.experimental.pjit")) for _, name, _ in s.used_names())
 
 
 def _reads_host_number(s: Script, scope: ast.AST) -> bool:
@@ -57,6 +59,8 @@ def _only_counted_with(s: Script, product: ast.BinOp) -> bool:
     """`total = per_device * jax.device_count()` that the script only does arithmetic with (steps per epoch, a
     learning rate): the global batch used as such, not a size handed to a loader."""
     holder = s.parent.get(product)
+    while isinstance(holder, ast.BinOp):  # `steps * (per_replica * devices // mp)`
+        holder = s.parent.get(holder)
     if not (isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name)):
         return False
     name = holder.targets[0].id
@@ -70,7 +74,8 @@ def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for node in ast.walk(s.tree):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and not _only_counted_with(s, node):
             for side in (node.left, node.right):
-                if isinstance(side, ast.Call) and is_name(s.name(side.func), "jax.device_count"):
+                count = s.value(side)  # `tpu_size = jax.device_count()` counts every device too
+                if isinstance(count, ast.Call) and is_name(s.name(count.func), "jax.device_count"):
                     yield (side, "global-batch-per-host",
                            f"{code_of(node)} is the global batch (jax.device_count() counts every host's "
                            "devices), and a per-host loader that reads this many rows reads the whole "

@@ -177,10 +177,9 @@ def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                  and s.name(caller.func) not in MESH_MAKERS)  # jnp.ones((n_local, ...)) for pmap: a stack
         if not (shaping or shape):
             continue
+        stacks = shape or (pmap_era and isinstance(node, ast.Call))  # a shape or a reshape for pmap
         for inner in (node.elts[0],) if shape else ast.walk(node):
-            counted = s.value(inner) if isinstance(inner, ast.Name) else inner
-            if (isinstance(counted, ast.Call) and is_name(s.name(counted.func), "jax.local_device_count")
-                    and inner.lineno not in seen):
+            if _counts_devices(s, inner, local_only=not stacks) and inner.lineno not in seen:
                 seen.add(inner.lineno)
                 if _rounds_up_to_a_multiple(s, node):
                     yield (inner, "flax-pad-shard-unpad",
@@ -206,6 +205,21 @@ def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                            "the batch a step trains on is process_count() times this number",
                            "choose the GLOBAL batch size; each host loads global_batch // "
                            "jax.process_count() rows of it")
+
+
+def _counts_devices(s: Script, node: ast.AST, *, local_only: bool) -> bool:
+    """`jax.local_device_count()`, through the names and shape tuples that hold it (`prefix = (n, b)`); with
+    `local_only` False also a count of every device (`jax.device_count()`, `xla_bridge.device_count()`), which a
+    shape built for pmap meant as this host's."""
+    for _ in range(4):  # names and tuples: `shape_prefix` -> `(num_devices, b)` -> `num_devices` -> the call
+        if isinstance(node, ast.Name):
+            node = s.value(node)
+        elif isinstance(node, (ast.Tuple, ast.List)) and node.elts:
+            node = node.elts[0]
+    if not isinstance(node, ast.Call):
+        return False
+    name = s.name(node.func)
+    return is_name(name, "jax.local_device_count") or (not local_only and is_name(name, "device_count"))
 
 
 def _rounds_up_to_a_multiple(s: Script, node: ast.AST) -> bool:

@@ -1,5 +1,6 @@
 """The rules for JAX's older parallel APIs: xmap and `jax.experimental.maps`, pjit with
-`in_axis_resources`, `jax.experimental.PartitionSpec`, `jax.host_count` and `jax.host_id`.
+`in_axis_resources`, `jax.experimental.PartitionSpec`, `jax.host_count` and `jax.host_id`, and the device and
+host counts of `jax.lib.xla_bridge`.
 
 Each says since which jax it is gone (from JAX's changelog) and what replaces it.
 """
@@ -25,6 +26,11 @@ _MOVED = {  # removed in jax 0.4.11 (deprecated in 0.4.1)
 }
 _RENAMED = {"jax.host_count": "jax.process_count()", "jax.host_id": "jax.process_index()",
             "jax.host_ids": "range(jax.process_count())"}
+_XLA_BRIDGE = {  # jax.lib.xla_bridge: not in jax 0.12 (ImportError, on the pinned version)
+    "device_count": "jax.device_count() (every host's devices; pmap mapped jax.local_device_count(), this host's)",
+    "local_device_count": "jax.local_device_count()", "process_index": "jax.process_index()",
+    "host_id": "jax.process_index()", "process_count": "jax.process_count()", "host_count": "jax.process_count()",
+    "devices": "jax.devices()", "local_devices": "jax.local_devices()"}
 
 
 def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -32,6 +38,9 @@ def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if name in _MOVED and imported:  # each use would repeat it: the import is what changes
             yield (node, "experimental-sharding-names",
                    f"{name} was removed in jax 0.4.11 (ImportError or AttributeError)", _MOVED[name])
+        elif name.startswith("jax.lib.xla_bridge.") and name.rsplit(".", 1)[-1] in _XLA_BRIDGE and not imported:
+            yield (node, "host-count",
+                   f"{name}: jax.lib.xla_bridge is not in jax 0.12 (ImportError)", _XLA_BRIDGE[name.rsplit(".", 1)[-1]])
         elif name in _RENAMED:
             yield (node, "host-count",
                    f"{name} is the old name of {_RENAMED[name].split('(')[0]}; jax 0.12 still has it and "

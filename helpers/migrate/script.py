@@ -119,6 +119,9 @@ class Script:
         self.calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
         self.assigned = dict(_assignments(tree))
         self.parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        self._bare_pmaps = [ast.copy_location(ast.Call(func=d, args=[], keywords=[]), d)
+                            for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for d in f.decorator_list
+                            if isinstance(d, (ast.Name, ast.Attribute)) and is_name(self.name(d), "jax.pmap")]
         self.pmap_axes = {axis for call in [*self.pmaps(), *self.nnx_pmaps()]
                           for axis in self.axis_names(pmap_axis(call))}
         self.mesh_axes = self._mesh_axes()
@@ -174,12 +177,16 @@ class Script:
 
     def is_gradient(self, expr: ast.AST, known: set[str] | None = None) -> bool:
         """Whether an expression holds gradients, judged by where it comes from, never by its name:
-        a gradient name, a collective or tree map of one, or the parameter of a lambda that a tree
-        map applies to gradients (`jax.tree.map(lambda g: pmean(g, 'batch'), grads)`)."""
+        a gradient name, a collective or tree map of one, the parameter of a lambda that a tree
+        map applies to gradients (`jax.tree.map(lambda g: pmean(g, 'batch'), grads)`), or the target of a
+        comprehension over gradients (`[(psum(dw, 'batch'), psum(db, 'batch')) for dw, db in grads]`)."""
         known = self.gradients if known is None else known
         if isinstance(expr, ast.Name):
             if expr.id in known:
                 return True
+            loop = self._comprehension_binding(expr)
+            if loop is not None:
+                return self.is_gradient(loop.iter, known)
             lam = self._lambda_binding(expr)
             mapped = self.parent.get(lam)
             return isinstance(mapped, ast.Call) and self.is_tree_map(mapped) and \
@@ -195,6 +202,18 @@ class Script:
     def is_tree_map(self, call: ast.Call) -> bool:
         return is_name(self.name(call.func), "jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map")
 
+    def _comprehension_binding(self, name: ast.Name) -> ast.comprehension | None:
+        """The `for ... in ...` of a comprehension whose target binds this name, if any."""
+        node = self.parent.get(name)
+        while node is not None and not isinstance(node, ast.stmt):
+            if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+                for loop in node.generators:
+                    if any(isinstance(t, ast.Name) and t.id == name.id for t in ast.walk(loop.target)) \
+                            and not any(n is name for n in ast.walk(loop.iter)):
+                        return loop
+            node = self.parent.get(node)
+        return None
+
     def _lambda_binding(self, name: ast.Name) -> ast.Lambda | None:
         """The lambda whose parameter this name is, if any."""
         node = self.parent.get(name)
@@ -205,13 +224,15 @@ class Script:
         return None
 
     def pmaps(self) -> Iterator[ast.Call]:
-        """Every jax.pmap(...) call, and partial(jax.pmap, ...) (its keywords are pmap's)."""
+        """Every jax.pmap(...) call, partial(jax.pmap, ...) (its keywords are pmap's), and a bare `@jax.pmap`
+        decorator, as a call without arguments at its place."""
         for call in self.calls:
             name = self.name(call.func)
             if is_name(name, "jax.pmap"):
                 yield call
             elif is_name(name, "functools.partial") and call.args and is_name(self.name(call.args[0]), "jax.pmap"):
                 yield call
+        yield from self._bare_pmaps
 
     def calls_in(self, table: dict[str, tuple[str, str, str]]) -> Iterator[tuple[ast.AST, str, str, str]]:
         """(call, rule, does, instead) for each call of a name in `table` (name -> (rule, does, instead))."""
