@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -89,11 +90,14 @@ def heldout_scripts(folder: Path) -> list[Path]:
 
 
 def source(script: Path) -> str:
-    """Where a held-out script was published: the first line of its labels, `# REPO PATH @ COMMIT`, and its
-    `# note: ...` line if it has one."""
-    lines = [line.lstrip("# ").strip() for line in script.with_suffix(".labels").read_text().splitlines()]
-    note = next((line[len("note: "):] for line in lines if line.startswith("note: ")), "")
-    return lines[0] + (f" ({note})" if note else "")
+    """Where a held-out script was published: the first line of its labels, `# REPO PATH @ COMMIT`."""
+    return script.with_suffix(".labels").read_text().splitlines()[0].lstrip("# ").strip()
+
+
+def fresh_at(script: Path) -> str | None:
+    """The revision whose rules were written before this script was labelled (`# note: fresh at REV: ...`)."""
+    found = re.search(r"^# note: fresh at (\w+)", script.with_suffix(".labels").read_text(), re.MULTILINE)
+    return found.group(1) if found else None
 
 
 def findings_at(revision: str, scripts: list[Path]) -> list[set[tuple[int, str]]]:
@@ -113,7 +117,7 @@ def findings_at(revision: str, scripts: list[Path]) -> list[set[tuple[int, str]]
 def score_heldout(folder: Path, before: tuple[str, ...] = ()) -> dict:
     """Each held-out script scored by the tool now, and by the tool at each revision of `before`."""
     scripts = heldout_scripts(folder)
-    rows = [_score(s, _found(s)) | {"source": source(s), "before": []} for s in scripts]
+    rows = [_score(s, _found(s)) | {"source": source(s), "fresh_at": fresh_at(s), "before": []} for s in scripts]
     for revision in before:
         for row, script, got in zip(rows, scripts, findings_at(revision, scripts)):
             row["before"].append(_score(script, got))
@@ -158,10 +162,9 @@ def _tally(scored: list[dict]) -> str:
             f"{extra} finding{'' if extra == 1 else 's'} on lines not labelled so")
 
 
-def _unseen(rows: list[dict], before: list[str]) -> list[dict]:
-    """Each script noted `fresh at REV` (labelled after REV's rules were written), scored by REV's tool: the
-    score on code the rules had not seen."""
-    return [r["before"][before.index(rev)] for r in rows for rev in before if f"fresh at {rev}" in r["source"]]
+def _unseen(row: dict, before: list[str]) -> dict | None:
+    """A script's score by the tool of the revision it is fresh at: on code that tool's rules had not seen."""
+    return row["before"][before.index(row["fresh_at"])] if row.get("fresh_at") in before else None
 
 
 def render_heldout(heldout: dict | None) -> str:
@@ -173,23 +176,30 @@ def render_heldout(heldout: dict | None) -> str:
     before = heldout["before"]
 
     def both(row: dict, key: str, fmt=str) -> str:
-        return " → ".join(fmt(scored[key]) for scored in [*row["before"], row])
+        return " → ".join(fmt(scored[key]) for scored in [*row["before"][:1], row])
 
-    table = md_table(["script", "published as", "labelled", "found", "recall", "precision", "wrong advice"],
+    def unseen(row: dict) -> str:
+        scored = _unseen(row, before)
+        return f"{scored['found']} of {scored['labelled']}, {len(scored['wrong'])} wrong (`{row['fresh_at']}`)" \
+            if scored else ""
+
+    table = md_table(["script", "published as", "labelled", "found", "recall", "precision", "wrong advice",
+                      "unseen"],
                      [[f"`{r['script']}`", r["source"], str(r["labelled"]), both(r, "found"),
                        both(r, "recall", lambda v: f"{v:.0%}"), both(r, "precision", lambda v: f"{v:.0%}"),
-                       both(r, "wrong", lambda v: str(len(v)))] for r in rows], align="llrrrrr")
+                       both(r, "wrong", lambda v: str(len(v))), unseen(r)] for r in rows], align="llrrrrrr")
     tallies = [(f"the tool of `{revision}`", [r["before"][i] for r in rows]) for i, revision in enumerate(before)]
     total = "; ".join(f"{who}: {_tally(scored)}" for who, scored in [*tallies, ("now", rows)])
-    if unseen := _unseen(rows, before):
-        total += (f". The {len(unseen)} scripts marked fresh, each scored by the tool of the revision it was "
-                  f"labelled after, before any rule it led to: {_tally(unseen)}")
+    if fresh := [scored for r in rows if (scored := _unseen(r, before))]:
+        total += (f". The {len(fresh)} scripts labelled after a revision's rules were written, each scored by that "
+                  f"revision's tool before any rule it led to (column unseen): {_tally(fresh)}")
     missed = [f"`{r['script']}` line {line} ({k})" for r in rows for line, k in r["missed"]]
     extra = [f"`{r['script']}` line {line} ({k})" for r in rows for line, k in r["extra"]]
     return ("**Held-out published scripts** (the folder `HELDOUT` names, outside the repository: published code "
-            "is never committed; each labelled by hand before the tool was run on it; "
-            + (f"cells: the tool of {', '.join(f'`{r}`' for r in before)} → now" if before else "the tool now")
-            + "):\n\n"
+            "is never committed; each labelled by hand before the tool was run on it"
+            + (f"; cells: the tool of `{before[0]}` → now" if before else "")
+            + "; unseen: the score by the tool of the revision the script was labelled after, before any rule it led "
+            "to; blank for the scripts the first rules were written from):\n\n"
             + table + f"\n\nAll together: {total}. "
             + (f"Still missed: {', '.join(missed)}. " if missed else "Nothing missed. ")
             + (f"Findings on lines not labelled so: {', '.join(extra)}." if extra else ""))

@@ -556,8 +556,10 @@ def test_a_held_out_folder_is_scored_without_ports_and_its_absence_is_said(tmp_p
     (row,) = heldout["scripts"]
     assert (row["source"], row["labelled"], row["found"], row["wrong"]) == (
         "someone/repo train.py @ abc123", 2, 1, [(3, "pmap-collective:rename")])
-    assert "| `train.py` | someone/repo train.py @ abc123 | 2 | 1 | 50% | 50% | 1 |" in corpus.render_heldout(heldout)
+    row_shown = "| `train.py` | someone/repo train.py @ abc123 | 2 | 1 | 50% | 50% | 1 |  |"
+    assert row_shown in corpus.render_heldout(heldout)
     assert "not measured in this run" in corpus.render_heldout(None)
-    fresh = {"source": "a/b x.py @ 1 (fresh at r2: labelled after its rules were written)",
-             "before": [{"found": 1}, {"found": 2}]}
-    assert corpus._unseen([fresh, row | {"before": [{}, {}]}], ["r1", "r2"]) == [{"found": 2}]  # r2's score
+    (tmp_path / "train.labels").write_text("# someone/repo train.py @ abc123\n# note: fresh at r2: labelled later\n")
+    assert corpus.fresh_at(tmp_path / "train.py") == "r2"
+    assert corpus._unseen({"fresh_at": "r2", "before": [{"found": 1}, {"found": 2}]}, ["r1", "r2"]) == {"found": 2}
+    assert corpus._unseen(row, ["r1", "r2"]) is None
