@@ -36,6 +36,9 @@ CASES = {
         ("import jax\ns = jax.pmap(f, axis_name='batch')\ndef f(grads):\n"
          "    return jax.lax.pmean(grads, axis_name='batch')\n", 4,
          "import jax\ndef f(grads):\n    return jax.lax.pmean(grads, 'data')\n"),
+        ("import jax\ns = jax.pmap(f, axis_name='batch')\ndef f(rng):\n"  # pmap's axis handed to a helper
+         "    return bind_to_device(rng, axis_name='batch')\n", 4,
+         "import jax\ns = jax.pmap(f, axis_name='batch')\n"),
     ],
     "device-put-replicated": [
         ("import jax\nparams = jax.device_put_replicated(params, jax.local_devices())\n", 2,
@@ -67,6 +70,8 @@ CASES = {
          "def replicate(t):\n    return t\nstate = replicate(state)\n"),
         ("from flax.jax_utils import unreplicate\nparams = unreplicate(state.params)\n", 2,
          "params = state.params\n"),
+        ("import jax\nfrom flax import jax_utils\nlogs = jax.tree.map(jax_utils.unreplicate, logs)\n", 3,
+         "import jax\nlogs = jax.tree.map(float, logs)\n"),  # handed on uncalled
         ("import jax\nimport jax.numpy as jnp\nn = jax.local_device_count()\ninit = jax.pmap(make)\n"
          "keys = jnp.broadcast_to(key, (n,) + key.shape)\n", 5,
          "import jax\nimport jax.numpy as jnp\ninit = jax.pmap(make)\n"
@@ -154,6 +159,8 @@ CASES = {
          "import orbax.checkpoint as ocp\nm = ocp.CheckpointManager('ckpt')\n"),
         ("from flax.training.checkpoints import restore_checkpoint\nstate = restore_checkpoint('c', state)\n", 2,
          "state = restore('c', state)\n"),
+        ("import flax\nflax.config.update('flax_use_orbax_checkpointing', False)\n", 2,
+         "import flax\nflax.config.update('flax_use_orbax_checkpointing', True)\n"),
     ],
     "xmap": [
         ("from jax.experimental.maps import xmap\nf = xmap(g, in_axes=['batch', ...], out_axes=['batch', ...])\n", 1,
@@ -223,6 +230,11 @@ CASES = {
          "    return x\n"),
         ("import jax\ndef f(rng, x):\n    return x * jax.random.bernoulli(rng, 0.5, x.shape)\n"
          "g = jax.pmap(f, axis_name='b')\n", 3, "import jax\ndef f(rng, x):\n    return x\ng = jax.pmap(f)\n"),
+        ("from flax.training import common_utils\nimport jax\nkeys = common_utils.shard_prng_key(key)\n"
+         "def step(x, rng):\n    return net.apply(x, rngs={'dropout': rng})\np = jax.pmap(step, 'b')\n"
+         "out = p(x, keys)\n", 5,
+         "import jax\ndef step(x, rng):\n    key, rng = jax.random.split(rng)\n"  # bound to each device in a helper
+         "    return bind_to_device(key, axis_name='b')\np = jax.pmap(step, 'b')\n"),
         ("import jax\nkeys = jax.random.split(key, jax.local_device_count())\ndef step(x, rng):\n"
          "    return net.apply(x, rngs={'dropout': rng})\np = jax.pmap(step, 'b')\nout = p(x, keys)\n", 4,
          "import jax\nkeys = jax.random.split(key, 3)\ndef step(x, rng):\n"

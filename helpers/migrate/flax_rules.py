@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from helpers.migrate.script import MESH_AXES, Script, code_of, is_name
+from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, strings
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -73,6 +73,14 @@ def replicate_method(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 def flax_checkpoints(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
         name = s.name(call.func)
+        if is_name(name, "flax.config.update") and len(call.args) > 1 \
+                and strings(call.args[0]) == ("flax_use_orbax_checkpointing",) \
+                and isinstance(call.args[1], ast.Constant) and call.args[1].value is False:
+            yield (call, "flax-checkpoints",
+                   f"{code_of(call)} keeps flax.training.checkpoints on its legacy path, written for one host's copy "
+                   "of the state",
+                   "an orbax.checkpoint.CheckpointManager, called on every host: each writes its own shards of the "
+                   "global arrays, and a restore takes the target shardings")
         if is_name(name, "flax.training.checkpoints.save_checkpoint", "flax.training.checkpoints.save_checkpoint_multiprocess",
                    "flax.training.checkpoints.restore_checkpoint"):
             yield (call, "flax-checkpoints",

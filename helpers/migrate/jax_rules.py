@@ -64,6 +64,7 @@ def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 
 def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    pmaps = {*s.pmaps(), *s.nnx_pmaps()}
     for call in s.calls:
         name = s.name(call.func)
         op = name.rsplit(".", 1)[-1]
@@ -75,6 +76,14 @@ def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "already summed over the devices, so a renamed axis here makes it N times too large",
                    f"no axis_name: take the gradient of jax.lax.pmean(loss, {MESH_AXES}) (with a dynamic "
                    "scale, keep its finiteness check global yourself)")
+            continue
+        if set(s.axis_names(axis)) & s.pmap_axes and not (op in _COLLECTIVES and is_name(name, f"jax.lax.{op}")) \
+                and call not in pmaps and not s.in_pmap_over_hosts(call):
+            yield (axis, "pmap-collective",
+                   f"{code_of(call.func)}(..., axis_name={code_of(axis)}) hands pmap's axis name to code that runs "
+                   "collectives over it (a key bound to each device, statistics synced), and shard_map has no such "
+                   "axis",
+                   f"axis_name={MESH_AXES}: the mesh axes reach every device of every host")
             continue
         if op not in _COLLECTIVES or not is_name(name, f"jax.lax.{op}") or s.in_pmap_over_hosts(call):
             continue
@@ -123,7 +132,12 @@ _OLD_CALLS = {
 
 
 def _old_calls(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    return s.calls_in(_OLD_CALLS)
+    """The calls of `_OLD_CALLS`, and those functions handed on uncalled (`jax.tree.map(jax_utils.unreplicate, m)`)."""
+    yield from s.calls_in(_OLD_CALLS)
+    for call in s.calls:
+        for arg in call.args:
+            name = s.name(arg) if isinstance(arg, (ast.Name, ast.Attribute)) else ""
+            yield from ((arg, *said) for old, said in _OLD_CALLS.items() if is_name(name, old))
 
 
 def experimental_shard_map(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -383,7 +397,7 @@ def _draws_from_a_passed_key(s: Script, call: ast.Call) -> bool:
 def _pmap_body_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for function in set(s.pmapped_functions()):
         calls = [n for n in ast.walk(function) if isinstance(n, ast.Call)]
-        if any(is_name(s.name(c.func), "jax.lax.axis_index") for c in calls):
+        if any(is_name(s.name(c.func), "jax.lax.axis_index") for c in calls) or _binds_keys_in_a_helper(s, function):
             continue
         draws = sorted((c for c in calls if _draws_from_a_passed_key(s, c)), key=lambda c: c.lineno)
         uses = draws or _uses_of_per_device_keys(s, function)
@@ -396,10 +410,21 @@ def _pmap_body_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"jax.lax.axis_index({MESH_AXES}))")
 
 
+def _binds_keys_in_a_helper(s: Script, function: ast.FunctionDef) -> bool:
+    """A key drawn in the function is handed with pmap's axis name to a helper that binds it to each device
+    (`bind_rng_to_host_device(rng, axis_name='batch')`: a fold_in of axis_index inside)."""
+    keys = {n.id for node in ast.walk(function) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+            and s.name(node.value.func).startswith("jax.random.")
+            for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return any(isinstance(c, ast.Call) and set(s.axis_names(keyword(c, "axis_name"))) & s.pmap_axes
+               and any(isinstance(a, ast.Name) and a.id in keys for a in c.args) for c in ast.walk(function))
+
+
 def _uses_of_per_device_keys(s: Script, function: ast.FunctionDef) -> list[ast.Name]:
     """Where a pmapped function first reads a parameter its callers pass keys split per local device to
     (`p_step(batch, keys)` with `keys = jax.random.split(key, n_devices)`), handed on to a sampler or a model."""
-    keys = {name for name, value in s.assigned.items() if _splits_per_device(s, value)}
+    keys = {name for name, value in s.assigned.items() if _splits_per_device(s, value) or (
+        isinstance(value, ast.Call) and is_name(s.name(value.func), "flax.training.common_utils.shard_prng_key"))}
     params = [a.arg for a in function.args.args]
     callers = {}  # name of the pmapped step -> the parameters its positional arguments fill
     for name, value in s.assigned.items():
