@@ -5,10 +5,11 @@ from __future__ import annotations
 import ast
 import dataclasses
 
-from helpers.migrate import data_rules, flax_rules, host_read_rules, jax_rules, nnx_rules, old_api_rules, unread
+from helpers.migrate import (data_rules, flax_rules, host_read_rules, jax_rules, key_rules, nnx_rules, old_api_rules,
+                             unread)
 from helpers.migrate.script import Script
 
-FAMILIES = (jax_rules, flax_rules, nnx_rules, old_api_rules, data_rules, host_read_rules)
+FAMILIES = (jax_rules, key_rules, flax_rules, nnx_rules, old_api_rules, data_rules, host_read_rules)
 # rule -> (notebook, section heading without its number): a test checks them against the notebooks
 LESSONS: dict[str, tuple[str, str]] = {k: v for family in (*FAMILIES, unread) for k, v in family.LESSONS.items()}
 RULES = tuple(rule for family in FAMILIES for rule in family.RULES)

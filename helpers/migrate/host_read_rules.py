@@ -22,7 +22,7 @@ def pmap_over_hosts(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.pmaps_over_hosts():
         yield (call, "pmap-over-hosts",
                f"jax.pmap(..., devices={code_of(keyword(call, 'devices'))}) maps over one device per host to "
-               "combine each host's values: a map across processes, which neither shard_map nor jit spells",
+               "combine each host's values: a pmap across processes, which the port to a mesh drops",
                "jax.experimental.multihost_utils.process_allgather(values) on every host (a leading axis of "
                "process_count()) and a sum over it; or, inside the step, jax.lax.psum over 'host' of a value that "
                "is the same on each host's devices")

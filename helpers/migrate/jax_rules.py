@@ -1,5 +1,6 @@
 """The rules for JAX's own pmap-era patterns: pmap and its collectives, removed calls, host-local
-batches, specs that leave out the host axis, work on process 0 only, per-device keys.
+batches, specs that leave out the host axis, work on process 0 only, pmap's copies taken apart by hand.
+(Per-device keys are key_rules'.)
 
 Each rule reads a `Script` and yields (node, rule name, what the line does on several hosts, what
 to write instead); `LESSONS` names the notebook section that teaches each rule's fix.
@@ -7,7 +8,6 @@ to write instead); `LESSONS` names the notebook section that teaches each rule's
 from __future__ import annotations
 
 import ast
-import re
 from typing import Iterator
 
 from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, is_name, keyword,
@@ -25,8 +25,6 @@ LESSONS: dict[str, tuple[str, str]] = {
     "device-only-spec": ("07", "The question the course started from: `P('device')`"),
     "process-zero-collective": ("12", "A collective on host 0 only"),
     "process-zero-save": ("11", "Orbax: save on 2 x 4, resume on 4 x 2 and 1 x 8"),
-    "per-device-keys": ("06", "Per-device randomness: `fold_in(key, axis_index)`"),
-    "pmap-body-keys": ("06", "Per-device randomness: `fold_in(key, axis_index)`"),
 }
 _COLLECTIVES = {"pmean", "psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute",
                 "psum_scatter", "axis_index"}
@@ -334,26 +332,6 @@ def _is_checkpoint_save(s: Script, call: ast.Call) -> bool:
                                               for w in ("orbax", "checkpoint"))
 
 
-def _splits_per_device(s: Script, call: ast.AST) -> bool:
-    """`jax.random.split(key, jax.local_device_count())` (or a count named for the devices)."""
-    if not (isinstance(call, ast.Call) and is_name(s.name(call.func), "jax.random.split") and len(call.args) > 1):
-        return False
-    count = call.args[1]
-    return any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.local_device_count", "jax.device_count")
-               for n in ast.walk(count)) or bool(re.search(r"dev", code_of(count)))
-
-
-def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    for call in s.calls:
-        if _splits_per_device(s, call):
-            count = call.args[1]
-            yield (call, "per-device-keys",
-                   f"jax.random.split(key, {code_of(count)}) makes one key per local device for "
-                   "pmap; every host splits the same key, so host 1's devices repeat host 0's draws",
-                   "one key, and inside shard_map jax.random.fold_in(key, jax.lax.axis_index("
-                   f"{MESH_AXES})): a different stream on every device of every host")
-
-
 def _first_of(node: ast.AST, names: set[str]) -> bool:
     """`name[0]` for one of `names`."""
     return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in names \
@@ -382,65 +360,6 @@ def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "nothing: a P() array already is the value (read it on any host)")
 
 
-_KEY_MAKERS = ("jax.random.key", "jax.random.PRNGKey", "jax.random.wrap_key_data")
-
-
-def _draws_from_a_passed_key(s: Script, call: ast.Call) -> bool:
-    """A jax.random call on a key the function was given: not a key made on the spot (`jax.random.key(0)`,
-    the same on every device under pmap and after the port), nor a draw from one."""
-    if not s.name(call.func).startswith("jax.random.") or is_name(s.name(call.func), *_KEY_MAKERS):
-        return False
-    key = s.value(call.args[0]) if call.args else None
-    return not (isinstance(key, ast.Call) and is_name(s.name(key.func), *_KEY_MAKERS))
-
-
-def _pmap_body_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    for function in set(s.pmapped_functions()):
-        calls = [n for n in ast.walk(function) if isinstance(n, ast.Call)]
-        if any(is_name(s.name(c.func), "jax.lax.axis_index") for c in calls) or _binds_keys_in_a_helper(s, function):
-            continue
-        draws = sorted((c for c in calls if _draws_from_a_passed_key(s, c)), key=lambda c: c.lineno)
-        uses = draws or _uses_of_per_device_keys(s, function)
-        if uses:
-            yield (uses[0], "pmap-body-keys",
-                   f"{code_of(uses[0])} inside {function.name}, which pmap runs: under pmap each device had a "
-                   "key of its own (split per local device before the step); with one replicated key every "
-                   "device draws the same numbers",
-                   f"keep one key and fold each device's position into it: jax.random.fold_in(key, "
-                   f"jax.lax.axis_index({MESH_AXES}))")
-
-
-def _binds_keys_in_a_helper(s: Script, function: ast.FunctionDef) -> bool:
-    """A key drawn in the function is handed with pmap's axis name to a helper that binds it to each device
-    (`bind_rng_to_host_device(rng, axis_name='batch')`: a fold_in of axis_index inside)."""
-    keys = {n.id for node in ast.walk(function) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-            and s.name(node.value.func).startswith("jax.random.")
-            for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-    return any(isinstance(c, ast.Call) and set(s.axis_names(keyword(c, "axis_name"))) & s.pmap_axes
-               and any(isinstance(a, ast.Name) and a.id in keys for a in c.args) for c in ast.walk(function))
-
-
-def _uses_of_per_device_keys(s: Script, function: ast.FunctionDef) -> list[ast.Name]:
-    """Where a pmapped function first reads a parameter its callers pass keys split per local device to
-    (`p_step(batch, keys)` with `keys = jax.random.split(key, n_devices)`), handed on to a sampler or a model."""
-    keys = {name for name, value in s.assigned.items() if _splits_per_device(s, value) or (
-        isinstance(value, ast.Call) and is_name(s.name(value.func), "flax.training.common_utils.shard_prng_key"))}
-    params = [a.arg for a in function.args.args]
-    callers = {}  # name of the pmapped step -> the parameters its positional arguments fill
-    for name, value in s.assigned.items():
-        if value in set(s.pmaps()) and s.pmap_target(value) == function.name:
-            bound = value.args[0].args[1:] if value.args and isinstance(value.args[0], ast.Call) else []
-            callers[name] = params[len(bound):]  # after the arguments a partial(f, ...) fixed
-    fed = set()
-    for call in s.calls:
-        if isinstance(call.func, ast.Name) and call.func.id in callers:
-            free = callers[call.func.id]
-            fed |= {free[i] for i, a in enumerate(call.args[:len(free)]) if isinstance(a, ast.Name) and a.id in keys}
-            fed |= {k.arg for k in call.keywords if isinstance(k.value, ast.Name) and k.value.id in keys}
-    return sorted((n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id in fed
-                   and isinstance(n.ctx, ast.Load)), key=lambda n: (n.lineno, n.col_offset))
-
-
 READS = {*_OLD_CALLS, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap
 RULES = (_pmap, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
-         _device_only_spec, _process_zero, _per_device_keys, _pmap_body_keys, _copy_zero)
+         _device_only_spec, _process_zero, _copy_zero)
