@@ -72,6 +72,12 @@ CASES = {
          "params = state.params\n"),
         ("import jax\nfrom flax import jax_utils\nlogs = jax.tree.map(jax_utils.unreplicate, logs)\n", 3,
          "import jax\nlogs = jax.tree.map(float, logs)\n"),  # handed on uncalled
+        ("import jax\nimport numpy as np\nstep = jax.pmap(f)\n"
+         "params = jax.tree.map(lambda x: np.array(x[0]), params)\n", 4,
+         "import jax\nimport numpy as np\nstep = jax.pmap(f)\nparams = jax.tree.map(lambda x: np.array(x), params)\n"),
+        ("import jax\nstep = jax.pmap(f)\nloss, metrics = step(params, batch)\nfor name, value in metrics.items():\n"
+         "    log(name, value[0])\n", 5,
+         "import jax\nstep = jax.pmap(f)\nfor name, value in config.items():\n    log(name, value[0])\n"),
         ("import jax\nimport jax.numpy as jnp\nn = jax.local_device_count()\ninit = jax.pmap(make)\n"
          "keys = jnp.broadcast_to(key, (n,) + key.shape)\n", 5,
          "import jax\nimport jax.numpy as jnp\ninit = jax.pmap(make)\n"
@@ -494,6 +500,15 @@ def test_gradients_handed_back_by_a_helper_given_a_gradient_transform_are_gradie
               "p = jax.pmap(step, 'b')\n")
     assert "N times too large" in _said(source, 4)[0]
     assert "names pmap's axis" in _said(source, 5)[0]
+
+
+def test_a_pmean_of_the_loss_and_the_gradients_together_is_the_trap():
+    source = ("import jax\nfrom functools import partial\n@partial(jax.pmap, axis_name='b')\ndef step(p, x):\n"
+              "    l, grads = jax.value_and_grad(loss_fn)(p, x)\n"
+              "    l, grads = jax.lax.pmean((l, grads), axis_name='b')\n"
+              "    return l, grads\n")
+    (said,) = _said(source, 6)
+    assert "N times too large" in said and "keep only what is not a gradient in this pmean" in said
 
 
 def test_a_comprehension_over_gradients_yields_gradients():

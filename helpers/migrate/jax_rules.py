@@ -90,13 +90,15 @@ def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             continue
         operand = code_of(call.args[0]) if call.args and op != "axis_index" else ""
         if op in ("pmean", "psum") and call.args and s.is_gradient(call.args[0]):
+            together = isinstance(call.args[0], (ast.Tuple, ast.List))  # `pmean((loss, grads), 'batch')`
             yield (call, "pmap-collective",
                    f"{op}({operand}, {code_of(axis)}) {'averages' if op == 'pmean' else 'adds'} the gradients "
                    "over pmap's axis; under shard_map with check_vma the gradient of P() parameters is "
                    "already summed over the devices, so a renamed axis here makes it N times too large, "
                    "silently",
-                   f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and drop this {op}; "
-                   "renaming the axis is not enough")
+                   f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and "
+                   + (f"keep only what is not a gradient in this {op}" if together else f"drop this {op}")
+                   + "; renaming the axis is not enough")
         else:
             yield (call, "pmap-collective",
                    f"{op}(..., {code_of(axis)}) names pmap's axis, which shard_map does not have",
@@ -338,11 +340,23 @@ def _first_of(node: ast.AST, names: set[str]) -> bool:
         and isinstance(node.slice, ast.Constant) and node.slice.value == 0
 
 
+def _entries_of(s: Script, stacks: set[str]) -> set[str]:
+    """The loop names that take a pmap output's entries: `value` in `for name, value in metrics.items():`."""
+    found = set()
+    for loop in (n for n in ast.walk(s.tree) if isinstance(n, ast.For) and isinstance(n.iter, ast.Call)):
+        method = loop.iter.func
+        if isinstance(method, ast.Attribute) and isinstance(method.value, ast.Name) and method.value.id in stacks:
+            target = loop.target.elts[-1] if method.attr == "items" and isinstance(loop.target, ast.Tuple) \
+                else loop.target if method.attr == "values" else None
+            found |= {target.id} if isinstance(target, ast.Name) else set()
+    return found
+
+
 def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`jax.tree.map(lambda x: x[0], state)` and `loss[0]` of a pmap output: pmap's unreplicate, by hand."""
     if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
         return
-    stacks = s.pmap_outputs()
+    stacks = s.pmap_outputs() | _entries_of(s, s.pmap_outputs())
     for node in ast.walk(s.tree):
         if _first_of(node, stacks) and not s.in_pmap_over_hosts(node):
             yield (node, "jax-utils-replicate",
@@ -353,7 +367,8 @@ def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if not (s.is_tree_map(call) and call.args and isinstance(call.args[0], ast.Lambda)):
             continue
         lam = call.args[0]
-        if _first_of(lam.body, {a.arg for a in lam.args.args}) and not s.in_pmap_over_hosts(call):
+        params = {a.arg for a in lam.args.args}
+        if any(_first_of(n, params) for n in ast.walk(lam.body)) and not s.in_pmap_over_hosts(call):
             yield (call, "jax-utils-replicate",
                    f"{code_of(call)} takes copy [0] of pmap's stack by hand; after the port each leaf is one "
                    "global value, and [0] would take its first row",

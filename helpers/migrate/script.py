@@ -191,6 +191,8 @@ class Script:
             mapped = self.parent.get(lam)
             return isinstance(mapped, ast.Call) and self.is_tree_map(mapped) and \
                 any(self.is_gradient(a, known) for a in mapped.args[1:])
+        if isinstance(expr, (ast.Tuple, ast.List)):  # `pmean((loss, grads), 'batch')`
+            return any(self.is_gradient(e, known) for e in expr.elts)
         if isinstance(expr, ast.Call):
             name = self.name(expr.func).rsplit(".", 1)[-1]
             if name in ("pmean", "psum") and expr.args:
