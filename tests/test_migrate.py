@@ -104,6 +104,11 @@ CASES = {
         ("import jax\nimport orbax.checkpoint as ocp\nmanager = ocp.CheckpointManager(path)\n"
          "if not jax.process_index():\n    manager.save(step, args=ocp.args.StandardSave(state))\n", 5,
          "import jax\nimport numpy as np\nif jax.process_index() == 0:\n    np.save('losses.npy', losses)\n"),
+        ("import jax\nfrom flax.training import checkpoints\ndef save_ckpt(state):\n"
+         "    checkpoints.save_checkpoint('ckpt', state, 0)\nif jax.process_index() == 0:\n    save_ckpt(state)\n", 6,
+         "import jax\ndef save_model_checkpoint(model, params):\n"  # a helper that only writes host bytes
+         "    model.save_pretrained('out', params=params)\nif jax.process_index() == 0:\n"
+         "    save_model_checkpoint(model, params)\n"),
     ],
     "nnx-pmap": [
         ("from flax import nnx\n@nnx.pmap(axis_name='batch', in_axes=(state_axes, 0))\ndef step(m, x):\n"
@@ -218,7 +223,7 @@ CASES = {
         ("import jax.experimental.maps\nimport jax\nsize = jax.device_count()\n"
          "ds = Loader(batch=(steps, per_replica * size))\n", 4,
          "import jax.experimental.maps\nimport jax\nsize = jax.device_count()\n"
-         "seen = steps * (per_replica * size // mp)\ntokens = seen * seq\n"),  # xmap era; arithmetic only
+         "seen = steps * (per_replica * size // mp)\ntokens = seen * seq\nprint(f'{seen} sequences')\n"),  # no loader
         ("import jax\nstep = jax.pmap(f)\nif bs % jax.device_count():\n    raise ValueError(bs)\n"
          "ds = make_dataset(path, batch_size=bs)\n", 5,
          "import jax\nstep = jax.pmap(f)\nif bs % jax.device_count():\n    raise ValueError(bs)\n"

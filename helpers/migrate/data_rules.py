@@ -57,7 +57,7 @@ def shared_shuffle(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 def _only_counted_with(s: Script, product: ast.BinOp) -> bool:
     """`total = per_device * jax.device_count()` that the script only does arithmetic with (steps per epoch, a
-    learning rate): the global batch used as such, not a size handed to a loader."""
+    learning rate) or logs (an f-string): the global batch used as such, not a size handed to a loader."""
     holder = s.parent.get(product)
     while isinstance(holder, ast.BinOp):  # `steps * (per_replica * devices // mp)`
         holder = s.parent.get(holder)
@@ -65,7 +65,7 @@ def _only_counted_with(s: Script, product: ast.BinOp) -> bool:
         return False
     name = holder.targets[0].id
     uses = [n for n in ast.walk(s.tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
-    return bool(uses) and all(isinstance(s.parent.get(n), ast.BinOp) for n in uses)
+    return bool(uses) and all(isinstance(s.parent.get(n), (ast.BinOp, ast.FormattedValue)) for n in uses)
 
 
 def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:

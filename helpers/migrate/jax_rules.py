@@ -320,12 +320,18 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                        "under it")
 
 
-def _is_checkpoint_save(s: Script, call: ast.Call) -> bool:
-    """`checkpoints.save_checkpoint(...)`, `ocp....save(...)`, or `.save(...)` on a name made by
-    an Orbax or checkpoint call (`manager = ocp.CheckpointManager(...)`)."""
+def _is_checkpoint_save(s: Script, call: ast.Call, seen: frozenset[str] = frozenset()) -> bool:
+    """`checkpoints.save_checkpoint(...)`, `ocp....save(...)`, `.save(...)` on a name made by an Orbax or
+    checkpoint call (`manager = ocp.CheckpointManager(...)`), or a function of the script whose body makes
+    one of those (not one that only writes host bytes: `save_pretrained`, `to_bytes`)."""
     name = s.name(call.func)
     if "save" not in name.rsplit(".", 1)[-1].lower():
         return False
+    defined = next((f for f in ast.walk(s.tree) if isinstance(f, ast.FunctionDef) and isinstance(call.func, ast.Name)
+                    and f.name == call.func.id and f.name not in seen), None)
+    if defined is not None:
+        return any(_is_checkpoint_save(s, inner, seen | {defined.name}) for inner in ast.walk(defined)
+                   if isinstance(inner, ast.Call))
     if "checkpoint" in name.lower() or "orbax" in name or "ckpt" in code_of(call).lower():
         return True
     owner = call.func.value if isinstance(call.func, ast.Attribute) else None
