@@ -67,3 +67,13 @@ def require_devices(n: int, *, what: str = "this cell") -> None:
             f"{what} needs {n} devices but JAX has {have}. Restart the kernel and run "
             f"use_fake_devices({n}) in the first cell, before any JAX call."
         )
+
+
+def first_devices_mesh(layout: tuple[int, int]):
+    """A (host, device) mesh of `layout` = (hosts, devices): the first `devices` devices of each
+    process, host by host (what the course's exercises judged on real hosts run on)."""
+    import jax
+
+    per_process = [sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
+                   for p in range(jax.process_count())]
+    return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])

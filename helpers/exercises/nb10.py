@@ -170,18 +170,12 @@ from flax import nnx
 
 from helpers.training import nnx_model
 from helpers.pictures.layout import format_spec
+from helpers.devices import first_devices_mesh as _mesh
 
 host = jax.process_index()
 _mine = nnx.state(nnx_model.create(nnx_model.SEED + 7 + host))  # what this host loaded
 _host0 = {path: np.asarray(v.get_value())  # host 0's numbers, which every host must end up holding
           for path, v in nnx.to_flat_state(nnx.state(nnx_model.create(nnx_model.SEED + 7)))}
-
-
-def _mesh(layout):
-    """(hosts, devices): the first `devices` devices of each process, host by host."""
-    per_process = [sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
-                   for p in range(jax.process_count())]
-    return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])
 
 
 def _host0s(leaves):
@@ -338,16 +332,10 @@ from jax import P
 from jax.sharding import NamedSharding
 
 from helpers.training import nnx_model, tiny
+from helpers.devices import first_devices_mesh as _mesh
 
 _B1 = 0.9  # optax.adamw's default b1
 _graphdef, _abstract = nnx_model.abstract_state(nnx_model.SEED)
-
-
-def _mesh(layout):
-    """(hosts, devices): the first `devices` devices of each process, host by host."""
-    per_process = [sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
-                   for p in range(jax.process_count())]
-    return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])
 
 
 def _flat(leaves):

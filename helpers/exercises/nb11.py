@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import jax
-import numpy as np
 
 from helpers.exercises import forms
 from helpers.exercises.core import Kernel, Mistake, call_learner, describe, register
-from helpers.exercises.kinds import RETURNED_NONE, ProgramExercise, placed
+from helpers.exercises.kinds import RETURNED_NONE, ProgramExercise
 from helpers.exercises.rules import CodeRule, ErrorRule, OutputRule
 from helpers.exercises.processes import ProcessExercise
 from helpers.pictures.layout import format_spec
@@ -25,12 +24,7 @@ import numpy as np
 from jax import P
 from jax.sharding import NamedSharding
 
-
-def _mesh(layout):
-    # (hosts, devices): the first `devices` devices of each process, host by host
-    per_process = [sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
-                   for p in range(jax.process_count())]
-    return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])
+from helpers.devices import first_devices_mesh as _mesh
 
 
 def _number(out):

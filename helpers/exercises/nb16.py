@@ -19,15 +19,9 @@ import jax
 import numpy as np
 
 from helpers.training import tiny
+from helpers.devices import first_devices_mesh as _mesh
 
 STEPS = 4
-
-
-def _mesh(layout):
-    """(hosts, devices): the first `devices` devices of each process, host by host."""
-    per_process = [sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
-                   for p in range(jax.process_count())]
-    return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])
 
 
 def output(namespace, layout):

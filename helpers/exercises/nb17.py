@@ -30,13 +30,7 @@ import numpy as np
 from flax import nnx
 
 from helpers.training.nnx_dropout import Model
-
-
-def _mesh(layout):
-    """(hosts, devices): the first `devices` devices of each process, host by host (Explicit axes)."""
-    per_process = [sorted((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
-                   for p in range(jax.process_count())]
-    return jax.make_mesh(layout, ("host", "device"), devices=[d for ds in per_process for d in ds[:layout[1]]])
+from helpers.devices import first_devices_mesh as _mesh
 
 
 def output(namespace, layout):
