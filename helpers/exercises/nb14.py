@@ -52,12 +52,14 @@ _SAVE_DRIVER = (
     "last = stopped or STEPS\n"
     "regular = set(range(SAVE_EVERY, last + 1, SAVE_EVERY))\n"
     "how_asked = ('every step' if asked == list(range(1, last + 1)) else 'some steps' if asked else 'never')\n"
+    "missed = sorted(set(range(1, last + 1)) - set(asked))\n"
     "# [every host stopped at the same step, it stopped, after the notice (or never without one),\n"
-    "#  the stop step was saved, every 10th step was saved and no other, how often JAX was asked]\n"
+    "#  the stop step was saved, every 10th step was saved and no other, how often JAX was asked,\n"
+    "#  the first steps JAX was asked about, the first loop steps it was not asked about]\n"
     "print(json.dumps([bool((every == every[0]).all()), bool(stopped),\n"
     "                  stopped > NOTICE if notice else not stopped,\n"
     "                  not stopped or stopped in saves, regular <= set(saves) <= regular | {stopped},\n"
-    "                  how_asked]))\n")
+    "                  how_asked, asked[:4], missed[:3]]))\n")
 
 SAVE_SOLUTION = '''from jax.experimental import multihost_utils
 
@@ -106,7 +108,20 @@ def _unmatched(text: str) -> str:
 def _how_asked(case) -> str:
     """How often JAX was asked, on host 0 ('' when the run gave no verdict)."""
     got = case.got
-    return got[0][-1] if isinstance(got, tuple) and got and isinstance(got[0], list) else ""
+    return got[0][5] if isinstance(got, tuple) and got and isinstance(got[0], list) else ""
+
+
+def _steps(steps: list[int]) -> str:
+    return ", ".join(map(str, steps)) + ", ..."
+
+
+def _asked_some_steps(case) -> str:
+    """Which steps JAX was asked about, on host 0, and which loop steps it was not."""
+    asked, missed = case.got[0][6:8]
+    return (f"JAX was not asked about every step: it was asked about steps {_steps(asked)} and never about "
+            f"steps {_steps(missed)} of the loop. It answers True at one exact step, one past the last step "
+            "any host asked about; when your function never asks about that step, no host stops. Ask JAX "
+            "about the loop's own step, first, at every step, then decide")
 
 
 register(ProcessExercise(
@@ -139,9 +154,7 @@ register(ProcessExercise(
                          "they saved at different steps or one made a collective the other did not. "
                          "Every host must save at the same steps"),),
     families=(OutputRule(lambda case: _how_asked(case) == "some steps", example=_SAVE_ASKED_AFTER_THE_REGULAR,
-                         say="JAX was not asked at every step: at steps 10, 20, ... your function returns "
-                             "before it asks. JAX answers True at one exact step, and when that is one your "
-                             "function skips, no host ever stops. Ask JAX first, at every step, then decide"),),
+                         say=_asked_some_steps),),
     hints=(
         "Section 2's runs show which setups reach the sync point; a function that asks JAX only now and "
         "then is one of them.",
@@ -154,14 +167,15 @@ register(ProcessExercise(
 # ------------------------------------------- 14.2 which step a GCS listing shows as finished
 
 # What `gcloud storage ls --recursive` showed of a run saved to gs://bucket/run with Orbax's
-# defaults every 2 steps, after the job was killed. (The notebook prints the same tuple.)
+# defaults every 2 steps, after the job was killed during save 6. (The notebook prints the same
+# tuple.) Only the newest save can be unfinished: CheckpointManager.save waits for the previous
+# save's commit before it starts the next.
 GCS_LISTING = (
     "gs://bucket/run/2/_CHECKPOINT_METADATA", "gs://bucket/run/2/commit_success.txt",
     "gs://bucket/run/2/state/manifest.ocdbt",
     "gs://bucket/run/4/_CHECKPOINT_METADATA", "gs://bucket/run/4/commit_success.txt",
     "gs://bucket/run/4/state/manifest.ocdbt",
     "gs://bucket/run/6/_CHECKPOINT_METADATA", "gs://bucket/run/6/state/manifest.ocdbt",
-    "gs://bucket/run/8/state/manifest.ocdbt",
 )
 
 
@@ -173,18 +187,19 @@ def _newest_committed() -> int:
 register(ValueExercise(
     id="14.2", kernel=KERNEL, answer_name="resumed_from",
     title="the newest step Orbax lists as finished on GCS",
-    solution="resumed_from = 4  # on gs:// a step is finished once it holds commit_success.txt: 6 and 8 never got it",
+    solution="resumed_from = 4  # on gs:// a step is finished once it holds commit_success.txt: 6 never got it",
     form=forms.whole("a step number"),
     right=_newest_committed,
     wrong={
-        8: "8 is the newest directory, but on GCS Orbax writes a step straight into its directory and marks "
-           "it finished last: 8 has no commit_success.txt, so that save never finished",
-        6: "6 has its metadata and its data, but no commit_success.txt: Orbax writes that file last, once "
-           "every host has written its part, and 6 never got it",
+        6: "6 is the newest directory, with its metadata and its data, but no commit_success.txt: on GCS "
+           "Orbax writes a step straight into its directory and writes that file last, once every host has "
+           "written its part, and 6 never got it",
+        5: "5 is the first step the resume trains; the checkpoint it restores is the step before it",
+        7: "7 would be the first step trained after checkpoint 6, but 6 never finished",
         2: "2 is finished, but a newer step is finished too",
         0: "a finished step is in the listing: a resume continues from it",
     },
-    rules=(ValueRule(lambda v: v > 8, example=10, say="the listing has no step after 8"),),
+    rules=(ValueRule(lambda v: v > 6, example=8, say="the listing has no step after 6"),),
     hints=(
         "On GCS there is no temporary directory and no rename: what marks a step as finished?",
         "Look for the newest step directory that holds commit_success.txt.",
@@ -218,6 +233,8 @@ register(ValueExercise(
         95: "no save was made at step 95: saves come every 10 steps",
         0: "an older save had committed long before the kill",
         70: "70 committed, but so did a newer one",
+        81: "81 is the first step the restarted job trains; the checkpoint it restores is the step before it",
+        91: "91 would be the first step trained after checkpoint 90, but 90 never committed",
     },
     rules=(ValueRule(lambda v: v > KILLED, example=100, say="the job died during step 95: no later step was saved"),
            ValueRule(lambda v: v % SAVE_EVERY != 0, example=85,

@@ -45,8 +45,8 @@ def _listing(names: list[str], most: int = 4) -> str:
 def finished_steps(ckpt_dir: str | Path) -> list[int]:
     """The steps Orbax counts as finished in `ckpt_dir`, oldest first.
 
-    Orbax's own listing: a step directory renamed from its temporary name, or (on file systems
-    without an atomic rename) one holding `commit_success.txt`. Never a save in progress.
+    Orbax's own listing: a step directory renamed from its temporary name, or (on a `gs://` path,
+    which Orbax commits with a marker file) one holding `commit_success.txt`. Never a save in progress.
     """
     from orbax.checkpoint.path import step as orbax_steps
 

@@ -2,9 +2,11 @@
 jax.distributed with its default timeouts: `python killed_under_plain_jax.py HOST`.
 
 Notebook 14 runs it with none of the course's code inside the hosts, and with a grace period so
-the survivors end on their own:
+the survivor ends on its own (host 0 killed: host 1 aborts within seconds):
 helpers.launch.run("notebooks/scripts/killed_under_plain_jax.py", hosts=2, devices_per_host=2,
-                   bare=True, grace=200, args=["0"])
+                   bare=True, grace=60, args=["0"])
+Its recorded transcript kills host 1 instead (args=["1"]): host 0 waits out JAX's 100 s
+heartbeat timeout, so that recording (tools/record_transcripts.py) uses grace=200.
 """
 import os
 import signal
