@@ -15,13 +15,16 @@ KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 # ------------------------------------------------------------------ 15.1 name the straggler, asynchronous too
 
 # One real run of 2 hosts x 2 devices. Every host records two traces of 3 steps: in run "a" the loop
-# blocks on every step (as traced_steps.py does by default) and host 1 sleeps 0.3 s at the start of
-# every step; in run "b" the loop never blocks (as traced_steps.py --no-block, and a real training
-# loop) and host 0 sleeps. Run "b" is recorded in the middle of its loop, as on a cluster: one step is
+# blocks on every step (as traced_steps.py does by default) and host 1 sleeps 0.3 s *before* each step
+# annotation (a slow loader between steps: the fast host's steps, which hold its wait, are the longest);
+# in run "b" the loop never blocks (as traced_steps.py --no-block, and a real training loop) and host 0
+# sleeps inside its steps. Run "b" is recorded in the middle of its loop, as on a cluster: one step is
 # already running when the recording starts. Both hosts write under one directory (named after the
-# run's coordinator address), read both hosts' traces back, and host 0 removes the directory. A layout
-# (2, d) shows the function the XLA ops of d devices per host.
+# run's coordinator address), read both hosts' traces back, and host 0 removes the directory. The
+# function sees run "a", run "b", and run "a" again with the hosts' numbers swapped (an answer must
+# read the host from the traces). A layout (2, d) shows the function the XLA ops of d devices per host.
 _DRIVER = """
+import dataclasses
 import os
 import re
 import shutil
@@ -52,8 +55,10 @@ _w = _step(_w, _x).block_until_ready()  # compiled before any trace starts
 
 def _train(number, slow_host, block):
     global _w
+    if block and _host == slow_host:
+        time.sleep(0.3)  # run "a": a slow loader, between the steps
     with jax.profiler.StepTraceAnnotation("train", step_num=number):
-        if _host == slow_host:
+        if not block and _host == slow_host:
             time.sleep(0.3)
         _w = _step(_w, _x)
         if block:
@@ -75,6 +80,8 @@ _record("b", 0, block=False)
 multihost_utils.sync_global_devices("traces written")
 _runs = [_traces.read_hosts(f"{_root}/{run}") for run in ("a", "b")]
 multihost_utils.sync_global_devices("traces read")
+_runs.append({len(_runs[0]) - 1 - host: [dataclasses.replace(e, host=len(_runs[0]) - 1 - host) for e in events]
+              for host, events in reversed(_runs[0].items())})  # run "a", the hosts' numbers swapped
 if _host == 0:
     shutil.rmtree(_root, ignore_errors=True)
 
@@ -130,6 +137,11 @@ _MOST_WAITING = textwrap.dedent("""\
         return max(traces, key=waiting_ms)
     """)
 
+_LONGEST_STEPS = textwrap.dedent("""\
+    def slowest_host(traces):
+        return max(traces, key=lambda host: sum(step.dur_ms for step in steps(traces[host])))
+    """)
+
 _ALWAYS_0 = textwrap.dedent("""\
     def slowest_host(traces):
         return 0
@@ -164,8 +176,13 @@ register(ProcessExercise(
         _MOST_WAITING: "your function names the host that spent the most time in the all-reduce: that host "
                        "arrived first and waited for the others. The slow host is the one nobody waits "
                        "for, so its collectives are short",
-        _ALWAYS_0: "your function names host 0 in both of the judge's runs, but the slow host is not the same "
-                   "in both: read it from the traces",
+        _LONGEST_STEPS: "your function names the host with the longest steps. In the judge's run that blocks, "
+                        "host 1 lost its time before each step annotation (a slow loader, between the steps), "
+                        "so host 0's steps were the longest: they held its wait in the all-reduce. When the "
+                        "slow work is inside the step, every host's step takes as long (section 4). The step "
+                        "time cannot name the slow host; the time in collectives can",
+        _ALWAYS_0: "your function names host 0 in all of the judge's runs, but the slow host is not the same "
+                   "in all of them: read it from the traces",
     },
     families=(
         OutputRule(lambda case: -2 in _all_hosts(case), example=_RETURNS_NONE,
@@ -190,6 +207,13 @@ register(ProcessExercise(
 # A cluster of 4 hosts: host 3 spends EXTRA_MS more on its input than the others in every step, and
 # a step where no host is late takes BALANCED_MS. The others wait in the all-reduce for host 3.
 BALANCED_MS, EXTRA_MS = 210, 90
+NEAR = 0.01  # a catalogued mistake matches within this: 0.43 is 90 / 210, rounded
+
+
+def _near(value: float, say: str) -> ValueRule:
+    """A known wrong value, and the answers within NEAR of it."""
+    return ValueRule(lambda v: abs(v - value) < NEAR, example=round(value, 2), say=say)
+
 
 register(ValueExercise(
     id="15.2", kernel=KERNEL, title="the fraction of a fast host's step spent waiting",
@@ -197,15 +221,17 @@ register(ValueExercise(
     solution=f"host0_waiting = {EXTRA_MS} / ({BALANCED_MS} + {EXTRA_MS})",
     form=forms.number("the fraction of host 0's step spent waiting"),
     right=lambda: EXTRA_MS / (BALANCED_MS + EXTRA_MS),
-    wrong={
-        EXTRA_MS / BALANCED_MS: "you divided by the balanced step; host 0's step is longer than that now, "
-                                "because it includes the wait",
-        BALANCED_MS / (BALANCED_MS + EXTRA_MS): "that is the part of host 0's step that is not the wait",
-        0.0: "host 0 is not the slow host, but it still waits: in the all-reduce, for host 3",
-        float(EXTRA_MS): "that is the wait in milliseconds; the question asks for a fraction of the step",
-    },
-    rules=(ValueRule(lambda v: v > 1, example=100.0 * EXTRA_MS / (BALANCED_MS + EXTRA_MS),
-                say="a fraction is between 0 and 1 (a percentage divided by 100)"),),
+    # Each known mistake within NEAR of its value (0.43 for 90 / 210 too), the first that matches.
+    rules=(
+        _near(EXTRA_MS / BALANCED_MS, "you divided by the balanced step; host 0's step is longer than that now, "
+                                      "because it includes the wait"),
+        _near(BALANCED_MS / (BALANCED_MS + EXTRA_MS), "that is the part of host 0's step that is not the wait"),
+        _near(0.0, "host 0 is not the slow host, but it still waits: in the all-reduce, for host 3"),
+        _near(float(EXTRA_MS), "that is the wait in milliseconds; the question asks for a fraction of the step"),
+        ValueRule(lambda v: v > 1, example=100.0 * EXTRA_MS / (BALANCED_MS + EXTRA_MS),
+                  say="a fraction is between 0 and 1 (a percentage divided by 100)"),
+    ),
+    otherwise=f"host 0's step is now longer than {BALANCED_MS} ms: by how much, and which part of it is waiting?",
     hints=(
         "Every host's step ends when the all-reduce ends, and that is when host 3 arrives. How long is "
         "host 0's step?",
