@@ -59,7 +59,7 @@ _SAVE_DRIVER = (
     "print(json.dumps([bool((every == every[0]).all()), bool(stopped),\n"
     "                  stopped > NOTICE if notice else not stopped,\n"
     "                  not stopped or stopped in saves, regular <= set(saves) <= regular | {stopped},\n"
-    "                  how_asked, asked[:4], missed[:3]]))\n")
+    "                  how_asked, asked[:5], missed[:4]]))\n")
 
 SAVE_SOLUTION = '''from jax.experimental import multihost_utils
 
@@ -111,17 +111,20 @@ def _how_asked(case) -> str:
     return got[0][5] if isinstance(got, tuple) and got and isinstance(got[0], list) else ""
 
 
-def _steps(steps: list[int]) -> str:
-    return ", ".join(map(str, steps)) + ", ..."
+def _steps(steps: list[int], most: int) -> str:
+    """'steps 1, 2, 3, ...' (the first `most` of `steps`, and '...' when there are more), or 'step 1'."""
+    listed = ", ".join(map(str, steps[:most])) + (", ..." if len(steps) > most else "")
+    return f"step {listed}" if len(steps) == 1 else f"steps {listed}"
 
 
 def _asked_some_steps(case) -> str:
     """Which steps JAX was asked about, on host 0, and which loop steps it was not."""
     asked, missed = case.got[0][6:8]
-    return (f"JAX was not asked about every step: it was asked about steps {_steps(asked)} and never about "
-            f"steps {_steps(missed)} of the loop. It answers True at one exact step, one past the last step "
-            "any host asked about; when your function never asks about that step, no host stops. Ask JAX "
-            "about the loop's own step, first, at every step, then decide")
+    return (f"JAX was not asked about every step of the loop (it was asked about {_steps(asked, 4)}; "
+            f"never about {_steps(missed, 3)}). It answers True when asked about one exact step (one "
+            "past the last step any host asked about), and the loop stops, saved, only at a step where JAX "
+            "was asked about that same step. Ask JAX about the loop's own step, first, at every step, "
+            "then decide")
 
 
 register(ProcessExercise(
