@@ -9,7 +9,8 @@ host names its folder after the same timestamp. Each step is a `jax.profiler.Ste
 ("input"). `--collectives` adds notebook 13's two all-reduces, each run inside a TraceAnnotation
 named after it. `--slow-host H --sleep S` makes host H sleep S seconds in every step before its
 input, a straggler on purpose. `--no-block` drops the per-step `block_until_ready`, as a real
-loop would: the host dispatches the steps and waits only at the end. `--one-dir` makes every
+loop would: the host dispatches the steps and waits only at the end. `--warm` runs one train
+step before the trace starts, so that no traced step compiles. `--one-dir` makes every
 host write into <trace-dir> itself, still with create_perfetto_trace (notebook 15, section 1:
 what that does). `--share-binary-ms` turns on JAX's jax_share_binary_between_hosts (it acts only
 with `--cache-dir`). With `--cache-dir`, each host also reports what JAX's compiler logged about
@@ -34,6 +35,8 @@ parser.add_argument("--collectives", action="store_true",
                     help="also run notebook 13's flat and hierarchical all-reduce, 3 times each")
 parser.add_argument("--cache-dir", default="", help="a persistent compilation cache; none if empty")
 parser.add_argument("--no-block", action="store_true", help="no block_until_ready in the loop, only after it")
+parser.add_argument("--warm", action="store_true",
+                    help="run one train step before the trace starts: step 0 does not compile")
 parser.add_argument("--one-dir", action="store_true", help="every host writes into <trace-dir> itself")
 parser.add_argument("--share-binary-ms", type=int, default=0,
                     help="with --cache-dir: process 0 compiles and shares each program it misses in the cache "
@@ -108,6 +111,10 @@ if args.collectives:  # 1 MiB of float32 per device, summed over every device tw
                   for name, body in BODIES.items()}
     for allreduce in allreduces.values():
         allreduce(grads).block_until_ready()  # compiled before the trace starts
+if args.warm:  # compiled, and every host past it, before the trace starts
+    x_local, y_local = tiny.host_batch(0, host, num_hosts, tiny.GLOBAL_BATCH)
+    jax.block_until_ready(train_step(params, jax.make_array_from_process_local_data(batch, x_local),
+                                     jax.make_array_from_process_local_data(batch, y_local)))
 timings = {"host": host, "devices": [d.id for d in jax.local_devices()], "input_s": [], "step_s": []}
 jax.profiler.start_trace(args.trace_dir if args.one_dir else f"{args.trace_dir}/host{host}",
                          create_perfetto_trace=True)
