@@ -70,6 +70,10 @@ def replicate_method(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "device; and no unreplicate later")
 
 
+_ORBAX_ON_EVERY_HOST = ("an orbax.checkpoint.CheckpointManager, called on every host: each writes its own shards of "
+                        "the global arrays, and a restore takes the target shardings")
+
+
 def flax_checkpoints(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
         name = s.name(call.func)
@@ -79,15 +83,13 @@ def flax_checkpoints(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             yield (call, "flax-checkpoints",
                    f"{code_of(call)} keeps flax.training.checkpoints on its legacy path, written for one host's copy "
                    "of the state",
-                   "an orbax.checkpoint.CheckpointManager, called on every host: each writes its own shards of the "
-                   "global arrays, and a restore takes the target shardings")
+                   _ORBAX_ON_EVERY_HOST)
         if is_name(name, "flax.training.checkpoints.save_checkpoint", "flax.training.checkpoints.save_checkpoint_multiprocess",
                    "flax.training.checkpoints.restore_checkpoint"):
             yield (call, "flax-checkpoints",
                    f"{name.rsplit('.', 1)[-1]} of flax.training.checkpoints: Flax's old checkpoint API, "
                    "written for one host's copy of the state (deprecated in favour of Orbax)",
-                   "an orbax.checkpoint.CheckpointManager, called on every host: each writes its own "
-                   "shards of the global arrays, and a restore takes the target shardings")
+                   _ORBAX_ON_EVERY_HOST)
 
 
 def per_device_state(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
