@@ -28,7 +28,7 @@ help:
 	@echo "                    in benchmarks/results/, write BENCHMARKS.md"
 	@echo "make bench-tests    measure the test suite (as long as make test) and add it to BENCHMARKS.md"
 	@echo "make bench-verdicts how long a hanging answer waits for its verdict (warm and cold hosts); BENCHMARKS.md"
-	@echo "make bench-floor FLOOR_AGAINST=PYTHON   a host's start (import jax, one jitted op) beside another env's"
+	@echo "make bench-floor    a host's start (import jax, one jitted op) beside the course's on jax 0.10.2"
 	@echo "make bench-migrate  what python -m helpers.migrate finds in the labelled corpus; BENCHMARKS.md"
 	@echo "make bench-compare A B   ratios between two runs (files or stamps in benchmarks/results/)"
 
@@ -87,9 +87,11 @@ bench-verdicts: $(STAMP)
 bench-migrate: $(STAMP)
 	$(BIN)/python -m benchmarks.run --only migrate
 
-# The floor beside other environments: make bench-floor FLOOR_AGAINST="OLD_VENV/bin/python ..."
+# The floor beside the course's environments at its last commit on jax 0.10.2 (Python 3.11 and this
+# venv's; built once in build/floor/), or beside others: make bench-floor FLOOR_AGAINST="PYTHON ..."
 bench-floor: $(STAMP)
-	$(BIN)/python -m benchmarks.run --only floor --floor-against $(FLOOR_AGAINST)
+	@against="$(FLOOR_AGAINST)"; [ -n "$$against" ] || against=$$($(BIN)/python -m benchmarks.floor_envs) || exit 1; \
+	$(BIN)/python -m benchmarks.run --only floor --floor-against $$against
 
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 

@@ -479,6 +479,28 @@ def test_the_floor_section_times_a_process_that_imports_jax_and_runs_one_jitted_
     assert [r["jax"] for r in rows] == [jax.__version__] * 2 and all(len(r["seconds"]) == 3 for r in rows)
     assert jax_floor.bench_name(rows[0]) in results.benchmarks
     text = jax_floor.render(results)
-    assert f"| jax {jax.__version__} | Python {rows[0]['python']} |" in text and "| 1.00× |" in text
+    assert f"| jax {jax.__version__} | Python {rows[0]['python']} | `.venv (" in text and "| 1.00× |" in text
+    assert "The course's floor on jax" not in text  # no row on another jax to compare with
     with pytest.raises(SystemExit, match=r"the floor program failed \(exit status 1\)"):
         jax_floor.one_run("/bin/false")
+
+
+def test_the_floor_section_names_the_ratio_to_each_other_pin():
+    from benchmarks import jax_floor
+
+    rows = [{"jax": "0.12.0.1", "python": "3.12.1", "environment": ".venv (145 packages)", "seconds": [0.6] * 3},
+            {"jax": "0.10.2", "python": "3.11.7", "environment": "old (146 packages)", "seconds": [0.5] * 3},
+            {"jax": "0.12.0.1", "python": "3.13.0", "environment": "other (145 packages)", "seconds": [0.7] * 3}]
+    assert jax_floor.pin_ratios(rows) == "\n\nThe course's floor on jax 0.12.0.1 is 1.20× jax 0.10.2's on Python 3.11.7."
+
+
+def test_floor_envs_names_a_commit_the_clone_lacks():
+    from benchmarks import floor_envs
+
+    with pytest.raises(SystemExit, match="this clone has no commit no-such-rev"):
+        floor_envs.short_commit("no-such-rev")
+    try:
+        lock = floor_envs.git("show", f"{floor_envs.LAST_ON_JAX_0_10_2}:requirements-lock.txt").decode()
+    except Exception:
+        pytest.skip("a shallow clone: the commit before the jax 0.12 pins is not in it")
+    assert "\njax==0.10.2\n" in lock and "\njaxlib==0.10.2\n" in lock
