@@ -1,6 +1,9 @@
 """Exercises of notebook 17: the Flax NNX program of google/flax#4751, from nnx.pmap to nnx.shard_map."""
 from __future__ import annotations
 
+import re
+from unittest import mock
+
 import numpy as np
 from jax.sharding import AxisType
 
@@ -34,7 +37,8 @@ from helpers.devices import first_devices_mesh as _mesh
 
 
 def output(namespace, layout):
-    """[global shape, what each of this host's devices of the mesh holds of Seen (None: nothing)]."""
+    """[global shape, for each of this host's devices of the mesh: [the global row its block of Seen starts
+    at (None: every row), that block] (None: nothing)]."""
     mesh = _mesh(layout)
     model = Model(nnx.Rngs(params=0, dropout=1), devices=layout[1])
     mine = np.arange(2 * layout[1], dtype=np.float32).reshape(layout[1], 2) + 100 * jax.process_index()
@@ -43,7 +47,7 @@ def output(namespace, layout):
     seen = model.seen[...]
     if not isinstance(seen, jax.Array):
         return ["not a jax.Array", type(seen).__name__]
-    held = {s.device: np.asarray(s.data).tolist() for s in seen.addressable_shards}
+    held = {s.device: [s.index[0].start, np.asarray(s.data).tolist()] for s in seen.addressable_shards}
     return [list(seen.shape), [held.get(d) for d in mesh.devices.flat if d.process_index == jax.process_index()]]
 '''
 
@@ -58,6 +62,12 @@ _SPEC_ON_DEVICE = _to_global(
 _SCATTER = _to_global(
     "    rows = NamedSharding(mesh, P(DATA))\n"
     "    model.seen[...] = jax.make_array_from_process_local_data(rows, model.seen[...])\n")
+_AXES_SWAPPED = _to_global(
+    "    rows = NamedSharding(mesh, P(('device', 'host')))\n"
+    "    model.seen.set_value(jax.make_array_from_process_local_data(rows, model.seen[...]))\n")
+_REPLICATED = _to_global(
+    "    rows = NamedSharding(mesh, P())\n"
+    "    model.seen.set_value(jax.make_array_from_process_local_data(rows, model.seen[...]))\n")
 _DEVICE_PUT = _to_global(
     "    model.seen.set_value(jax.device_put(model.seen[...], NamedSharding(mesh, P(DATA))))\n")
 _NOT_SET = _to_global(
@@ -89,13 +99,24 @@ def to_global(model, mesh):
             f"P('device') names one mesh axis, so it says every host holds the same rows: your global Seen "
             f"has {case.got[0][0][0]} rows, not {case.mesh[0] * case.mesh[1]}, and JAX takes each host's rows "
             "as its copy of one replicated array, so the hosts' copies disagree. Name both axes: P(DATA)"),
+        _AXES_SWAPPED: lambda case: (
+            f"P(('device', 'host')) numbers the devices 'device' first: on {case.mesh[0]} hosts of {case.mesh[1]} "
+            f"devices, host 0's devices hold global rows {[row for row, _ in case.got[0][1]]}, not "
+            f"{list(range(case.mesh[1]))}, so device k no longer holds row k and the hosts' rows are interleaved. "
+            "Name the mesh's axes in its own order, 'host' first: P(DATA)"),
+        _REPLICATED: lambda case: (
+            f"P() says Seen is replicated, the whole array on every device, so JAX takes each host's "
+            f"{case.mesh[1]} rows as its copy of one {case.got[0][0][0]}-row array: your global Seen has "
+            f"{case.got[0][0][0]} rows, not {case.mesh[0] * case.mesh[1]}, and the hosts' copies differ, with no "
+            "error. Its rows go one per device of every host: P(DATA)"),
     },
     errors=(
         ErrorRule(lambda text: "ShardingTypeError" in text or "Incompatible types for broadcasting" in text,
                   example=_SCATTER,
-                  say="model.seen[...] = new writes into the array Seen already holds, this host's own (a "
-                      "scatter), and the global array has another shape and sharding. Replace the array "
-                      "instead: model.seen.set_value(new)"),
+                  say="model.seen[...] = new puts new in as it is only when it has the shape, dtype and sharding "
+                      "of the array Seen holds; the global array has another shape and sharding, so it writes "
+                      "into this host's own array instead (a scatter). Replace the array: "
+                      "model.seen.set_value(new)"),
         ErrorRule(lambda text: text.startswith("NameError"),
                   example=_to_global("    model.seen.set_value(jax.make_array_from_process_local_data(rows, "
                                      "model.seen[...]))\n"),
@@ -185,6 +206,18 @@ def _trained(fn, course_mesh):
     return tuple(losses), tuple(masks), seen, round(nnx_dropout.parameter_norm(model), 5)
 
 
+# shard_map's error for split keys it cannot spread over the mesh: the counts' array, uint32[n], on m devices
+_KEYS_UNEVEN = re.compile(r"of shape uint32\[(\d+)\].*?in_specs\[0\]\.states.*?\(of total size (\d+)\), but \d+ "
+                          r"does not evenly divide", re.S)
+
+
+def _uneven_keys(case) -> str:
+    keys, devices = _KEYS_UNEVEN.search(case.got.raw).groups()
+    return (f"you split the keys into {keys}, and shard_map cannot spread {keys} keys over the mesh's {devices} "
+            "devices: each device needs one. (On 2 hosts of 4 devices, splits=jax.local_device_count() meets "
+            "this error: 4 keys for 8 devices.) Split them over the mesh's devices: mesh.size")
+
+
 def _losses_differ_by_host(case) -> bool:
     losses = case.got[0][0] if isinstance(case.got, tuple) else None
     return losses is not None and len(set(np.asarray(losses).tolist())) > 1
@@ -199,9 +232,11 @@ register(ProgramExercise(
     meshes=((2, 4), (2, 2)),
     wrong={
         _step(splits="jax.local_device_count()"): lambda case: (
-            f"you split the keys jax.local_device_count() ways: 8 in this kernel, so on this {case.devices}-device "
-            "mesh the devices drew other keys than they should; on a cluster it is one host's devices, and every "
-            "host draws the same keys (section 2). Split them over the mesh's devices: mesh.size"),
+            f"you split the keys into {KERNEL.devices}, but this mesh has {case.devices} devices, so each device "
+            f"got {KERNEL.devices // case.devices} of them, not its own key of a split over the mesh. "
+            f"jax.device_count() and jax.local_device_count() are {KERNEL.devices} in this kernel whatever the "
+            "mesh; on 2 hosts of 4 devices, jax.local_device_count() is 4, and shard_map refuses 4 keys for 8 "
+            "devices. Split them over the mesh's devices: mesh.size"),
         _step(axis="'device'"): (
             "the hosts' losses differ: your step averages over 'device' alone, so each host averages its own "
             "devices only, and each host applies another gradient. nnx.pmap's axis spanned every device of "
@@ -216,6 +251,8 @@ register(ProgramExercise(
             "one per device of every host, P(DATA)"),
     },
     errors=(
+        ErrorRule(lambda text: _KEYS_UNEVEN.search(text) is not None, example=_step(splits="mesh.shape['device']"),
+                  say=_uneven_keys),
         ErrorRule(lambda text: "fold_in accepts a single key" in text, example=_step(squeeze=False),
                   say="the body got each device's block with its device axis kept: a key of shape (1,) where "
                       "nnx.pmap gave a key of shape (). Do what pmap did: take a[0] of each per-device variable "
@@ -258,9 +295,22 @@ def _key_data(fn, mesh, seed: int) -> np.ndarray:
 
 
 def _device_keys(fn, mesh):
-    """(who shares keys, with seed 0; with seed 1; whether each device's key changes with the seed)."""
+    """(who shares keys, with seed 0; with seed 1; whether each device's key changes with the seed; whether
+    it changes when the function is traced as host 1 would trace it, where jax.process_index() is 1)."""
     a, b = _key_data(fn, mesh, 0), _key_data(fn, mesh, 1)
-    return _groups(a), _groups(b), tuple(bool((a[i] != b[i]).any()) for i in range(len(a)))
+    with mock.patch("jax.process_index", lambda *args, **kwargs: 1):  # this kernel is one process: host 0
+        as_host_1 = _key_data(fn, mesh, 0)
+    return (_groups(a), _groups(b), tuple(bool((a[i] != b[i]).any()) for i in range(len(a))),
+            tuple(bool((a[i] != as_host_1[i]).any()) for i in range(len(a))))
+
+
+def _depends_on_process(case) -> bool:
+    return isinstance(case.got, tuple) and len(case.got) == 4 and any(case.got[3])
+
+
+_TRACED = ("jax.process_index() is a number fixed when JAX traces your function, not a position on the mesh: on a "
+           "cluster each host traces its own program, with its own number in it (traced as host 1, your function "
+           "gives other keys)")
 
 
 register(ProgramExercise(
@@ -288,7 +338,18 @@ def device_key(key):
         "def device_key(key):\n    return jax.random.fold_in(key, jax.lax.axis_index('host'))\n":
             "the devices of one host share a key: axis_index('host') is the host's number. Number every "
             "device of every host: axis_index(DATA)",
+        "def device_key(key):\n    return jax.random.fold_in(key, jax.process_index() * jax.local_device_count() "
+        "+ jax.lax.axis_index('device'))\n":
+            "device k of every host gets the same key here, where one process plays every host and "
+            f"jax.process_index() is 0 for all of them. {_TRACED}. The mesh numbers every device of every host "
+            "for you: axis_index(DATA)",
     },
+    families=(
+        OutputRule(_depends_on_process,
+                   example="def device_key(key):\n    return jax.random.fold_in(key, jax.process_index())\n",
+                   say=f"{_TRACED}. Inside a shard_map, number each device by its position on the mesh: "
+                       "jax.lax.axis_index(DATA)"),
+    ),
     otherwise="give each device of every host a key of its own, made from `key` (fold_in)",
     hints=(
         "Every device holds the same key (in_specs P()). What differs from device to device inside a "
