@@ -26,9 +26,12 @@ def train_step(model, x, y):  # x: f32[2, 4], one device's rows; its Seen row f3
     return step_body(model, x, y, axis="batch")
 
 
+losses = []
 for step in range(STEPS):
     x, y = host_batch(step, host, hosts, devices=local)  # f32[local, 2, 4], f32[local, 2, 1]
     loss, kept = train_step(model, x, y)  # f32[local], bool[local, 2, 8]
-    print(f"step {step}: loss {float(loss[0]):.6f}  dropout masks {digest(kept)}")
+    losses.append(loss)
+    print(f"step {step}: loss {float(loss[0]):.4f}  dropout masks {digest(kept)}")
 print(f"Seen: {np.asarray(model.seen[...], np.float64).round(4).tolist()}")
-print(f"parameters: norm {parameter_norm(model):.6f}")
+print(f"parameters: norm {parameter_norm(model):.4f}")
+print(f"bits: {digest(*losses, *jax.tree.leaves(nnx.state(model, nnx.Param)))}")  # every loss and parameter, exactly

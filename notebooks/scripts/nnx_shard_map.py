@@ -25,6 +25,10 @@ PMAP_KEYS = "--pmap-keys" in sys.argv
 DATA = ("host", "device")
 host, hosts, local = jax.process_index(), jax.process_count(), jax.local_device_count()
 mesh = jax.make_mesh((hosts, local), ("host", "device"), axis_types=(AxisType.Auto,) * 2)
+# Row h of the mesh is host h's devices, so the rows of every global array follow the hosts. On TPU and GPU,
+# make_mesh may order devices otherwise: jax.experimental.mesh_utils.create_hybrid_device_mesh((1, local),
+# (hosts, 1), process_is_granule=True) builds rows that are the processes (notebook 01).
+assert all(d.process_index == h for h, row in enumerate(mesh.devices) for d in row), "row h of the mesh is host h"
 rows = NamedSharding(mesh, P(DATA))  # device k of the mesh holds row k: each host its own rows
 
 
@@ -61,6 +65,7 @@ def keys_as_pmap_had_them(model):
     nnx.update(model, jax.tree.map(made_global_rng, nnx.state(model, nnx.RngState)))
 
 
+losses = []
 for step in range(STEPS):
     x, y = (made_global(a) for a in host_batch(step, host, hosts, devices=local))  # f32[8, 2, 4], f32[8, 2, 1]
     if PMAP_KEYS:
@@ -68,8 +73,10 @@ for step in range(STEPS):
             keys_as_pmap_had_them(model)
             loss, kept = train_step(model, x, y)
     else:
-        with nnx.split_rngs(model, splits=jax.device_count()):
+        with nnx.split_rngs(model, splits=mesh.size):
             loss, kept = train_step(model, x, y)
-    print(f"step {step}: loss {float(local_rows(loss)[0]):.6f}  dropout masks {digest(local_rows(kept))}")
+    losses.append(local_rows(loss))
+    print(f"step {step}: loss {float(local_rows(loss)[0]):.4f}  dropout masks {digest(local_rows(kept))}")
 print(f"Seen: {local_rows(model.seen[...]).astype(np.float64).round(4).tolist()}")
-print(f"parameters: norm {parameter_norm(model):.6f}")
+print(f"parameters: norm {parameter_norm(model):.4f}")
+print(f"bits: {digest(*losses, *jax.tree.leaves(nnx.state(model, nnx.Param)))}")  # every loss and parameter, exactly
