@@ -56,11 +56,12 @@ def test_sanitizers_hide_addresses_and_temp_paths_only():
     assert _sanitized(text) == "<object at 0xADDRESS> wrote TMPPATH; device 0x1 stays"
 
 
-def test_a_losss_last_two_digits_are_not_compared_and_the_rest_is():
+def test_a_losss_first_four_decimals_are_compared_and_no_more():
     """Two machines printed the same run's step 1 as 1.09136081 and 1.09136069."""
     assert _sanitized("step 1 loss 1.09136081") == _sanitized("step 1 loss 1.09136069")
     assert _sanitized("eval mse 0.58113414 over") == _sanitized("eval mse 0.58113408 over")
-    assert _sanitized("step 1 loss 1.09136081") != _sanitized("step 1 loss 1.09137081")
+    assert _sanitized("loss 0.605429") == _sanitized("loss 0.605431")  # 6 printed decimals, 2 apart
+    assert _sanitized("step 1 loss 1.09136081") != _sanitized("step 1 loss 1.09146081")
     assert _sanitized("loss 0.5 at lr 0.00123456") == "loss 0.5 at lr 0.00123456"
 
 
