@@ -25,9 +25,8 @@ VERDICTS_APART = ("judging every hanging answer as a first check, with warm host
                   "`make bench` (10 min at most) leaves it out: run `make bench-verdicts` to measure it and add "
                   "it to this report")
 FLOOR = "floor"
-FLOOR_APART = ("the floor is compared with another environment's (the pin it replaces), which `make bench` "
-               "does not have: run `make bench-floor FLOOR_AGAINST=OTHER_VENV/bin/python` to measure it and add "
-               "it to this report")
+FLOOR_APART = ("the floor is compared with the course's environment at the pin it replaces, which `make bench` "
+               "does not build: run `make bench-floor` to build it (once) and add the comparison to this report")
 MIGRATE = "migrate"
 MIGRATE_APART = ("it measures what the migration assistant finds, not a time: run `make bench-migrate` to measure "
                  "it and add it to this report")
