@@ -1,6 +1,8 @@
 """Exercise of notebook 16: the capstone, a script in the Hugging Face Flax style ported and judged on real hosts."""
 from __future__ import annotations
 
+import re
+
 from helpers.exercises.core import Kernel, register
 from helpers.exercises.processes import ProcessExercise
 from helpers.exercises.rules import ErrorRule, OutputRule
@@ -42,8 +44,10 @@ def output(namespace, layout):
 '''
 
 
-def _port(*, keys: str = "keys[0]", keys_spec: str = "P(DATA)", rows: str = "P(DATA)",
-          loss: str = "jax.lax.pmean(tiny.dropout_loss_fn(p, x, y, {keys}), DATA)", grads: str = "") -> str:
+def _port(*, keys: str = "keys[0]", keys_spec: str = "P(DATA)", rows: str = "P(DATA)", specs: str = "P(DATA)",
+          loss: str = "jax.lax.pmean(tiny.dropout_loss_fn(p, x, y, {keys}), DATA)", grads: str = "",
+          options: str = "", loss_spec: str = "P()", make: str = "jax.make_array_from_process_local_data(rows, a)"
+          ) -> str:
     """A port of the script's step, with the given choices."""
     return f'''
 def port(mesh):
@@ -57,12 +61,12 @@ def port(mesh):
         loss, grads = jax.value_and_grad(global_loss)(params){grads}
         return jax.tree.map(lambda p, g: p - LR * g, params, grads), loss
 
-    step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P(DATA), P(DATA), {keys_spec}),
-                                 out_specs=(P(), P())), donate_argnums=(0,))
+    step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), {specs}, {specs}, {keys_spec}),
+                                 out_specs=(P(), {loss_spec}){options}), donate_argnums=(0,))
 
     def train_step(params, batch, dropout_keys):
         params = jax.device_put(params, NamedSharding(mesh, P()))
-        x, y, keys = (jax.make_array_from_process_local_data(rows, a)
+        x, y, keys = ({make}
                       for a in (batch["x"], batch["y"], dropout_keys))
         return step(params, x, y, keys)
 
@@ -94,9 +98,17 @@ def port(mesh):
 
     return train_step
 '''
-_ROWS_ON_DEVICE = _port(rows="P('device')")
+_ROWS_NOT_IN_SPECS = _port(rows="P('device')")  # made with P('device'), passed where in_specs say P(DATA)
+_ROWS_ON_DEVICE = _port(rows="P('device')", specs="P('device')", keys_spec="P('device')",
+                        loss="jax.lax.pmean(tiny.dropout_loss_fn(p, x, y, {keys}), 'device')")
+_MEAN_OVER_DEVICE = _port(loss="jax.lax.pmean(tiny.dropout_loss_fn(p, x, y, {keys}), 'device')",
+                          grads="\n        loss = jax.lax.pmean(loss, 'host')")
+_NO_VMA = _port(options=", check_vma=False")
 _FOLD_IN = _port(keys="jax.random.fold_in(keys[0], jax.lax.axis_index(DATA))")
 _WHOLE_BLOCK = _port(keys="keys")
+_DEVICE_PUT = _port(make="jax.device_put(a, rows)")
+_LOSS_SPLIT = _port(loss_spec="P(DATA)", grads="\n        loss = loss.reshape(1)")
+_LOSS_SCALAR_SPLIT = _port(loss_spec="P(DATA)")
 
 
 def _losses(case) -> list:
@@ -105,27 +117,68 @@ def _losses(case) -> list:
     return got[0] if isinstance(got, tuple) and got and isinstance(got[0], list) else []
 
 
+def _gradient_trap(case) -> str:
+    return (f"your gradient is the sum of the devices' gradients, {case.devices} times the mean's on "
+            f"{case.layout[0]} x {case.layout[1]} devices, so the losses drift from the pmap script's after "
+            "the first step: under shard_map with check_vma on (the default), the gradient of P() parameters "
+            "is already summed over the devices, and a pmean of it afterwards changes nothing. Take the "
+            "gradient of jax.lax.pmean(loss, DATA)")
+
+
+def _rows_on_device(case) -> str:
+    hosts = "; ".join(f"host {h}: {losses[:2]}" for h, losses in enumerate(case.got) if isinstance(losses, list))
+    return ("P('device') names one mesh axis, so it says the rows are the same on every host: JAX took each "
+            "host's rows as its copy of one replicated batch, each host trained on its own rows alone (a pmean "
+            f"over 'device' stays on the host), and the hosts' losses parted ({hosts}, ...). Each host holds "
+            "its own rows and keys: P(DATA), and the loss pmean'd over DATA")
+
+
+_IN_SPECS = re.compile(r"passed (args\[\d+\]) of shape (\S+), where args\[\d+\] is bound to \w+'s parameter "
+                       r"'(\w+)', corresponds to (in_specs\[\d+\]) of value (P\(.*?\)),? which")
+
+
+def _not_in_specs(case) -> str:
+    found = _IN_SPECS.search(case.got.raw)
+    if found:
+        split = re.search(r"\[\d+@(\([^)]*\)|\w+)", found.group(2))
+        how = f"its axis 0 split over {split.group(1)!r}" if split else "no axis split"
+        what = f"{found.group(3)} ({found.group(1)}) comes with {how}, but {found.group(4)} is {found.group(5)}"
+    else:
+        what = "an array you pass is not placed as its in_specs entry says"
+    return (f"shard_map refused its input: {what}. On jax.make_mesh's mesh (Explicit axes) shard_map takes each "
+            "array as it lies and never moves it: make the batch and the keys with the spec that in_specs names "
+            "for them, NamedSharding(mesh, P(DATA)), each host's own rows and keys")
+
+
 register(ProcessExercise(
     id="16.1", kernel=KERNEL, answer_name="port", signature="(mesh)",
     title="the Hugging Face-style pmap script, ported: the same losses on 2 real hosts",
     setup=_SETUP, solution=SOLUTION, driver=_DRIVER, together=True, on=(2, 2),
     meshes=((2, 2), (2, 1)), timeout=150.0,
     wrong={
-        _GRADIENT_TRAP: "your losses drift from the pmap script's after the first step: the gradient is "
-                        "pmean'd after value_and_grad, as pmap did, but under shard_map the gradient of P() "
-                        "parameters is already summed over the devices. Take the gradient of the pmean'd loss",
+        _GRADIENT_TRAP: _gradient_trap,
         _ONE_KEY: "every device drew the same dropout mask: you passed one key to all of them. pmap gave each "
                   "local device its own key (shard_prng_key's row d); pass this host's keys as its part of a "
                   "global array, P(DATA), and take the block's key[0] in the body",
         _FOLD_IN: "fold_in(key, axis_index(DATA)) gives every device of every host a key of its own: right for a "
                   "new run, as the tool advises, but other masks than the pmap script's, so other losses from the "
                   "first step. Port with shard_prng_key's keys first (row d for device d), then switch",
-        _ROWS_ON_DEVICE: "P('device') names one mesh axis, so it says every host holds the same rows: JAX takes "
-                         "each host's batch as its copy of one replicated array, and the hosts' different rows "
-                         "give different losses. Each host holds its own rows: P(DATA)",
+        _ROWS_ON_DEVICE: _rows_on_device,
+        _MEAN_OVER_DEVICE: "your gradient is twice the mean's on 2 hosts x 2 devices, so the losses drift after the "
+                           "first step: the loss you take the gradient of is averaged over one mesh axis only (a "
+                           "pmean over 'device' averages this host's devices only), and shard_map sums its "
+                           "gradient over every device of every host. Take the gradient of the loss pmean'd over "
+                           "DATA",
+        _NO_VMA: "with check_vma=False, shard_map does not track that the parameters are the same on every device, "
+                 "so it does not sum the gradient of the pmean'd loss over the devices: each device steps with the "
+                 "gradient of its own rows' loss alone, and out_specs P() passes on parameters that now differ "
+                 "between devices. Keep check_vma on (the default); with it off, take the gradient of each "
+                 "device's own loss and pmean the gradients, as pmap did",
     },
     errors=(
-        ErrorRule(lambda text: "key" in text.lower() and ("shape" in text or "(1, 2)" in text or "(1,2)" in text),
+        ErrorRule(lambda text: "corresponds to in_specs" in text or "does not match the specs" in text,
+                  example=_ROWS_NOT_IN_SPECS, say=_not_in_specs),
+        ErrorRule(lambda text: "single key" in text or "key array of shape (1, 2)" in text,
                   example=_WHOLE_BLOCK,
                   say="in the body, keys is this device's block of the global key array, one row of shape "
                       "(1, 2), where pmap handed its function one key of shape (2,): take keys[0]"),
@@ -134,6 +187,24 @@ register(ProcessExercise(
                   say=lambda case: f"{case.got.text.split(' on host')[0]}: on the hosts your function runs alone, "
                                    "with jax, jnp, np, P, NamedSharding, tiny, DATA and LR defined. Build what "
                                    "else it needs inside port, from mesh"),
+        ErrorRule(lambda text: "passed to device_put is not the same on each process" in text,
+                  example=_DEVICE_PUT,
+                  say="jax.device_put(a, sharding) takes a as the whole global array, the same on every host, "
+                      "but each host has its own rows (JAX checked, and they differ): make the batch and the keys "
+                      "with jax.make_array_from_process_local_data(NamedSharding(mesh, P(DATA)), a), which takes "
+                      "a as this host's part"),
+        ErrorRule(lambda text: "spans non-addressable" in text,
+                  example=_LOSS_SPLIT,
+                  say="the check could not read your loss on a host (np.asarray(loss) raised 'Fetching value "
+                      "for jax.Array that spans non-addressable devices'): you return it split over the hosts "
+                      "(out_specs P(DATA)), one block per device, so no host holds it all. Averaged over DATA, the "
+                      "loss is one value, the same on every device: return it with out_specs P(), as the script's "
+                      "metrics are"),
+        ErrorRule(lambda text: "out_specs[1]" in text and "rank 0" in text,
+                  example=_LOSS_SCALAR_SPLIT,
+                  say="out_specs P(DATA) for the loss asks to split it over the devices, but it is a scalar, with "
+                      "no axis to split: averaged over DATA, it is one value, the same on every device. Return it "
+                      "with out_specs P()"),
     ),
     families=(
         OutputRule(lambda case: bool(_losses(case)) and abs(_losses(case)[0] - case.want[0][0]) > 1e-4,
