@@ -96,6 +96,10 @@ CASES = {
          "import jax\nif jax.process_index() == 0:\n    print(loss)\n"),
         ("import jax\nstep = jax.jit(f)\nif 0 == jax.process_index():\n    loss = step(params)\n", 4,
          "import jax\nstep = jax.jit(f)\nloss = step(params)\nif jax.process_index() == 0:\n    print(loss)\n"),
+        (MESH + "step = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P(), out_specs=P(('host', 'device'))))\n"
+         "losses = step(params)\nif jax.process_index() == 0:\n    print(float(losses.mean()))\n", 7,
+         MESH + "step = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P(), out_specs=P()))\n"
+         "loss = step(params)\nif jax.process_index() == 0:\n    print(float(loss))\n"),
     ],
     "process-zero-save": [
         ("import jax\nfrom flax.training import checkpoints\nif jax.process_index() == 0:\n"

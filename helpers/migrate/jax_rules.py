@@ -297,6 +297,7 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                  and any(isinstance(c, ast.Call) and (is_name(s.name(c.func), "jax.pmap", "jax.jit")
                                                       or (isinstance(c.func, ast.Name) and c.func.id in compiled))
                          for c in ast.walk(node))}
+    global_outputs = _compiled_outputs(s, compiled - s.pmapped_names())
     for node in ast.walk(s.tree):
         if not (isinstance(node, ast.If) and only_process_zero(node.test, s.names)):
             continue
@@ -311,13 +312,47 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                        "arrays is saved by every process (each writes its own shards), so process 0 "
                        "waits for hosts that never call it",
                        "call the save on every host; Orbax lets process 0 write the shared metadata")
+            elif is_name(name, "jax.device_get"):
+                yield (inner, "process-zero-collective",
+                       f"{code_of(inner.func)}(...) runs on process 0 only: harmless on this host's own pmap "
+                       "stack or on a P() value, which every host holds whole, but after the port device_get "
+                       "of an array split over the hosts raises there",
+                       "under the if, read only P() values (float(loss)); gather what is split over the hosts "
+                       "(process_allgather) on every host, outside the if, and keep only the print under it")
             elif name in _HOST_SYNC or called in compiled:
                 yield (inner, "process-zero-collective",
                        f"{code_of(inner.func)}(...) runs on process 0 only: a collective (or a compiled "
-                       "step) there waits for hosts that never join it, and device_get of an array "
-                       "other hosts hold part of raises",
+                       "step) there waits for hosts that never join it",
                        "compute on every host, outside the if; keep only the print or the write "
                        "under it")
+            elif (array := _computes_on(s, inner, global_outputs)) is not None:
+                yield (inner, "process-zero-collective",
+                       f"{code_of(inner.func)}(...) runs on process 0 only, and computes on {array}, a global "
+                       "array out of a compiled step: when it is split over the hosts, that computation needs "
+                       "every host, and host 0 waits for hosts that never join it",
+                       "compute it on every host, outside the if (or in the step, returned with out_specs "
+                       "P()); keep only the print or the write under it")
+
+
+_REDUCTIONS = {"mean", "sum", "max", "min", "std", "var", "prod", "argmax", "argmin", "all", "any"}
+
+
+def _compiled_outputs(s: Script, compiled: set[str]) -> set[str]:
+    """Names assigned from a call of a jax.jit or jax.shard_map step (not pmap's host-local stacks)."""
+    return {n.id for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+            and node.value.func.id in compiled
+            for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _computes_on(s: Script, call: ast.Call, outputs: set[str]) -> str | None:
+    """The step output a call computes on: `loss.mean()` (a reduction method) or `jnp.f(loss, ...)`."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr in _REDUCTIONS \
+            and isinstance(call.func.value, ast.Name) and call.func.value.id in outputs:
+        return call.func.value.id
+    if s.name(call.func).startswith("jax.numpy."):
+        return next((a.id for a in call.args if isinstance(a, ast.Name) and a.id in outputs), None)
+    return None
 
 
 def _is_checkpoint_save(s: Script, call: ast.Call, seen: frozenset[str] = frozenset()) -> bool:
