@@ -35,7 +35,8 @@ _CALLS = {
         "common_utils.shard_prng_key splits the key local_device_count() ways: every host with the "
         "same key gets the same keys, so its devices repeat the other hosts' draws",
         f"one key; in shard_map, jax.random.fold_in(key, jax.lax.axis_index({MESH_AXES})); under "
-        "jax.jit on global arrays, jax.random as on one device"),
+        "jax.jit on global arrays, jax.random as on one device (to port first with the script's own draws, "
+        f"pass its keys with P({MESH_AXES}) and change them after)"),
     "flax.training.common_utils.get_metrics": (
         "flax-get-metrics",
         "common_utils.get_metrics device_gets pmap's per-device stacks of metrics and keeps copy [0]",

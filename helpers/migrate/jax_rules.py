@@ -58,7 +58,28 @@ def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                   else "P(('host', 'device')) where in_axes was 0, P() where it was None or the argument "
                        "was replicated")
                + "".join(f"; {c}" for c in carried)
+               + (f"; the keys (argument {keys + 1}, from shard_prng_key): P({MESH_AXES}) keeps the script's "
+                  "key per device (the body gets a block of one key: take keys[0]), or one key with P() and "
+                  f"fold_in(key, axis_index({MESH_AXES})) for keys of their own"
+                  if (keys := _shard_prng_key_argument(s, call)) is not None else "")
                + "; or, for a step that needs nothing per device, a plain jax.jit on the global batch")
+
+
+def _shard_prng_key_argument(s: Script, call: ast.Call) -> int | None:
+    """The position of the argument that the pmapped function's callers give from shard_prng_key."""
+    callers = {name for name, value in s.assigned.items() if value is call}
+    callers |= {f.name for f in ast.walk(s.tree) if isinstance(f, ast.FunctionDef) and call in f.decorator_list}
+    keys = {name for name, value in s.assigned.items() if _is_shard_prng_key(s, value)}
+    for site in s.calls:
+        if isinstance(site.func, ast.Name) and site.func.id in callers:
+            for i, a in enumerate(site.args):
+                if _is_shard_prng_key(s, a) or (isinstance(a, ast.Name) and a.id in keys):
+                    return i
+    return None
+
+
+def _is_shard_prng_key(s: Script, node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and is_name(s.name(node.func), "flax.training.common_utils.shard_prng_key")
 
 
 def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
