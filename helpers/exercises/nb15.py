@@ -53,21 +53,30 @@ _x = jax.make_array_from_process_local_data(_rows, np.ones((2 * jax.local_device
 _w = _step(_w, _x).block_until_ready()  # compiled before any trace starts
 
 
-def _train(number, slow_host, block):
+def _train(number, slow_host, block, slow_s=0.3):
     global _w
     if block and _host == slow_host:
-        time.sleep(0.3)  # run "a": a slow loader, between the steps
+        time.sleep(slow_s)  # run "a": a slow loader, between the steps
     with jax.profiler.StepTraceAnnotation("train", step_num=number):
         if not block and _host == slow_host:
-            time.sleep(0.3)
+            time.sleep(slow_s)
         _w = _step(_w, _x)
         if block:
             _w.block_until_ready()
+        elif _host == slow_host:
+            time.sleep(0.1)  # its own all-reduce starts inside its step, however late its devices wake
 
 
 def _record(run, slow_host, block):
     if not block:
-        _train(0, slow_host, block)  # the loop is already running when the recording starts
+        # The loop is already running when the recording starts: the fast hosts' devices still wait
+        # in step 0's all-reduce when they dispatch steps 1-3, so those run after their annotations.
+        # The hosts start step 0 together, and the slow one takes 1 s in it, time enough for the fast
+        # ones to start their traces and dispatch steps 1-3 however loaded the machine. (Without
+        # this, and the 0.1 s above, a loaded CI run once saw no collective start inside any step
+        # on either host, and an answer that reads only the steps' annotations passed.)
+        multihost_utils.sync_global_devices("run b starts")
+        _train(0, slow_host, block, slow_s=1.0)
     jax.profiler.start_trace(f"{_root}/{run}/host{_host}", create_perfetto_trace=True)
     for number in (1, 2, 3):
         _train(number, slow_host, block)
