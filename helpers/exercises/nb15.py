@@ -73,8 +73,9 @@ def _record(run, slow_host, block):
         # in step 0's all-reduce when they dispatch steps 1-3, so those run after their annotations.
         # The hosts start step 0 together, and the slow one takes 1 s in it, time enough for the fast
         # ones to start their traces and dispatch steps 1-3 however loaded the machine. (Without
-        # this, and the 0.1 s above, a loaded CI run once saw no collective start inside any step
-        # on either host, and an answer that reads only the steps' annotations passed.)
+        # it, under load, the fast host's devices were sometimes idle at step 1, its all-reduce
+        # started inside its step, and in CI an answer that reads only the annotations passed. The
+        # 0.1 s above keeps the slow host's own all-reduces inside its steps, so the two cannot tie.)
         multihost_utils.sync_global_devices("run b starts")
         _train(0, slow_host, block, slow_s=1.0)
     jax.profiler.start_trace(f"{_root}/{run}/host{_host}", create_perfetto_trace=True)
