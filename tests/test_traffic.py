@@ -1,7 +1,6 @@
 """The traffic counter: replica groups read from JAX's compiled programs, checked against what
 the collectives actually did when run, on several meshes and device orders; the cost model's
 arithmetic; and clear errors for what it cannot count."""
-import math
 from fractions import Fraction
 from itertools import combinations
 
@@ -171,6 +170,33 @@ def test_the_traffic_of_a_jitted_step_with_its_own_out_shardings():
     assert reduce.kind == "all-reduce" and T.groups_as_ids(reduce) == [list(range(8))]
     assert reduce.jax_op == "reduce_sum"
     assert (report.inside_hosts, report.across_hosts) == (6 * 112, 2 * 112)  # as the flat psum by hand
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_the_order_the_axes_are_named_in_does_not_change_the_bytes(order):
+    """psum over ('device', 'host') is psum over ('host', 'device'): the program lists its group in
+    another order (and a reduce-scatter's pieces go to other devices), but the ring runs in the
+    program's device order, so the bytes are the same."""
+    mesh = build_mesh((2, 4), order)
+    spec = P(("host", "device"))
+    x = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, spec))
+    host_of = T.hosts_along(mesh)
+
+    def count(body):
+        report = T.traffic(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec), x, host_of=host_of)
+        return report, (report.inside_hosts, report.across_hosts)
+
+    for axes in (("host", "device"), ("device", "host")):
+        two_steps = lambda b, axes=axes: jax.lax.all_gather(  # noqa: E731
+            jax.lax.psum_scatter(b, axes, scatter_dimension=1, tiled=True), axes, axis=1, tiled=True)
+        psum, psum_bytes = count(lambda b, axes=axes: jax.lax.psum(b, axes))
+        assert count(two_steps)[1] == psum_bytes, axes
+        if order == "make_mesh":
+            assert psum_bytes == (6 * 112, 2 * 112), axes  # the flat ring by hand, whichever order
+            if axes == ("device", "host"):
+                (reduce,) = psum.collectives
+                assert T.groups_as_ids(reduce) == [[0, 4, 1, 5, 2, 6, 3, 7]]  # listed as named
+                assert [d.id for d in reduce.rings[0]] == list(range(8))  # the ring: mesh order
 
 
 @pytest.mark.parametrize("order", list(ORDERS))
@@ -474,7 +500,7 @@ def test_the_hierarchical_all_reduce_sends_fewer_bytes_across_hosts_than_the_fla
         return T.traffic(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec), x, host_of=T.hosts_along(mesh))
 
     flat, hier = run(lambda b: jax.lax.psum(b, ("host", "device"))), run(hierarchical)
-    hosts, per_host, nbytes = shape[0], shape[1], 2 * n * 4
+    hosts, nbytes = shape[0], 2 * n * 4
     assert flat.across_hosts == hosts * Fraction(2 * (n - 1), n) * nbytes  # one crossing hop per host
     assert hier.across_hosts == 2 * (hosts - 1) * nbytes  # D rings of H, each hop 2(H-1)/H * B/D
     assert hier.across_hosts < flat.across_hosts

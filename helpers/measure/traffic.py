@@ -11,7 +11,12 @@ Cost model (explicit, and the same for every program)
 ------------------------------------------------------
 Each collective runs on each of its groups independently. `B` is the bytes of the
 collective's result on one device (the sum of a tuple's parts), `n` the group's size, and the
-group's devices form a ring in the order the program lists them: g0 -> g1 -> ... -> g0.
+group's devices form a ring in the order of their positions in the program's device list (for a
+shard_map, the mesh's order): g0 -> g1 -> ... -> g0, whatever order the program lists the group
+in. So psum over ('device', 'host') costs what psum over ('host', 'device') costs: the sum is the
+same, and a library picks its ring itself. The listed order still says which piece of a
+reduce-scatter or all-gather each device holds (`Collective.groups` keeps it), but a ring can
+hand out the pieces in any order, so it does not change the bytes.
 
 - all-reduce, ring algorithm: a reduce-scatter then an all-gather; every ring hop carries
   2 (n-1)/n * B.
@@ -96,17 +101,20 @@ class Collective:
     name: str  # the HLO instruction's name
     jax_op: str  # the JAX primitive it came from, from the HLO metadata ("psum", ...; "compiler" if none)
     nbytes: int | Fraction  # bytes of the result on one device
-    groups: tuple[tuple[Any, ...], ...]  # devices of each group, in ring order (empty for a permute)
+    groups: tuple[tuple[Any, ...], ...]  # devices of each group as the program lists them, which is the
+    # order of a reduce-scatter's or all-gather's pieces (empty for a permute)
     pairs: tuple[tuple[Any, Any], ...] = ()  # (source, target) devices of a collective-permute
     repeats: int = 1  # how often it runs (loop trip counts)
     op_name: str = ""  # the HLO metadata's op_name, the JAX call path(s) it came from ("" if none)
+    rings: tuple[tuple[Any, ...], ...] = ()  # each group in ring order, by position in the program's
+    # device list (what parse_collectives sets); empty: the ring follows `groups` as listed
 
     def transfers(self) -> list[Transfer]:
         """Every device-to-device transfer of one run, by the cost model in the module docstring."""
         if self.kind == "collective-permute":
             return [Transfer(s, t, Fraction(self.nbytes)) for s, t in self.pairs if s != t]
         out: list[Transfer] = []
-        for group in self.groups:
+        for group in self.rings or self.groups:
             n = len(group)
             if n < 2:
                 continue
@@ -484,8 +492,10 @@ def _collective(match: re.Match, devices: list, repeats: int) -> Collective:
     if kind == "collective-permute":
         pairs = tuple((device(s), device(t)) for s, t in source_target_pairs(rest))
         return Collective(kind, match["name"], jax_op, nbytes, (), pairs, repeats, op_name)
-    groups = tuple(tuple(device(k) for k in g) for g in replica_groups(rest, len(devices)))
-    return Collective(kind, match["name"], jax_op, nbytes, groups, (), repeats, op_name)
+    listed = replica_groups(rest, len(devices))
+    groups = tuple(tuple(device(k) for k in g) for g in listed)
+    rings = tuple(tuple(device(k) for k in sorted(g)) for g in listed)  # by position, not as listed
+    return Collective(kind, match["name"], jax_op, nbytes, groups, (), repeats, op_name, rings)
 
 
 def _jax_op(op_name: str) -> str:
