@@ -112,6 +112,27 @@ def _sum_families(name: str) -> tuple[OutputRule, ...]:
     )
 
 
+def _pieces_kept(case) -> int | None:
+    """k > 1 when every device returns k whole pieces of the sum (1/n of its row each), fewer than n:
+    an all_gather over fewer devices than the psum_scatter that cut the pieces."""
+    try:
+        got, want = np.asarray(case.got, float), np.asarray(case.want, float)
+    except (TypeError, ValueError):
+        return None
+    n = case.devices
+    if got.ndim != 2 or want.ndim != 2 or got.shape[0] != want.shape[0] or not 0 < got.shape[1] < want.shape[1]:
+        return None
+    width = want.shape[1] // n
+    if width == 0 or want.shape[1] % n or got.shape[1] % width:
+        return None
+    pieces = [want[0, i * width:(i + 1) * width] for i in range(n)]  # every row of the sum is the same
+    k = got.shape[1] // width
+    if k < 2 or not all(any(np.allclose(row[j * width:(j + 1) * width], p) for p in pieces)
+                        for row in got for j in range(k)):
+        return None
+    return k
+
+
 SUM_OTHERWISE = ("your numbers are not the sum of every device's block: compare your function with "
                  "jax.lax.psum(block, DATA) on the same input")
 
@@ -142,7 +163,15 @@ def allreduce_two_steps(block):
     return jax.lax.all_gather(piece, DATA, axis=1, tiled=True)  # (1, F): every piece, in order
 ''',
     run=_runner(_allreduce_program), program=_allreduce_program, baseline=_flat_traffic,
-    families=_sum_families("allreduce_two_steps"), otherwise=SUM_OTHERWISE,
+    families=(OutputRule(lambda case: _pieces_kept(case) is not None,
+                         lambda case: f"each device returns {_pieces_kept(case)} of the sum's {case.devices} pieces: "
+                                      "your all_gather covers fewer devices than your psum_scatter, which cut the "
+                                      "sum into one piece per device. Gather over the same axes you scattered over",
+                         _two_steps('''
+piece = jax.lax.psum_scatter(block, DATA, scatter_dimension=1, tiled=True)
+return jax.lax.all_gather(piece, "device", axis=1, tiled=True)''')),
+              *_sum_families("allreduce_two_steps")),
+    otherwise=SUM_OTHERWISE,
     errors=(ErrorRule(lambda text: "scatter dimension size" in text and "must match shard count" in text,
                  example=_two_steps('''
 piece = jax.lax.psum_scatter(block, DATA, scatter_dimension=1)
@@ -172,6 +201,11 @@ return jax.lax.all_gather(piece, DATA, axis=1)'''):
         _two_steps('''
 piece = jax.lax.psum_scatter(block, ("device", "host"), scatter_dimension=1, tiled=True)
 return jax.lax.all_gather(piece, ("host", "device"), axis=1, tiled=True)'''):
+            "your psum_scatter and all_gather name the mesh axes in different orders, so each piece comes "
+            "back in another device's place: use the same DATA in both",
+        _two_steps('''
+piece = jax.lax.psum_scatter(block, DATA, scatter_dimension=1, tiled=True)
+return jax.lax.all_gather(piece, ("device", "host"), axis=1, tiled=True)'''):
             "your psum_scatter and all_gather name the mesh axes in different orders, so each piece comes "
             "back in another device's place: use the same DATA in both",
         _two_steps('''
@@ -250,6 +284,19 @@ def _sent(report) -> int:
     return report.inside_hosts + report.across_hosts
 
 
+def _shifts(report) -> list[int]:
+    """How far the ppermutes of a report send along DATA, in positions (1 and n - 1: to a neighbour),
+    on the first mesh (the one traffic rules are tried on)."""
+    mesh = course_mesh(MESHES[0])
+    position = {d: i for i, d in enumerate(mesh.devices.flat)}
+    return sorted({(position[t] - position[s]) % mesh.size for c in report.collectives for s, t in c.pairs
+                   if s != t})
+
+
+def _not_a_ring(report) -> bool:
+    return any(k not in (1, course_mesh(MESHES[0]).size - 1) for k in _shifts(report))
+
+
 def _bytes_told(yours, flat) -> str:
     """Your bytes against the chunked ring's, which are psum's (the reference sends exactly those)."""
     return (f"the numbers are right, but your program sends {_b(_sent(yours))} ({_b(yours.across_hosts)} across "
@@ -318,6 +365,27 @@ return total'''):
                                 "around the ring) moves n - 1 whole blocks per device; the ring passes chunks, "
                                 "1/n of a block, to its neighbour only",
             _DIRECT),
+        TrafficRule(
+            lambda yours, flat: _not_a_ring(yours),
+            lambda yours, flat: f"the numbers are right and you send psum's {_b(_sent(yours))} in all, but "
+                                f"{_b(yours.across_hosts)} cross hosts, where the ring sends {_b(flat.across_hosts)}: "
+                                "your ppermutes send chunks "
+                                f"{', '.join(map(str, _shifts(yours)))} positions along DATA. You send chunks "
+                                "straight to their owners, not around the ring: every step of a ring sends to a "
+                                "neighbour only, as [(i, (i + 1) % n) for i in range(n)] does",
+            _ring('''
+n = jax.lax.axis_size(DATA)
+me = jax.lax.axis_index(DATA)
+chunks = block.reshape(block.shape[0], n, -1)
+mine = jnp.take(chunks, me, axis=1)  # reduce-scatter: each chunk straight to its owner
+for k in range(1, n):
+    shift = [(i, (i + k) % n) for i in range(n)]
+    mine = mine + jax.lax.ppermute(jnp.take(chunks, (me + k) % n, axis=1), DATA, shift)
+summed = jax.lax.dynamic_update_index_in_dim(jnp.zeros_like(chunks), mine, me, axis=1)
+for k in range(1, n):  # all-gather: each summed chunk straight to every device
+    arrived = jax.lax.ppermute(mine, DATA, [(i, (i + k) % n) for i in range(n)])
+    summed = jax.lax.dynamic_update_index_in_dim(summed, arrived, (me - k) % n, axis=1)
+return summed.reshape(block.shape)''')),
     ),
     hints=(
         "Cut the block into n chunks of its columns (block.reshape(1, n, -1)); device `me = "
@@ -453,6 +521,19 @@ return jax.lax.all_gather(piece, "host", axis=1, tiled=True)'''):
                                 "(psum_scatter), so only a piece crosses",
             _hier('return jax.lax.psum(jax.lax.psum(block, "device"), "host")')),
         TrafficRule(
+            lambda yours, flat: (yours.across_hosts >= flat.across_hosts and yours.kinds()[0] == "all-reduce"
+                                 and yours.split(yours.collectives[0])[1] == 0),
+            lambda yours, flat: f"the numbers are right, but {_b(yours.across_hosts)} cross hosts, not fewer than "
+                                f"the flat psum's {_b(flat.across_hosts)}: your first step, a psum inside the host, "
+                                "leaves the whole gradient on every device, and your steps across hosts then move "
+                                "the whole gradient, in pieces, from every device. Scatter inside the host first "
+                                "(psum_scatter over 'device'): each device then holds one piece of its host's sum, "
+                                "and only that piece crosses",
+            _hier('''
+total = jax.lax.psum(block, "device")
+piece = jax.lax.psum_scatter(total, "host", scatter_dimension=1, tiled=True)
+return jax.lax.all_gather(piece, "host", axis=1, tiled=True)''')),
+        TrafficRule(
             lambda yours, flat: yours.across_hosts >= flat.across_hosts,
             lambda yours, flat: f"the numbers are right, but {_b(yours.across_hosts)} cross hosts, not fewer than "
                                 f"the flat psum's {_b(flat.across_hosts)}: reduce inside each host first (over "
@@ -463,6 +544,9 @@ piece = jax.lax.psum(piece, "device")
 return jax.lax.all_gather(piece, "host", axis=1, tiled=True)''')),
     ),
     hints=(
+        "Three steps. Inside each host, a reduce-scatter: each of a host's devices ends with the host's sum of "
+        "one piece of the gradient. Across hosts, an all-reduce of those pieces: device d of every host adds up "
+        "piece d. Inside each host, an all-gather of the pieces back into a whole gradient.",
         "Step 1 is puzzle 13.1's first step, but over 'device' only; step 3 is its second step, over 'device' "
         "only. What runs in between, and over which axis?",
         "psum_scatter over 'device' (scatter_dimension=1), then psum over 'host', then all_gather over "
