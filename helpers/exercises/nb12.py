@@ -17,9 +17,13 @@ MYSTERY = course_file("scripts/mystery_hang.py")
 
 # ------------------------------------------------------------- real runs that may hang
 
+_SAME_ORDER = "A collective finishes only when every host calls it, in the same order"
+
+
 def _hung(case) -> str:
-    return (f"{case.got.text}. A host waited in a collective that another host did not call: "
-            "every host must make the same collectives, in the same order")
+    """The verdict on a hang, with the rule it broke said once (the launcher's account may say it already)."""
+    text = case.got.text
+    return text if _SAME_ORDER in text else f"{text}. {_SAME_ORDER}"
 
 
 def _any_hang(example: str) -> ErrorRule:
@@ -40,7 +44,22 @@ _JOIN = ("from helpers.launch import initialize\ninitialize()\n"
 
 # ------------------------------------------------------------------ 12.1 host-0 logging
 
-_LINE = re.compile(r"step \d+: mean -?\d+\.\d\d")  # the prompt's f"step {step}: mean {m:.2f}"
+_LINE = re.compile(r"step (\d+): mean -?\d+\.\d\d")  # the prompt's f"step {step}: mean {m:.2f}"
+
+
+def _wrong_step(case):
+    """(the step, the line host 0 logged at it) for the first line whose step number is not its step; or None."""
+    return next(((step, line) for step, line in enumerate(_host0_lines(case))
+                 if isinstance(line, str) and (m := _LINE.fullmatch(line)) and int(m.group(1)) != step), None)
+
+
+def _says_wrong_step(case) -> str:
+    step, line = _wrong_step(case)
+    logged = int(_LINE.fullmatch(line).group(1))
+    why = ("one step ahead. `step` already counts from 0: log it as it is, not step + 1" if logged == step + 1
+           else "one step behind: log `step` as it is" if logged == step - 1
+           else "a line carries the step it is logged at, `step`")
+    return f"host 0 logged {line!r} at step {step}: {why}"
 
 
 def _host0_lines(case) -> list:
@@ -134,6 +153,11 @@ register(ProcessExercise(
                      '    return f"step {step}: mean {mean:.3f}" if jax.process_index() == 0 else None\n',
              say=lambda case: f"host 0 logged {_host0_lines(case)[0]!r} at step 0: the prompt asks for exactly the "
                               "line f\"step {step}: mean {m:.2f}\", two decimals"),
+        OutputRule(lambda case: _wrong_step(case) is not None,
+             example='def log_line(step, x):\n'
+                     '    mean = float(global_mean(x))\n'
+                     '    return f"step {step + 1}: mean {mean:.2f}" if jax.process_index() == 0 else None\n',
+             say=_says_wrong_step),
     ),
     hints=(
         "`jnp.mean(x)` on a global array is a collective: it finishes only when every host has "
@@ -230,8 +254,12 @@ register(ValueExercise(
 
 # ------------------------------------------------------------------ 12.3 uneven epochs
 
+# Batches per host: on 2 hosts the fewest are on the last host, on 3 hosts on the middle one, and never
+# on host 0; and there are 2 of them, so that no count but the fewest is right on both meshes.
+BATCHES = (4, 2, 6)
 _EPOCH_DRIVER = _JOIN + (
-    "my_batches = 5 - 2 * host  # host 0 has 5 batches, host 1 has 3, host 2 has 1\n"
+    f"BATCHES = {BATCHES}\n"
+    "my_batches = BATCHES[host]\n"
     "data = [np.full(jax.local_device_count(), 10.0 * host + b, np.float32) for b in range(my_batches)]\n"
     "steps = steps_together(my_batches)\n"
     "means = []\n"
@@ -260,6 +288,37 @@ def steps_together(my_batches):
     return int(multihost_utils.broadcast_one_to_all(np.int32(my_batches)))
 '''
 
+_EPOCH_LAST_HOST_COUNT = '''from jax.experimental import multihost_utils
+
+
+def steps_together(my_batches):
+    return int(multihost_utils.process_allgather(np.int32(my_batches))[-1])
+'''
+
+_EPOCH_FEWER = '''from jax.experimental import multihost_utils
+
+
+def steps_together(my_batches):
+    return int(multihost_utils.process_allgather(np.int32(my_batches)).min()) - 1
+'''
+
+
+def _fewer_steps(case) -> bool:
+    """Every host ran the same number of steps, with no error, but fewer than every host has batches for."""
+    got, want = case.got, case.want
+    if not (isinstance(got, tuple) and isinstance(want, tuple) and len(got) == len(want)):
+        return False
+    counts = {g[0] if isinstance(g, list) and g and isinstance(g[0], int) else None for g in got}
+    return len(counts) == 1 and None not in counts and counts.pop() < want[0][0]
+
+
+def _says_fewer_steps(case) -> str:
+    hosts, ran = len(case.got), case.got[0][0]
+    return (f"on {hosts} hosts, with {', '.join(map(str, BATCHES[:hosts]))} batches, every host ran "
+            f"{ran} step{'' if ran == 1 else 's'}: the hosts agree, but on fewer steps than every host could run "
+            f"({case.want[0][0]}). Run the fewest batches any host has, no fewer")
+
+
 _EPOCH_HOST_0_BROADCASTS = '''from jax.experimental import multihost_utils
 
 
@@ -283,6 +342,11 @@ register(ProcessExercise(
             f"{case.got.text.removeprefix('the run was stopped: ').split('. ')[0]}: broadcast_one_to_all is a "
             "collective, so every host must call it, not host 0 alone. (And host 0's count is more batches "
             "than some host has: count with every host's number)"),
+        # before host 0's count: on 3 hosts both run out of data on host 1 (host 0's count fails on 2 hosts first)
+        _EPOCH_LAST_HOST_COUNT: lambda case: (
+            f"a host ran out of data on {case.layout[0]} hosts ({case.got.text}): you took the last "
+            "host's count, [-1]. The fewest batches may be on any host (here, on host 1 of 3): take the "
+            "smallest of every host's counts"),
         _EPOCH_HOST_0_COUNT: lambda case: (
             f"a host ran out of data ({case.got.text}): your count is more batches than some "
             "host has. Host 0's count, or the largest, is not one every host can run"),
@@ -296,6 +360,7 @@ register(ProcessExercise(
                 '    print(int(multihost_utils.process_allgather(np.int32(my_batches)).min()))\n'),
                 say="steps_together returns None: return the number of steps every host runs, an int "
                     "(a print shows it, but the loop that calls steps_together gets nothing)")),
+    families=(OutputRule(_fewer_steps, example=_EPOCH_FEWER, say=_says_fewer_steps),),
     hints=(
         "Every host must run the same number of steps, and no host can run more steps than it "
         "has batches.",
