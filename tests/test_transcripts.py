@@ -17,11 +17,17 @@ QUOTED = {  # what notebook 12's prose says each recording shows
     "crash_under_plain_jax": ("ValueError: host 1 read a corrupt batch", "Barrier timed out",
                               "killed by SIGABRT"),
     "crash_before_first_collective": ("Gloo context initialization failed", "exit status 1"),
-    "backend_never_starts": ("Getting local topologies failed", "cpu:local_topology/cpu/1"),
+    "backend_never_starts": ("Getting local topologies failed", "cpu:local_topology/cpu/1",
+                             "Either the leader task was preempted/died"),
     # notebook 14: the survivor of a killed host 1 ends at the heartbeat timeout
     "host_1_killed_under_plain_jax": ("Terminating process because the JAX distributed service detected fatal",
                                       "The tasks have crashed", "killed by SIGABRT"),
     "host_never_joins": ("host 0: joining", "RegisterTask", "DEADLINE_EXCEEDED", "killed by SIGABRT"),
+    "host_never_joins_8": ("initialization_timeout=8", "RegisterTask", "killed by SIGABRT"),
+    "backend_never_starts_host_dies": ("killed before its first JAX call", "The tasks have crashed",
+                                       "killed by SIGABRT"),
+    "dies_in_barrier_under_plain_jax": ("Connection closed by peer [127.0.0.1]", "Task 1 heartbeat timeout",
+                                        "killed by SIGABRT"),
     # notebook 08: the hostname line, JAX's error naming the address dialled, the launcher's gist
     "gloo_advertises_loopback": ("resolves to 127.0.1.1", "Connection refused, remote=[127.0.1.1]",
                                  "dialled 127.0.1.1, a loopback address"),

@@ -31,7 +31,12 @@ CASES = {  # transcript name -> (script, run options)
     "host_1_killed_under_plain_jax": ("killed_under_plain_jax.py",
                                       {"bare": True, "timeout": 240, "grace": 200, "args": ["1"]}),
     "backend_never_starts": ("backend_never_starts.py", {"timeout": 240}),
+    "backend_never_starts_host_dies": ("backend_never_starts.py", {"bare": True, "timeout": 240, "grace": 200,
+                                                                     "args": ["dies"]}),
+    "dies_in_barrier_under_plain_jax": ("dies_in_barrier_under_plain_jax.py", {"bare": True, "timeout": 240,
+                                                                                "grace": 200}),
     "host_never_joins": ("host_never_joins.py", {"timeout": 60}),
+    "host_never_joins_8": ("host_never_joins.py", {"timeout": 60, "args": ["8"]}),
     # --netns, as root: gloo advertises 127.0.1.1 (notebook 08, section 6)
     "gloo_advertises_loopback": ("where_am_i.py", {"netns": True, "etc_hosts": "loopback",
                                                    "timeout": 300}),
