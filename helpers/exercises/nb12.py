@@ -67,6 +67,15 @@ def _host0_lines(case) -> list:
     return list(case.got[0]) if isinstance(case.got, tuple) and case.got and case.got[0] else []
 
 
+def _another_host_logs(case):
+    """The first host other than 0 that returned lines while host 0 returned only None; else None."""
+    lines = case.got if isinstance(case.got, tuple) else ()
+    if not _host0_lines(case) or any(line is not None for line in _host0_lines(case)):
+        return None
+    return next((host for host, logged in enumerate(lines) if host and logged
+                 and all(isinstance(line, str) for line in logged)), None)
+
+
 _LOG_DRIVER = _JOIN + (
     "lines = []\n"
     "for step in range(3):\n"
@@ -139,6 +148,12 @@ register(ProcessExercise(
                  '        jnp.mean(x).block_until_ready()\n'
                  '    return None\n'),),
     families=(
+        OutputRule(_another_host_logs,
+             example='def log_line(step, x):\n'
+                     '    mean = float(global_mean(x))\n'
+                     '    return f"step {step}: mean {mean:.2f}" if jax.process_index() == jax.process_count() - 1 else None\n',
+             say=lambda case: f"host 0 returned None at every step and host {_another_host_logs(case)} returned the "
+                              "lines: the line is host 0's to log (jax.process_index() == 0), the others return None"),
         OutputRule(lambda case: _host0_lines(case) and not all(isinstance(line, str) and not line.startswith("not a str")
                                                          for line in _host0_lines(case)),
              example='def log_line(step, x):\n'
