@@ -48,7 +48,7 @@ def default_pythons() -> list[str]:
     """Python 3.11 (what the course ran on with jax 0.10.2) and this venv's Python (same-Python row)."""
     found = [sys.executable]
     for name in ("python3.11", *sorted(map(str, Path.home().glob(".pyenv/versions/3.11*/bin/python")))):
-        path = shutil.which(name) or (name if Path(name).exists() else None)
+        path = shutil.which(name)  # a name on PATH, or a full path that is executable
         if path and python_minor(path) == "3.11":
             return [path, *found]
     print("floor_envs: no Python 3.11 found (python3.11 on PATH or pyenv's): only the same-Python row",
