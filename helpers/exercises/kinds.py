@@ -36,7 +36,8 @@ from jax.sharding import NamedSharding
 from helpers import progress_store
 from helpers.emulated import hosts
 from helpers.exercises import forms
-from helpers.exercises.core import MEMO, Exercise, Message, Mistake, NotAttempted, guarded, describe, explain, say
+from helpers.exercises.core import (MEMO, Exercise, Message, Mistake, NotAttempted, guarded, describe, explain,
+                                    no_such_axis, say)
 from helpers.exercises.forms import Form
 from helpers.exercises.rules import CodeRule, ErrorRule, OutputRule, SpecRule, TrafficRule, ValueRule, of_kind
 from helpers.pictures.layout import format_spec, placement, sharding_text
@@ -348,6 +349,8 @@ def equations(fn: Callable, *args: Any, about: str = "how it computes them") -> 
     except (NotAttempted, Mistake):
         raise
     except Exception as error:
+        if axis := no_such_axis(error):
+            raise Mistake(axis) from None
         raise Mistake(f"the numbers are right, but JAX cannot trace your function, so the check cannot see {about}: "
                       "keep the computation in jax.numpy, and convert, log or print results outside the function; "
                       f"JAX says {explain(error)}") from None
@@ -419,6 +422,8 @@ class InKernel:
         except (NotAttempted, Mistake):
             raise
         except Exception as error:  # the reference ran on the same inputs: the answer raised this
+            if axis := no_such_axis(error, self.mesh(layout).axis_names):  # pmap's axis name, kept: a verdict
+                return Raised(axis, axis, verdict=True)
             return Raised(explain(error), str(error))
 
     def known(self, exercise: "ProgramExercise", source: str, layout: tuple[int, ...]) -> Any:
@@ -485,6 +490,8 @@ class ProgramExercise(Exercise):
         returned_none: list[bool] = []
         run = _noting_none(answer, returned_none) if callable(answer) else answer
         case = self._first_difference(lambda layout: runner.output(self, run, layout))
+        if case is not None:
+            case.source = answer if isinstance(answer, str) else getattr(answer, "__course_source__", None)
         if case is None:
             for rule in self.checks:
                 if rule.when(answer, runner.mesh(self.meshes[0])):
@@ -511,8 +518,10 @@ class ProgramExercise(Exercise):
         raise Mistake(say(self.otherwise, case))
 
     def _case(self, layout, got=None, want=None):
+        """What a message function receives: the layout it parts on, what it computed there, and its
+        `source` (a program's text, when the judge has it: a catalogued one, or one run in processes)."""
         return types.SimpleNamespace(mesh=self.runner.mesh(layout), devices=math.prod(layout), layout=layout,
-                                     got=got, want=want)
+                                     got=got, want=want, source=None)
 
     def output_of_source(self, source: str, layout: tuple[int, ...]) -> Any:
         """What a catalogued program (or the reference) computes on this layout, computed once."""
@@ -532,8 +541,10 @@ class ProgramExercise(Exercise):
 
     def _case_of(self, source: str):
         """The case a catalogued program's message is about: where it first parts from the reference."""
-        return (self._first_difference(lambda layout: self.output_of_source(source, layout))
+        case = (self._first_difference(lambda layout: self.output_of_source(source, layout))
                 or self._case(self.meshes[0]))
+        case.source = source
+        return case
 
     def _first_difference(self, output_on: Callable[[tuple[int, ...]], Any]):
         """The case on the first layout where `output_on(layout)` parts from the reference; None if none."""

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from helpers import launch
-from helpers.exercises.core import MEMO, PRELUDE, Mistake, NotAttempted, describe, say
+from helpers.exercises.core import (MEMO, NO_AXIS, PRELUDE, Mistake, NotAttempted, describe, no_such_axis_source,
+                                    say)
 from helpers.exercises.kinds import ProgramExercise, Raised
 from helpers.launch.result import describe_exit
 from helpers.launch.stall import TRACE_COLLECTIVES, Code, describe_stall, looped
@@ -82,6 +83,9 @@ from helpers.launch import initialize
 initialize()
 
 import json
+import jax
+jax.config.update("jax_traceback_filtering", "off")  # JAX's frames name an axis the mesh lacks (no_such_axis)
+{no_such_axis}
 {trace}
 
 {driver}
@@ -96,7 +100,7 @@ for index, source in enumerate({sources}):
             exec(compile({prelude} + source, f"<answer {{index}}>", "exec"), namespace)
             row.append(output(namespace, layout))
         except Exception as error:  # the program raised: its error, in one line, is its output
-            row.append(explain(error))
+            row.append(no_such_axis(error) or explain(error))
     out.append(row)
 print(json.dumps(out))
 """
@@ -223,7 +227,8 @@ class RealProcesses:
         prelude = PRELUDE + exercise.setup + "\n"
         if self.together:
             script = _TOGETHER.format(driver=self.driver, sources=repr(list(sources)), layouts=repr(layouts),
-                                      prelude=repr(prelude), trace=TRACE_COLLECTIVES)
+                                      prelude=repr(prelude), trace=TRACE_COLLECTIVES,
+                                      no_such_axis=no_such_axis_source())
             code = tuple(Code(f"<answer {i}>", prelude.count("\n") + 1, s) for i, s in enumerate(sources))
         else:
             before = self.driver[:self.driver.index("{answer}")].count("\n")
@@ -251,8 +256,9 @@ class RealProcesses:
             for j, each in enumerate(layouts):
                 got = [every[i][j] for every in printed]
                 error = next(((h, g) for h, g in enumerate(got) if isinstance(g, str)), None)
-                outputs[(exercise.id, "output", source, each)] = (Raised(f"{error[1]} on host {error[0]}", error[1])
-                                                                  if error else tuple(got))
+                outputs[(exercise.id, "output", source, each)] = (
+                    tuple(got) if not error else Raised(error[1], error[1], verdict=True)
+                    if error[1].startswith(NO_AXIS) else Raised(f"{error[1]} on host {error[0]}", error[1]))
         return outputs
 
 
