@@ -9,7 +9,7 @@ import numpy as np
 from jax import P
 
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, Mistake, describe, register
+from helpers.exercises.core import Kernel, Mistake, axis_message, describe, register
 from helpers.exercises.kinds import (
     ProgramExercise, ValueExercise, course_mesh, entry, equations, placed, varying_over,
 )
@@ -219,6 +219,7 @@ def make_momentum_step(mesh):
             "pmean'd loss",
         _momentum(_GRAD_PMEAN, update="params = jax.tree.map(lambda p, g: p - LR * g, params, grads)"):
             "the velocity is right but the parameters are not: params = params - LR * velocity, with the NEW velocity",
+        _momentum(_GRAD_PMEAN.replace("DATA", "'batch'")): axis_message("batch", ("host", "device")),
         _momentum(_PMEAN_GRAD_ONLY, extra=", check_vma=False"):
             "your loss is device 0's alone: pmean it over ('host', 'device') (check_vma=False let out_specs=P() "
             "return one device's value)",
