@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from helpers.exercises.core import Kernel, register
+from helpers.exercises.core import Kernel, axis_message, register
 from helpers.exercises.processes import ProcessExercise
 from helpers.exercises.rules import ErrorRule, OutputRule
 
@@ -103,6 +103,13 @@ _ROWS_ON_DEVICE = _port(rows="P('device')", specs="P('device')", keys_spec="P('d
                         loss="jax.lax.pmean(tiny.dropout_loss_fn(p, x, y, {keys}), 'device')")
 _MEAN_OVER_DEVICE = _port(loss="jax.lax.pmean(tiny.dropout_loss_fn(p, x, y, {keys}), 'device')",
                           grads="\n        loss = jax.lax.pmean(loss, 'host')")
+_MEAN_OVER_HOST = _port(loss="jax.lax.pmean(tiny.dropout_loss_fn(p, x, y, {keys}), 'host')",
+                        grads="\n        loss = jax.lax.pmean(loss, 'device')")
+_ROWS_ON_DEVICE_REFUSED = _port(rows="P('device')", specs="P('device')", keys_spec="P('device')")
+_PMAP_AXIS = _port(loss="jax.lax.pmean(tiny.dropout_loss_fn(p, x, y, {keys}), 'batch')")
+_OWN_MESH = _port().replace("    rows = NamedSharding(mesh, P(DATA))\n",
+                            "    mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), DATA)\n"
+                            "    rows = NamedSharding(mesh, P(DATA))\n")
 _NO_VMA = _port(options=", check_vma=False")
 _FOLD_IN = _port(keys="jax.random.fold_in(keys[0], jax.lax.axis_index(DATA))")
 _WHOLE_BLOCK = _port(keys="keys")
@@ -125,12 +132,52 @@ def _gradient_trap(case) -> str:
             "gradient of jax.lax.pmean(loss, DATA)")
 
 
+_ON_DEVICE = ("P('device') names one mesh axis, so it says the rows are the same on every host: JAX took each "
+              "host's rows as its copy of one replicated batch")
+_ON_DEVICE_FIX = "Each host holds its own rows and keys: P(DATA), and the loss pmean'd over DATA"
+
+
 def _rows_on_device(case) -> str:
     hosts = "; ".join(f"host {h}: {losses[:2]}" for h, losses in enumerate(case.got) if isinstance(losses, list))
-    return ("P('device') names one mesh axis, so it says the rows are the same on every host: JAX took each "
-            "host's rows as its copy of one replicated batch, each host trained on its own rows alone (a pmean "
-            f"over 'device' stays on the host), and the hosts' losses parted ({hosts}, ...). Each host holds "
-            "its own rows and keys: P(DATA), and the loss pmean'd over DATA")
+    return (f"{_ON_DEVICE}, each host trained on its own rows alone (a pmean over 'device' stays on the host), "
+            f"and the hosts' losses parted ({hosts}, ...). {_ON_DEVICE_FIX}")
+
+
+def _averaged_axis(source: str | None) -> str | None:
+    """The one mesh axis ('host' or 'device') the first pmean of `source` that names a single axis averages over."""
+    for start in (m.end() for m in re.finditer(r"\bpmean\(", source or "")):
+        depth, end = 1, start
+        while end < len(source) and depth:
+            depth += {"(": 1, ")": -1}.get(source[end], 0)
+            end += 1
+        last = re.search(r"""(?:,|axis_name\s*=)\s*(['"])(host|device)\1\s*\)$""", source[start - 1:end])
+        if last:
+            return last.group(2)
+    return None
+
+
+def _mean_over_one_axis(case) -> str:
+    axis = _averaged_axis(case.source)
+    hosts, devices = case.layout
+    times = case.devices // (hosts if axis == "host" else devices) if axis else 2
+    how = {2: "twice", 3: "3 times"}.get(times, f"{times} times")
+    return (f"your gradient is {how} the mean's on {hosts} hosts x {devices} devices, so the losses drift after the "
+            "first step: the loss you take the gradient of is averaged over one mesh axis only"
+            f"{f' ({axis!r})' if axis else ''}, and shard_map sums its gradient over every device of every host. "
+            "Take the gradient of the loss pmean'd over DATA")
+
+
+_MESH_IN_ERROR = re.compile(r"Mesh\('host': (\d+), 'device': (\d+)")
+
+
+def _own_mesh(case) -> str:
+    found = _MESH_IN_ERROR.search(case.got.raw)
+    hosts, devices = case.layout
+    built = (f"your port splits its arrays over a {found[1]} x {found[2]} mesh while it is given a {hosts} x {devices} "
+             "one, and JAX could not split this host's rows and keys over it"
+             if found and (int(found[1]), int(found[2])) != (hosts, devices) else
+             f"JAX could not split this host's rows and keys over the devices (IndivisibleError on {hosts} x {devices})")
+    return f"{built}: use the mesh you are given (the check runs on other meshes too), never one of your own"
 
 
 _IN_SPECS = re.compile(r"passed (args\[\d+\]) of shape (\S+), where args\[\d+\] is bound to \w+'s parameter "
@@ -164,11 +211,9 @@ register(ProcessExercise(
                   "new run, as the tool advises, but other masks than the pmap script's, so other losses from the "
                   "first step. Port with shard_prng_key's keys first (row d for device d), then switch",
         _ROWS_ON_DEVICE: _rows_on_device,
-        _MEAN_OVER_DEVICE: "your gradient is twice the mean's on 2 hosts x 2 devices, so the losses drift after the "
-                           "first step: the loss you take the gradient of is averaged over one mesh axis only (a "
-                           "pmean over 'device' averages this host's devices only), and shard_map sums its "
-                           "gradient over every device of every host. Take the gradient of the loss pmean'd over "
-                           "DATA",
+        _MEAN_OVER_DEVICE: _mean_over_one_axis,
+        _MEAN_OVER_HOST: _mean_over_one_axis,  # the same losses on 2 x 2: the message reads the axis in the source
+        _PMAP_AXIS: axis_message("batch", ("host", "device")),
         _NO_VMA: "with check_vma=False, shard_map does not track that the parameters are the same on every device, "
                  "so it does not sum the gradient of the pmean'd loss over the devices: each device steps with the "
                  "gradient of its own rows' loss alone, and out_specs P() passes on parameters that now differ "
@@ -176,6 +221,10 @@ register(ProcessExercise(
                  "device's own loss and pmean the gradients, as pmap did",
     },
     errors=(
+        ErrorRule(lambda text: "can only accept axis_name" in text, example=_ROWS_ON_DEVICE_REFUSED,
+                  say=f"{_ON_DEVICE}, and JAX refused your pmean over DATA of a loss that does not vary over "
+                      f"'host'. {_ON_DEVICE_FIX}"),
+        ErrorRule(lambda text: text.startswith("IndivisibleError"), example=_OWN_MESH, say=_own_mesh),
         ErrorRule(lambda text: "corresponds to in_specs" in text or "does not match the specs" in text,
                   example=_ROWS_NOT_IN_SPECS, say=_not_in_specs),
         ErrorRule(lambda text: "single key" in text or "key array of shape (1, 2)" in text,
