@@ -599,3 +599,163 @@ def test_a_held_out_folder_is_scored_without_ports_and_its_absence_is_said(tmp_p
     assert corpus.fresh_at(tmp_path / "train.py") == "r2"
     assert corpus._unseen({"fresh_at": "r2", "before": [{"found": 1}, {"found": 2}]}, ["r1", "r2"]) == {"found": 2}
     assert corpus._unseen(row, ["r1", "r2"]) is None
+
+
+# ------------------------------------------------------------------ gradients, wherever they come from
+
+_EITHER = "if this is a gradient: drop it and take the gradient of jax.lax.pmean(loss, ('host', 'device')); " \
+          "otherwise rename the axis to ('host', 'device')"
+
+
+def _kind(source: str, line: int) -> str:
+    """'trap', 'either' or 'rename': what the findings on a line say of its collective."""
+    (said,) = [s for s in _said(source, line)]
+    return "trap" if "renaming the axis is not enough" in said else "either" if _EITHER in said else "rename"
+
+
+BOUND_FIRST = '''import jax
+
+
+class Trainer:
+    def __init__(self, loss_fn):
+        self.loss_fn = loss_fn
+        self.grad_fn = jax.value_and_grad(self.loss_fn, has_aux=True)
+
+    def make_grad_fn(self):
+        return jax.value_and_grad(self.loss_fn)
+
+    def step(self, params, batch):
+        grad_fn = jax.grad(self.loss_fn, has_aux=True)
+        grads, aux = grad_fn(params, batch)
+        grads = jax.lax.pmean(grads, "batch")
+        aux = jax.lax.pmean(aux, "batch")
+        (loss, stats), more = self.grad_fn(params, batch)
+        more = jax.lax.psum(more, "batch")
+        loss = jax.lax.pmean(loss, "batch")
+        value, last = self.make_grad_fn()(params)
+        return jax.lax.pmean(last, "batch"), jax.lax.pmean(value, "batch")
+
+
+p_step = jax.pmap(Trainer(f).step, "batch")
+'''
+
+
+def test_a_gradient_transform_bound_first_gives_gradients_where_its_has_aux_puts_them():
+    """grad(has_aux=True) gives (gradients, aux), value_and_grad gives ((loss, aux), gradients): bound to a name,
+    an attribute or returned by a method, and called later."""
+    assert [_kind(BOUND_FIRST, line) for line in (15, 16, 18, 19)] == ["trap", "rename", "trap", "rename"]
+    last, value = sorted(_said(BOUND_FIRST, 21), key=lambda said: not said.startswith("pmean(last"))
+    assert "renaming the axis is not enough" in last and "names pmap's axis, which" in value
+
+
+def test_a_psum_of_gradients_of_a_loss_divided_by_the_device_count_is_the_trap():
+    source = ("import jax\n\n\ndef train_step(params, batch):\n    def loss_fn(p):\n"
+              "        return compute(p, batch) / jax.device_count()\n\n    grads = jax.grad(loss_fn)(params)\n"
+              "    if SYNC:\n        grads = jax.tree_map(lambda g: jax.lax.psum(g, 'batch'), grads)\n"
+              "    return grads\n\n\np_step = jax.pmap(train_step, axis_name='batch')\n")
+    (said,) = _said(source, 10)
+    assert "their mean, when the loss was divided by the device count" in said and "N times too large" in said
+    assert "drop this psum" in said
+
+
+def test_gradients_handed_to_a_helper_make_its_collective_the_trap_and_other_values_do_not():
+    helper = ("import jax\nfrom jax import lax\n\n\ndef sync(grads):\n"
+              "    return jax.tree_map(lambda x: lax.pmean(x, 'batch'), grads)\n\n\n")
+    gradients = helper + ("def step(params, batch):\n    loss, grads = jax.value_and_grad(loss_fn)(params, batch)\n"
+                          "    return sync(grads)\n\n\np = jax.pmap(step, 'batch')\n")
+    metrics = helper + ("def evaluate(params, batch):\n    return sync({'loss': loss_fn(params, batch)})\n\n\n"
+                        "p = jax.pmap(evaluate, 'batch')\n")
+    assert _kind(gradients, 6) == "trap" and _kind(metrics, 6) == "rename"
+
+
+def test_a_partial_of_pmean_mapped_over_gradients_is_the_trap_not_a_rename():
+    source = ("import functools\nimport jax\n\n\ndef step(params, batch):\n"
+              "    grads = jax.grad(loss_fn)(params, batch)\n"
+              "    grads = jax.tree_util.tree_map(functools.partial(jax.lax.pmean, axis_name='batch'), grads)\n"
+              "    stats = jax.tree_util.tree_map(functools.partial(jax.lax.pmean, axis_name='batch'), stats)\n"
+              "    return grads, stats\n\n\np = jax.pmap(step, 'batch')\n")
+    assert _kind(source, 7) == "trap" and _kind(source, 8) == "rename"
+
+
+def test_what_a_call_handed_gradients_gives_back_may_be_a_gradient_and_the_finding_says_both():
+    """`tx.update(grads, ...)` gives updates the tool cannot see into: neither 'rename' nor 'the trap' alone;
+    the loss value_and_grad gives first, and parameters apply_gradients gives back, are not gradients."""
+    source = ("import jax\n\n\ndef step(state, batch):\n    loss, grads = jax.value_and_grad(loss_fn)(state.params)\n"
+              "    updates, opt = tx.update(grads, state.opt_state)\n    updates = jax.lax.pmean(updates, 'batch')\n"
+              "    new = state.apply_gradients(grads=grads)\n    new = jax.lax.pmean(new, 'batch')\n"
+              "    return jax.lax.pmean(loss, 'batch')\n\n\np = jax.pmap(step, 'batch')\n")
+    assert [_kind(source, line) for line in (7, 9, 10)] == ["either", "rename", "rename"]
+    (either,) = _said(source, 7)
+    assert "N times too large" in either
+
+
+def test_a_collective_in_a_function_without_gradients_is_renamed():
+    source = ("import jax\n\n\ndef evaluate(params, batch):\n    logits = apply(params, batch)\n"
+              "    return jax.lax.pmean(jnp.mean(logits), 'batch')\n\n\np = jax.pmap(evaluate, 'batch')\n")
+    assert _kind(source, 6) == "rename"
+
+
+def test_a_helper_in_another_file_of_the_folder_handed_gradients_is_the_trap(tmp_path):
+    (tmp_path / "utils.py").write_text("import jax\n\n\ndef sync(grads):\n"
+                                       "    return jax.tree_map(lambda x: jax.lax.pmean(x, 'batch'), grads)\n")
+    (tmp_path / "train.py").write_text("import jax\nfrom utils import sync\n\n\ndef step(params, batch):\n"
+                                       "    grads = jax.grad(loss_fn)(params, batch)\n    return sync(grads)\n\n\n"
+                                       "p = jax.pmap(step, 'batch')\n")
+    (trap,) = [f for f in migrate.migrate(tmp_path, show=False) if f.path.endswith("utils.py")]
+    assert "N times too large" in trap.does
+    assert migrate.migrate(tmp_path / "utils.py", show=False) == []  # alone, nothing says 'batch' is pmap's
+
+
+def test_a_name_assigned_in_another_function_is_not_this_ones():
+    """`n = jax.local_device_count()` in one function says nothing of `n` in another."""
+    source = ("import jax\nfrom flax import nnx\n\n\ndef devices():\n    n = jax.local_device_count()\n"
+              "    return n\n\n\ndef layers(x, n):\n    y = x.reshape(n, -1)\n"
+              "    return nnx.split_rngs(splits=n)(f)(y)\n")
+    assert _rules(source) == []
+    local = source.replace("def layers(x, n):", "def layers(x):\n    n = jax.local_device_count()")
+    assert {rule for _, rule in _rules(local)} == {"local-batch", "nnx-split-rngs"}
+
+
+def test_diff_renames_no_collective_in_a_function_that_takes_gradients_or_stays_under_pmap():
+    new, _ = rewrite((ROOT / "tests" / "migrate_corpus" / "hf_style_train.py").read_text())
+    assert 'metrics = jax.lax.pmean({"loss": loss, "learning_rate": schedule(state.step)}, axis_name="batch")' \
+           "  # migrate: pmap-collective" in new  # train_step takes gradients: yours to judge
+    assert 'return jax.lax.pmean({"loss": loss}, axis_name=("host", "device"))' in new  # eval_step: none
+    kept = ("import jax\n\n\ndef step(params, batch):\n    return jax.lax.pmean(batch.sum(), 'batch')\n\n\n"
+            "def other(x):\n    return jax.lax.psum(x, 'batch')\n\n\n"
+            "p = jax.pmap(step, 'batch', in_axes=(0, 1))\nq = jax.pmap(other, 'batch')\n")
+    new, _ = rewrite(kept)
+    assert "jax.lax.pmean(batch.sum(), 'batch')" in new  # its pmap stays: in_axes=1 has no spec here
+    assert 'jax.lax.psum(x, ("host", "device"))' in new
+
+
+def test_keys_that_fold_in_the_host_are_not_the_same_on_every_host_and_device_count_is_global():
+    folded = ("import jax\nkey = jax.random.PRNGKey(0)\nkey = jax.random.fold_in(key, jax.process_index())\n"
+              "keys = jax.random.split(key, jax.local_device_count())\n")
+    (said,) = _said(folded, 4)
+    assert "every host splits the same key" not in said and "folds in jax.process_index()" in said
+    (said,) = _said("import jax\nkeys = jax.random.split(key, jax.device_count())\n", 2)
+    assert "one key per local device" not in said and "one key per device of every host" in said
+
+
+def test_pmap_is_said_to_span_every_hosts_devices_with_each_host_feeding_its_part():
+    (said,) = [s for s in _said("import jax\nstep = jax.pmap(f)\n", 2)]
+    assert "this host's devices only" not in said and "maps over every host's devices" in said
+    assert "each host feeds only its own part" in said
+    (nnx,) = _said("from flax import nnx\nstep = nnx.pmap(f, axis_name='i')\n", 2)
+    assert "this host's devices only" not in nnx and "each host feeds only its own part" in nnx
+
+
+def test_a_folder_under_a_hidden_folder_is_read(tmp_path):
+    folder = tmp_path / ".cache" / "project"
+    (folder / ".git").mkdir(parents=True)
+    (folder / "train.py").write_text("import jax\nstep = jax.pmap(f)\n")
+    (folder / ".git" / "hook.py").write_text("import jax\nstep = jax.pmap(f)\n")
+    out = _cli(folder.resolve())
+    assert out.returncode == 1 and out.stdout.count("jax.pmap()") == 1, out.stderr
+
+
+def test_help_says_what_is_read_and_the_exit_status():
+    text = " ".join(_cli("--help").stdout.split())
+    assert "Exit status: 0 nothing to change, 1 findings, 2 a path that cannot be read" in text
+    assert all(kind in text for kind in (".py", "folders", ".ipynb", "MyST .md"))

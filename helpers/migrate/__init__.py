@@ -11,6 +11,7 @@ file that cannot be read.
 
 The package, one module a job:
   script     the learner's script as the rules read it (`Script`: its tree and imported names)
+  gradients  which values hold gradients, function by function (what `Script.gradient_status` answers)
   jax_rules  JAX's own pmap-era patterns          nnx_rules  Flax NNX's (nnx.pmap, split_rngs, StateAxes)
   key_rules  per-device randomness (keys split per local device, draws inside the step)
   host_read_rules  a step's results read on the host (numpy of a global output, a pmap across hosts)

@@ -7,7 +7,7 @@ import dataclasses
 
 from helpers.migrate import (data_rules, flax_rules, host_read_rules, jax_rules, key_rules, nnx_rules, old_api_rules,
                              unread)
-from helpers.migrate.script import Script
+from helpers.migrate.script import Folder, Script
 
 FAMILIES = (jax_rules, key_rules, flax_rules, nnx_rules, old_api_rules, data_rules, host_read_rules)
 # rule -> (notebook, section heading without its number): a test checks them against the notebooks
@@ -36,13 +36,14 @@ class Finding:
 
 
 def findings(source: str, path: str = "<script>", *, first_line: int = 1,
-             earlier: tuple[str, ...] = ()) -> list[Finding]:
+             earlier: tuple[str, ...] = (), folder: Folder = Folder()) -> list[Finding]:
     """What the course says about each line of `source` (Python text), in line order.
 
     Raises SyntaxError for text that is not Python. `first_line` numbers a notebook cell's lines; `earlier` are
-    the notebook's cells before it (their imports name what this cell calls).
+    the notebook's cells before it (their imports name what this cell calls); `folder` what the other files of
+    its folder tell (the functions they hand gradients to, their pmaps' axes).
     """
-    script = Script(ast.parse(source, filename=path), tuple(ast.parse(cell) for cell in earlier))
+    script = Script(ast.parse(source, filename=path), tuple(ast.parse(cell) for cell in earlier), folder)
     found = {(node.lineno, rule, does): Finding(path, node.lineno + first_line - 1, rule, does, instead)
              for check in RULES for node, rule, does, instead in check(script)}
     spoken = {line for line, _, _ in found}

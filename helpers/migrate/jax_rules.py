@@ -48,10 +48,11 @@ def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         carried = [f"{code_of(k.value)} as {k.arg.replace('static_broadcasted_argnums', 'static_argnums')} on "
                    "jax.jit" for k in call.keywords if k.arg in ("donate_argnums", "static_broadcasted_argnums")]
         yield (call, "pmap",
-               f"jax.pmap({', '.join(said)}) maps over this host's devices only"
-               + (f", and its axis {axis[0]!r} spans every device of every host" if axis else "")
-               + ": each host feeds a stack with a leading axis of local_device_count(), and the "
-               "parameters are stacked copies",
+               f"jax.pmap({', '.join(said)}) maps over every host's devices"
+               + (f" (its axis {axis[0]!r} spans every device of every host)" if axis else "")
+               + ", but each host feeds only its own part: a stack with a leading axis of local_device_count(), "
+               "built in that host's own Python, so what each host makes there (keys split from the same seed, "
+               "its rows) is per host; the parameters are stacked copies",
                f"jax.jit(jax.shard_map(..., mesh=mesh, in_specs=..., out_specs=...)) over a "
                f"{MESH_AXES} mesh with global arrays: "
                + (f"in_specs={specs} (P() for what the script replicated)" if (specs := s.pmap_in_specs(call))
@@ -98,11 +99,7 @@ def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             continue
         if set(s.axis_names(axis)) & s.pmap_axes and not (op in _COLLECTIVES and is_name(name, f"jax.lax.{op}")) \
                 and call not in pmaps and not s.in_pmap_over_hosts(call):
-            yield (axis, "pmap-collective",
-                   f"{code_of(call.func)}(..., axis_name={code_of(axis)}) hands pmap's axis name to code that runs "
-                   "collectives over it (a key bound to each device, statistics synced), and shard_map has no such "
-                   "axis",
-                   f"axis_name={MESH_AXES}: the mesh axes reach every device of every host")
+            yield _handed_axis(s, call, axis)
             continue
         if op not in _COLLECTIVES or not is_name(name, f"jax.lax.{op}") or s.in_pmap_over_hosts(call):
             continue
@@ -110,21 +107,53 @@ def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if not set(s.axis_names(axis)) & s.pmap_axes:
             continue
         operand = code_of(call.args[0]) if call.args and op != "axis_index" else ""
-        if op in ("pmean", "psum") and call.args and s.is_gradient(call.args[0]):
+        status = s.gradient_status(call.args[0]) if op in ("pmean", "psum") and call.args else "no"
+        if status == "yes":
             together = isinstance(call.args[0], (ast.Tuple, ast.List))  # `pmean((loss, grads), 'batch')`
             yield (call, "pmap-collective",
                    f"{op}({operand}, {code_of(axis)}) {'averages' if op == 'pmean' else 'adds'} the gradients "
-                   "over pmap's axis; under shard_map with check_vma the gradient of P() parameters is "
-                   "already summed over the devices, so a renamed axis here makes it N times too large, "
-                   "silently",
+                   f"over pmap's axis{_MEAN if op == 'psum' else ''}; {_TRAP}",
                    f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and "
                    + (f"keep only what is not a gradient in this {op}" if together else f"drop this {op}")
                    + "; renaming the axis is not enough")
+        elif status == "unknown":
+            yield (call, "pmap-collective", f"{op}({operand}, {code_of(axis)}) names pmap's axis, and {_MAYBE}",
+                   _EITHER)
         else:
             yield (call, "pmap-collective",
                    f"{op}(..., {code_of(axis)}) names pmap's axis, which shard_map does not have",
                    f"name the mesh axes: jax.lax.{op}(..., {MESH_AXES}) reaches every device of "
                    "every host")
+
+
+_MEAN = " (their mean, when the loss was divided by the device count)"
+_TRAP = ("under shard_map with check_vma the gradient of P() parameters is already summed over the devices, so a "
+         "renamed axis here makes it N times too large, silently")
+_MAYBE = ("this may be a gradient (it comes from a call that was handed gradients or a gradient transform, and the "
+          "tool cannot see what that call gives back): if it is, " + _TRAP)
+_EITHER = (f"if this is a gradient: drop it and take the gradient of jax.lax.pmean(loss, {MESH_AXES}); "
+           f"otherwise rename the axis to {MESH_AXES}")
+
+
+def _handed_axis(s: Script, call: ast.Call, axis: ast.AST) -> tuple[ast.AST, str, str, str]:
+    """pmap's axis name handed to code that runs collectives over it: `sync(grads, axis_name='batch')`, or
+    `jax.tree.map(partial(jax.lax.pmean, axis_name='batch'), grads)`."""
+    mapping = s.parent.get(call)
+    handed = [*call.args, *(k.value for k in call.keywords if k.value is not axis)]
+    if isinstance(mapping, ast.Call) and s.is_tree_map(mapping) and mapping.args[:1] == [call]:
+        handed += mapping.args[1:]
+    status = max((s.gradient_status(a) for a in handed), key=["no", "unknown", "yes"].index, default="no")
+    said = f"{code_of(call.func)}(..., axis_name={code_of(axis)}) hands pmap's axis name to code that runs " \
+           "collectives over it"
+    if status == "yes":
+        return (axis, "pmap-collective", f"{said}, on gradients; {_TRAP}",
+                f"no collective here: take the gradient of jax.lax.pmean(loss, {MESH_AXES}); renaming the axis "
+                "is not enough")
+    if status == "unknown":
+        return axis, "pmap-collective", f"{said}, and {_MAYBE}", _EITHER
+    return (axis, "pmap-collective",
+            f"{said} (a key bound to each device, statistics synced), and shard_map has no such axis",
+            f"axis_name={MESH_AXES}: the mesh axes reach every device of every host")
 
 
 # calls that no longer exist, or only stack copies for pmap: -> (rule, what it does, instead)

@@ -32,11 +32,39 @@ def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
         if _splits_per_device(s, call):
             count = call.args[1]
+            every = any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.device_count")
+                        for n in ast.walk(s.value(count)))
+            split = f"jax.random.split(key, {code_of(count)})"
+            if _folds_in_the_host(s, call.args[0]):
+                said = "; the key folds in jax.process_index(), so each host's keys differ, but the port keeps one key"
+            elif every:
+                said = (", the same keys on every host: a host that feeds pmap its local_device_count() of them must "
+                        "take its own slice, or its devices repeat another host's draws")
+            else:
+                said = "; every host splits the same key, so host 1's devices repeat host 0's draws"
             yield (call, "per-device-keys",
-                   f"jax.random.split(key, {code_of(count)}) makes one key per local device for "
-                   "pmap; every host splits the same key, so host 1's devices repeat host 0's draws",
+                   (f"{split} makes one key per device of every host (jax.device_count() counts them all)" if every
+                    else f"{split} makes one key per local device for pmap") + said,
                    "one key, and inside shard_map jax.random.fold_in(key, jax.lax.axis_index("
                    f"{MESH_AXES})): a different stream on every device of every host")
+
+
+def _folds_in_the_host(s: Script, key: ast.AST, depth: int = 0) -> bool:
+    """The key is made with jax.process_index() folded in (`fold_in(key, jax.process_index())`), through names."""
+    for node in ast.walk(s.value(key)):
+        if isinstance(node, ast.Call) and is_name(s.name(node.func), "jax.random.fold_in") and any(
+                _reads_the_host(s, a) for a in node.args[1:]):
+            return True
+        if depth < 4 and isinstance(node, ast.Name) and s.value(node) is not node \
+                and _folds_in_the_host(s, node, depth + 1):
+            return True
+    return False
+
+
+def _reads_the_host(s: Script, node: ast.AST) -> bool:
+    """`jax.process_index()` (or `jax.host_id()`), in the expression or the name it is assigned from."""
+    return any(isinstance(n, ast.Call) and is_name(s.name(n.func), "process_index", "host_id")
+               for n in ast.walk(s.value(node)))
 
 
 _KEY_MAKERS = ("jax.random.key", "jax.random.PRNGKey", "jax.random.wrap_key_data")

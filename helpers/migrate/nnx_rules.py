@@ -20,11 +20,11 @@ def _nnx(s: Script, call: ast.Call, name: str) -> bool:
 
 
 def _counts_local_devices(s: Script, expr: ast.AST | None) -> bool:
-    """The expression counts this host's devices, or is a name assigned that (`local = jax.local_device_count()`)."""
+    """The expression counts this host's devices, or is a name its function (or the module) assigns that
+    (`local = jax.local_device_count()`)."""
     if expr is None:
         return False
-    if isinstance(expr, ast.Name) and expr.id in s.assigned:
-        expr = s.assigned[expr.id]
+    expr = s.value(expr)
     return any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.local_device_count") for n in ast.walk(expr))
 
 
@@ -32,8 +32,9 @@ def nnx_pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
         if _nnx(s, call, "pmap"):
             yield (call, "nnx-pmap",
-                   "nnx.pmap maps this host's devices only: the state StateAxes maps and the batch "
-                   "carry a leading axis of local_device_count(), made on each host",
+                   "nnx.pmap maps every host's devices, but each host feeds only its own part: the state "
+                   "StateAxes maps and the batch carry a leading axis of local_device_count(), made in each "
+                   "host's own Python (keys split from the same seed are the same on every host)",
                    f"nnx.shard_map on a {MESH_AXES} mesh with Auto axes, each block's device axis "
                    "dropped before the body and put back after (check_vma=False), or one key and "
                    "fold_in inside a checked shard_map, or nnx.jit on global arrays")

@@ -6,21 +6,22 @@ import ast
 
 from helpers.migrate.findings import findings
 from helpers.migrate.jax_rules import experimental_shard_map, is_mesh, with_mesh
-from helpers.migrate.script import SPEC_MAKERS, Script, argument, is_name
+from helpers.migrate.script import SPEC_MAKERS, Folder, Script, argument, is_name
 
 DATA = '("host", "device")'
 MESH_LINE = f"mesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), {DATA})\n"
 
 
-def rewrite(source: str) -> tuple[str, list[str]]:
+def rewrite(source: str, folder: Folder = Folder()) -> tuple[str, list[str]]:
     """The source with the findings it can rewrite safely rewritten, and what it rewrote.
 
     Safe: the `jax.experimental.shard_map` import (when every call already passes mesh, in_specs
     and out_specs by keyword; check_rep becomes check_vma), `with mesh:` -> `with
     jax.set_mesh(mesh):` (when `jax` is imported as jax), and `jax.device_put_replicated(x, ...)`
-    -> `jax.device_put(x, NamedSharding(mesh, P()))` (when the script defines `mesh`).
+    -> `jax.device_put(x, NamedSharding(mesh, P()))` (when the script defines `mesh`). `folder`: what
+    the other files of its folder tell (the functions they hand gradients to).
     """
-    script = Script(ast.parse(source))
+    script = Script(ast.parse(source), folder=folder)
     edits: list[tuple[int, int, int, int, str]] = []
     done: list[str] = []
     has_jax = script.names.alias.get("jax") == "jax"
@@ -66,7 +67,7 @@ def rewrite(source: str) -> tuple[str, list[str]]:
         head, tail = lines[start - 1][:col], lines[end - 1][end_col:]
         lines[start - 1:end] = [head + text + tail]
     if done:  # what is left for you, marked where it is (lines before the edits' ends keep their numbers)
-        _mark_left(lines, [f for f in findings(source) if (f.line, f.rule) not in addressed], edits)
+        _mark_left(lines, [f for f in findings(source, folder=folder) if (f.line, f.rule) not in addressed], edits)
     out = "".join(lines)
     if pmap_era and "mesh" not in script.assigned:
         out = _after_imports(out, script, MESH_LINE)
@@ -97,6 +98,7 @@ def _pmap_era_edits(s: Script, source: str, replace, addressed: set) -> list[str
     if not pmaps and "mesh" not in s.assigned:
         return []
     done, text = [], lambda node: ast.get_source_segment(source, node)
+    still_pmapped = _left_under_pmap(s, [c for c in pmaps if s.pmap_in_specs(c) is not None])
     for call in pmaps:
         specs = s.pmap_in_specs(call)
         if specs is None:
@@ -128,11 +130,29 @@ def _pmap_era_edits(s: Script, source: str, replace, addressed: set) -> list[str
             done.append(f"get_metrics on line {call.lineno}")
         elif name.rsplit(".", 1)[-1] in ("pmean", "psum", "pmax", "pmin", "all_gather") and name.startswith("jax.lax."):
             axis = argument(call, 1, "axis_name")
-            if set(s.axis_names(axis)) & s.pmap_axes and call.args and not s.is_gradient(call.args[0]):
+            if set(s.axis_names(axis)) & s.pmap_axes and call.args and _renamable(s, call, still_pmapped):
                 replace(axis, DATA)
                 addressed.add((call.lineno, "pmap-collective"))
                 done.append(f"{name.rsplit('.', 1)[-1]}'s axis on line {call.lineno}")
     return done
+
+
+def _renamable(s: Script, call: ast.Call, still_pmapped: set[ast.AST]) -> bool:
+    """A collective whose axis the draft may rename: not of what is or may be a gradient, not in a function
+    that takes gradients (or is handed them), not in one the draft leaves under pmap."""
+    inside = {node for node in still_pmapped for node in ast.walk(node)}
+    return s.gradient_status(call.args[0]) == "no" and not s.takes_gradients(call) and call not in inside
+
+
+def _left_under_pmap(s: Script, rewritten: list[ast.Call]) -> set[ast.AST]:
+    """The functions the draft leaves under pmap (their pmap is not rewritten), and those they call."""
+    defs = {f.name: f for f in ast.walk(s.tree) if isinstance(f, ast.FunctionDef)}
+    kept = set(s.pmapped_functions()) - {defs.get(s.pmap_target(c)) for c in rewritten}
+    kept |= {c.args[0] for c in s.pmaps() if c not in rewritten and c.args and isinstance(c.args[0], ast.Lambda)}
+    for _ in range(4):  # the helpers they call, and theirs
+        kept |= {defs[c.func.id] for f in list(kept) for c in ast.walk(f)
+                 if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in defs}
+    return kept
 
 
 def _after_imports(source: str, script: Script, line: str) -> str:

@@ -5,7 +5,10 @@ Nothing here imports or runs the script: `ast` only.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from typing import Iterator
+
+from helpers.migrate.gradients import Gradients, whole
 
 MESH_MAKERS = {"jax.make_mesh", "jax.sharding.Mesh", "jax.Mesh"}
 SPEC_MAKERS = {"jax.sharding.PartitionSpec", "jax.P"}
@@ -109,34 +112,72 @@ def _assignments(tree: ast.AST) -> Iterator[tuple[str, ast.AST]]:
                 yield from ((t.id, v) for t, v in zip(target.elts, node.value.elts) if isinstance(t, ast.Name))
 
 
+@dataclasses.dataclass(frozen=True)
+class Folder:
+    """What the other files of a script's folder tell about it: the (function, position or keyword) they hand
+    gradients to, and the axis names their pmaps map over."""
+
+    handed: frozenset[tuple[str, object]] = frozenset()
+    pmap_axes: frozenset[str] = frozenset()
+
+
 class Script:
     """One parsed script (or notebook cell) and what the rules need to know about it; `earlier` are the
-    notebook's cells before it, whose imports it uses."""
+    notebook's cells before it, whose imports it uses; `folder` what the other files of its folder tell."""
 
-    def __init__(self, tree: ast.AST, earlier: tuple[ast.AST, ...] = ()):
+    def __init__(self, tree: ast.AST, earlier: tuple[ast.AST, ...] = (), folder: Folder = Folder()):
         self.tree = tree
         self.names = Names(*earlier, tree)
         self.calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
         self.assigned = dict(_assignments(tree))
         self.parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        self._scoped: dict[tuple[ast.AST, str], list[tuple[tuple[int, int], ast.AST]]] = {}
+        for node in sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)),
+                           key=lambda n: (n.lineno, n.col_offset)):
+            for name, value in _assignments(node):
+                self._scoped.setdefault((self.scope(node), name), []).append(((node.lineno, node.col_offset), value))
         self._bare_pmaps = [ast.copy_location(ast.Call(func=d, args=[], keywords=[]), d)
                             for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for d in f.decorator_list
                             if isinstance(d, (ast.Name, ast.Attribute)) and is_name(self.name(d), "jax.pmap")]
         self.pmap_axes = {axis for call in [*self.pmaps(), *self.nnx_pmaps()]
-                          for axis in self.axis_names(pmap_axis(call))}
+                          for axis in self.axis_names(pmap_axis(call))} | folder.pmap_axes
         self.mesh_axes = self._mesh_axes()
-        self.gradients = self._gradients()
+        self.gradients = Gradients(self, folder.handed)
 
     def name(self, node: ast.AST) -> str:
         return self.names.of(node)
 
     def value(self, node: ast.AST | None) -> ast.AST | None:
-        """What a name stands for where the script assigns it once (`AXIS = "batch"`), else the node."""
+        """What a name stands for where it is read (`AXIS = "batch"`): its last assignment before that line in
+        the nearest function (or module) that assigns it, never another function's; else the node."""
         for _ in range(8):  # a chain of names, never a cycle
-            if not (isinstance(node, ast.Name) and node.id in self.assigned):
+            bound = self._assignment(node) if isinstance(node, ast.Name) else None
+            if bound is None:
                 break
-            node = self.assigned[node.id]
+            node = bound
         return node
+
+    def _assignment(self, name: ast.Name) -> ast.AST | None:
+        scope = self.scope(name)
+        while True:
+            if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
+                    and name.id in {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}:
+                return None
+            values = self._scoped.get((scope, name.id), [])
+            if values:
+                before = [v for at, v in values if at < (name.lineno, name.col_offset)]
+                return (before or values)[-1]
+            if scope is self.tree:
+                return None
+            scope = self.scope(self.parent[scope])
+
+    def scope(self, node: ast.AST) -> ast.AST:
+        """The function (def or lambda) a node is in, or the module."""
+        while node in self.parent:
+            node = self.parent[node]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return node
+        return self.tree
 
     def axis_names(self, node: ast.AST | None) -> tuple[str, ...]:
         """The axis names an expression spells, through names the script assigns (module constants)."""
@@ -145,66 +186,26 @@ class Script:
             return tuple(a for e in node.elts for a in self.axis_names(e))
         return strings(node)
 
-    def _is_transform(self, node: ast.AST) -> bool:
-        """`jax.grad(f)`, `jax.value_and_grad(f)`, `nnx.grad(f)`, `dynamic_scale.value_and_grad(f)`, or a name
-        bound to one."""
-        transform = self.value(node)
-        return isinstance(transform, ast.Call) and \
-            self.name(transform.func).rsplit(".", 1)[-1] in ("grad", "value_and_grad")
+    def gradient_status(self, expr: ast.AST) -> str:
+        """Whether an expression holds gradients, judged by where it comes from, never by its name: 'yes' (a
+        gradient transform's gradients, or a collective or tree map of them), 'no' (the tool can show it is
+        not: a loss from value_and_grad, what derives only from such values), or 'unknown' (it may be: what a
+        call that receives gradients gives back)."""
+        return whole(self.gradients.status(expr))
 
-    def _is_grad_call(self, call: ast.AST) -> bool:
-        """A call of a gradient transform (`jax.value_and_grad(f)(...)`, `grad_fn(...)`), or a helper handed one
-        (`accumulate_gradient(jax.value_and_grad(loss_fn), params, ...)`): its result holds gradients."""
-        if not isinstance(call, ast.Call):
-            return False
-        return self._is_transform(call.func) or any(
-            self._is_transform(a) for a in [*call.args, *(k.value for k in call.keywords)])
-
-    def _gradients(self) -> set[str]:
-        """Names that hold gradients: assigned from a gradient transform's call (the last item of a
-        tuple target), or from a pmean, psum or tree map of gradients."""
-        found: set[str] = set()
-        for _ in range(4):  # gradients passed on through other names
-            for node in ast.walk(self.tree):
-                if not isinstance(node, ast.Assign):
-                    continue
-                if self._is_grad_call(node.value) or self.is_gradient(node.value, found):
-                    for target in node.targets:
-                        last = target.elts[-1] if isinstance(target, (ast.Tuple, ast.List)) else target
-                        if isinstance(last, ast.Name):
-                            found.add(last.id)
-        return found
-
-    def is_gradient(self, expr: ast.AST, known: set[str] | None = None) -> bool:
-        """Whether an expression holds gradients, judged by where it comes from, never by its name:
-        a gradient name, a collective or tree map of one, the parameter of a lambda that a tree
-        map applies to gradients (`jax.tree.map(lambda g: pmean(g, 'batch'), grads)`), or the target of a
-        comprehension over gradients (`[(psum(dw, 'batch'), psum(db, 'batch')) for dw, db in grads]`)."""
-        known = self.gradients if known is None else known
-        if isinstance(expr, ast.Name):
-            if expr.id in known:
+    def takes_gradients(self, node: ast.AST) -> bool:
+        """The node is inside a function that calls a gradient transform or is handed gradients (or may be)."""
+        while node in self.parent:
+            node = self.parent[node]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
+                    and self.gradients.takes_gradients(node):
                 return True
-            loop = self._comprehension_binding(expr)
-            if loop is not None:
-                return self.is_gradient(loop.iter, known)
-            lam = self._lambda_binding(expr)
-            mapped = self.parent.get(lam)
-            return isinstance(mapped, ast.Call) and self.is_tree_map(mapped) and \
-                any(self.is_gradient(a, known) for a in mapped.args[1:])
-        if isinstance(expr, (ast.Tuple, ast.List)):  # `pmean((loss, grads), 'batch')`
-            return any(self.is_gradient(e, known) for e in expr.elts)
-        if isinstance(expr, ast.Call):
-            name = self.name(expr.func).rsplit(".", 1)[-1]
-            if name in ("pmean", "psum") and expr.args:
-                return self.is_gradient(expr.args[0], known)
-            if self.is_tree_map(expr):
-                return any(self.is_gradient(a, known) for a in expr.args[1:])
         return False
 
     def is_tree_map(self, call: ast.Call) -> bool:
         return is_name(self.name(call.func), "jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map")
 
-    def _comprehension_binding(self, name: ast.Name) -> ast.comprehension | None:
+    def comprehension_binding(self, name: ast.Name) -> ast.comprehension | None:
         """The `for ... in ...` of a comprehension whose target binds this name, if any."""
         node = self.parent.get(name)
         while node is not None and not isinstance(node, ast.stmt):
@@ -214,15 +215,6 @@ class Script:
                             and not any(n is name for n in ast.walk(loop.iter)):
                         return loop
             node = self.parent.get(node)
-        return None
-
-    def _lambda_binding(self, name: ast.Name) -> ast.Lambda | None:
-        """The lambda whose parameter this name is, if any."""
-        node = self.parent.get(name)
-        while node is not None and not isinstance(node, ast.Lambda):
-            node = self.parent.get(node)
-        if node is not None and name.id in {a.arg for a in node.args.args}:
-            return node
         return None
 
     def pmaps(self) -> Iterator[ast.Call]:
