@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-from unittest import mock
 
 import numpy as np
 from jax.sharding import AxisType
@@ -267,94 +266,88 @@ register(ProgramExercise(
     hints=(
         "Start from section 3's last attempt: Auto axes, nnx.StateSharding with P(DATA) for Seen and "
         "nnx.RngState, P() for the rest, and a body that first drops each block's device axis.",
-        "nnx.split_rngs(splits=mesh.size) over nnx.jit over nnx.shard_map(..., check_vma=False); in the "
-        "body, nnx.update(model, jax.tree.map(lambda a: a[0], nnx.state(model, (Seen, nnx.RngState)))), "
-        "step_body(model, x[0], y[0], axis=DATA), then the same with a[None], and return loss[None], kept[None].",
+        "Wrap nnx.shard_map(..., check_vma=False) in nnx.jit, and that in nnx.split_rngs over the mesh's "
+        "devices. In the body, nnx.update the model with each per-device variable's block [0] before "
+        "step_body, and with [None] after; return the loss and the mask with their device axis back.",
     ),
 ))
 
 
-# ------------------------------------------------------------- 17.3 a key of each device's own
+# ------------------------------------------------------------- 17.3 a BatchNorm in way one
 
-def _key_data(fn, mesh, seed: int) -> np.ndarray:
-    """The key data each device of the mesh gets from fn(key) inside a shard_map: u32[devices, 2]."""
+_FEATURES = 3
+
+
+def _rows(mesh):
+    """4 rows a device, each row's scale its own, so every device's statistics differ: f32[4 * devices, 3]."""
     import jax
+    import jax.numpy as jnp
+    n = 4 * mesh.size
+    return jax.random.normal(jax.random.key(0), (n, _FEATURES)) * jnp.arange(1.0, n + 1)[:, None]
+
+
+def _statistics(fn, course_mesh):
+    """The running mean and variance of the learner's BatchNorm after one training call in way one's
+    shard_map (check_vma=False, its state out with P(), as the port's parameters are)."""
+    import jax
+    from flax import nnx
     from jax import P
 
-    def body(key):
-        mine = fn(key)
-        if not (isinstance(mine, jax.Array) and jax.dtypes.issubdtype(mine.dtype, jax.dtypes.prng_key)):
-            raise Mistake(f"device_key should return a key, as jax.random.fold_in does, but returned "
-                          f"{describe(mine)}")
-        if mine.shape != ():
-            raise Mistake(f"device_key should return one key (shape ()), but returned keys of shape {mine.shape}")
-        return jax.random.key_data(mine)[None]
+    mesh = jax.sharding.Mesh(course_mesh.devices, course_mesh.axis_names, axis_types=(AxisType.Auto,) * 2)
+    norm = fn(nnx.Rngs(0))
+    if not isinstance(norm, nnx.BatchNorm):
+        raise Mistake(f"make_norm(rngs) should return an nnx.BatchNorm, but returned {describe(norm)}")
+    if norm.num_features != _FEATURES:
+        raise Mistake(f"the model's features are {_FEATURES} wide: nnx.BatchNorm({_FEATURES}, ...), not "
+                      f"{norm.num_features}")
+    graphdef, state = nnx.split(norm)
 
-    keyed = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P(), out_specs=P(DATA)))
-    return np.asarray(keyed(jax.random.key(seed)))
+    def body(state, x):  # x: this device's 4 rows
+        norm = nnx.merge(graphdef, state)
+        norm(x)
+        return nnx.state(norm)
 
-
-def _device_keys(fn, mesh):
-    """(who shares keys, with seed 0; with seed 1; whether each device's key changes with the seed; whether
-    it changes when the function is traced as host 1 would trace it, where jax.process_index() is 1)."""
-    a, b = _key_data(fn, mesh, 0), _key_data(fn, mesh, 1)
-    with mock.patch("jax.process_index", lambda *args, **kwargs: 1):  # this kernel is one process: host 0
-        as_host_1 = _key_data(fn, mesh, 0)
-    return (_groups(a), _groups(b), tuple(bool((a[i] != b[i]).any()) for i in range(len(a))),
-            tuple(bool((a[i] != as_host_1[i]).any()) for i in range(len(a))))
+    new = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P(DATA)), out_specs=P(), check_vma=False))(
+        state, _rows(mesh))
+    return np.asarray(new["mean"][...]), np.asarray(new["var"][...])
 
 
-def _depends_on_process(case) -> bool:
-    return isinstance(case.got, tuple) and len(case.got) == 4 and any(case.got[3])
-
-
-_TRACED = ("jax.process_index() is a number fixed when JAX traces your function, not a position on the mesh: on a "
-           "cluster each host traces its own program, with its own number in it (traced as host 1, your function "
-           "gives other keys)")
+def _kept_one_device(case) -> str:
+    return (f"each device normalised by its own 4 rows' statistics, and out_specs P() kept one device's: running "
+            f"mean {np.round(case.got[0].astype(float), 3).tolist()}, where the global batch gives "
+            f"{np.round(case.want[0].astype(float), 3).tolist()}. With check_vma=False nothing checks that what you call "
+            "replicated is: give the BatchNorm the mesh axes, axis_name=DATA")
 
 
 register(ProgramExercise(
-    id="17.3", kernel=KERNEL, answer_name="device_key",
-    title="shard_map's own way: one key everywhere, and a key of each device's own inside",
+    id="17.3", kernel=KERNEL, answer_name="make_norm",
+    title="a BatchNorm in way one: statistics of the global batch",
     solution='''
-def device_key(key):
-    """Inside a shard_map over the mesh: this device's dropout key, from the key every device holds."""
-    return jax.random.fold_in(key, jax.lax.axis_index(DATA))
+def make_norm(rngs):
+    """The port's BatchNorm: its statistics over every device's rows, of every host."""
+    return nnx.BatchNorm(3, axis_name=DATA, rngs=rngs)
 ''',
-    setup="DATA = ('host', 'device')\n",
-    run=_device_keys,
+    setup="from flax import nnx\nDATA = ('host', 'device')\n",
+    run=_statistics,
     wrong={
-        "def device_key(key):\n    return jax.random.fold_in(key, jax.lax.axis_index('device'))\n":
-            lambda case: f"device k of every host gets the same key: axis_index('device') counts the devices of "
-                         f"one host only (0 to {case.mesh.shape['device'] - 1}), so the hosts draw the same "
-                         "masks, as nnx.pmap's program did. Number the devices of every host: "
-                         "axis_index(DATA)",
-        "def device_key(key):\n    return key\n":
-            "every device gets the same key, so every device draws the same dropout mask: fold the device's "
-            "number, jax.lax.axis_index(DATA), into it",
-        "def device_key(key):\n    return jax.random.key(jax.lax.axis_index(DATA))\n":
-            "each device has a key of its own, but not one made from the key you were given: a run with "
-            "another seed would draw the same masks. Fold the device's number into key",
-        "def device_key(key):\n    return jax.random.fold_in(key, jax.lax.axis_index('host'))\n":
-            "the devices of one host share a key: axis_index('host') is the host's number. Number every "
-            "device of every host: axis_index(DATA)",
-        "def device_key(key):\n    return jax.random.fold_in(key, jax.process_index() * jax.local_device_count() "
-        "+ jax.lax.axis_index('device'))\n":
-            "device k of every host gets the same key here, where one process plays every host and "
-            f"jax.process_index() is 0 for all of them. {_TRACED}. The mesh numbers every device of every host "
-            "for you: axis_index(DATA)",
+        "def make_norm(rngs):\n    return nnx.BatchNorm(3, rngs=rngs)\n": _kept_one_device,
+        "def make_norm(rngs):\n    return nnx.BatchNorm(3, axis_name='device', rngs=rngs)\n":
+            "the statistics are averaged over one host's devices only ('device'): each host has its own, and "
+            "out_specs P() kept host 0's. Average over every device of every host: axis_name=DATA",
+        "def make_norm(rngs):\n    return nnx.BatchNorm(3, axis_name='host', rngs=rngs)\n":
+            "the statistics are averaged over the hosts only ('host'): device k of each host is averaged with "
+            "device k of the others, not with its neighbours. Average over both axes: axis_name=DATA",
+        "def make_norm(rngs):\n    return nnx.BatchNorm(3, axis_name=DATA, use_running_average=True, "
+        "rngs=rngs)\n":
+            "use_running_average=True normalises with the stored statistics and never updates them: the running "
+            "mean is still 0 after a training step. Leave it False for training (model.eval() sets it for "
+            "evaluation)",
     },
-    families=(
-        OutputRule(_depends_on_process,
-                   example="def device_key(key):\n    return jax.random.fold_in(key, jax.process_index())\n",
-                   say=f"{_TRACED}. Inside a shard_map, number each device by its position on the mesh: "
-                       "jax.lax.axis_index(DATA)"),
-    ),
-    otherwise="give each device of every host a key of its own, made from `key` (fold_in)",
+    otherwise="the running statistics after one step should be the global batch's: nnx.BatchNorm(3, "
+              "axis_name=..., rngs=rngs) with the mesh axes",
     hints=(
-        "Every device holds the same key (in_specs P()). What differs from device to device inside a "
-        "shard_map is its position on the mesh.",
-        "jax.lax.axis_index(DATA) numbers the devices 0 to 7 over both axes; jax.random.fold_in(key, n) makes "
-        "a new key from key and n.",
+        "pmap's program wrote nnx.BatchNorm(..., axis_name='batch'): the statistics were averaged over pmap's "
+        "axis. On the mesh, which axes hold the devices of every host?",
+        "axis_name takes a tuple of mesh axes, as jax.lax.pmean does.",
     ),
 ))

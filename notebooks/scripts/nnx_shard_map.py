@@ -1,9 +1,8 @@
-"""Notebook 17's port of nnx_pmap.py to nnx.shard_map on a (host, device) mesh: way one.
+"""Notebook 17's port of nnx_pmap.py to jax.shard_map on a (host, device) mesh: way one.
 
-The step's body is unchanged; each device's block loses its device axis before it and gets it back
-after, as nnx.pmap did. With --pmap-keys the dropout keys are laid out as nnx.pmap had them (the
-same on every host), and the script prints what nnx_pmap.py prints; without, they are split over
-every device of every host.
+The step's body is unchanged, and helpers.training.nnx_port.way_one runs it as nnx.pmap did. With
+--pmap-keys the dropout keys are laid out as nnx.pmap had them (the same on every host), and the script
+prints what nnx_pmap.py prints; without, they are split over every device of every host.
 
     python -m helpers.launch --hosts 2 --devices-per-host 4 notebooks/scripts/nnx_shard_map.py
 """
@@ -18,11 +17,10 @@ import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-from helpers.training.nnx_dropout import (STEPS, Model, Seen, digest, host_batch, local_rows, parameter_norm,
-                                         step_body)
+from helpers.training.nnx_dropout import STEPS, Model, digest, host_batch, local_rows, parameter_norm
+from helpers.training.nnx_port import DATA, way_one
 
 PMAP_KEYS = "--pmap-keys" in sys.argv
-DATA = ("host", "device")
 host, hosts, local = jax.process_index(), jax.process_count(), jax.local_device_count()
 mesh = jax.make_mesh((hosts, local), ("host", "device"), axis_types=(AxisType.Auto,) * 2)
 # Row h of the mesh is host h's devices, so the rows of every global array follow the hosts. On TPU and GPU,
@@ -37,44 +35,23 @@ def made_global(local_rows):
     return jax.make_array_from_process_local_data(rows, np.asarray(local_rows))
 
 
-model = Model(nnx.Rngs(params=0, dropout=1), devices=local)
-model.seen.set_value(made_global(model.seen[...]))  # f32[local, 2] per host -> f32[8, 2], global
-state_specs = nnx.StateSharding({Seen: P(DATA), nnx.RngState: P(DATA), ...: P()})
-
-
-PER_DEVICE = (Seen, nnx.RngState)  # what nnx.pmap split over the devices, with in_axes 0
-
-
-@nnx.jit
-@nnx.shard_map(mesh=mesh, in_specs=(state_specs, P(DATA), P(DATA)), out_specs=(P(DATA), P(DATA)),
-               check_vma=False)
-def train_step(model, x, y):  # x: f32[1, 2, 4]; Seen f32[1, 2]; each key [1]: this device's block
-    nnx.update(model, jax.tree.map(lambda a: a[0], nnx.state(model, PER_DEVICE)))  # what pmap did: drop
-    loss, kept = step_body(model, x[0], y[0], axis=DATA)                           # the device axis, and
-    nnx.update(model, jax.tree.map(lambda a: a[None], nnx.state(model, PER_DEVICE)))  # put it back
-    return loss[None], kept[None]
-
-
-def keys_as_pmap_had_them(model):
-    """Split over this host's devices (the same keys on every host, as nnx.pmap did), made global."""
+def as_pmap_had_them(keys):
+    """Keys split over this host's devices (the same on every host, as nnx.pmap had them), made global."""
     def made_global_rng(a):  # a key (made global as its key data) or a count
         if not jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
             return made_global(a)
         return jax.random.wrap_key_data(made_global(jax.random.key_data(a)), impl=jax.random.key_impl(a))
+    return jax.tree.map(made_global_rng, keys)
 
-    nnx.update(model, jax.tree.map(made_global_rng, nnx.state(model, nnx.RngState)))
 
+model = Model(nnx.Rngs(params=0, dropout=1), devices=local)
+model.seen.set_value(made_global(model.seen[...]))  # f32[local, 2] per host -> f32[8, 2], global
+train_step = way_one(mesh, splits=local, place_keys=as_pmap_had_them) if PMAP_KEYS else way_one(mesh)
 
 losses = []
 for step in range(STEPS):
     x, y = (made_global(a) for a in host_batch(step, host, hosts, devices=local))  # f32[8, 2, 4], f32[8, 2, 1]
-    if PMAP_KEYS:
-        with nnx.split_rngs(model, splits=local):
-            keys_as_pmap_had_them(model)
-            loss, kept = train_step(model, x, y)
-    else:
-        with nnx.split_rngs(model, splits=mesh.size):
-            loss, kept = train_step(model, x, y)
+    loss, kept = train_step(model, x, y)
     losses.append(local_rows(loss))
     print(f"step {step}: loss {float(local_rows(loss)[0]):.4f}  dropout masks {digest(local_rows(kept))}")
 print(f"Seen: {local_rows(model.seen[...]).astype(np.float64).round(4).tolist()}")
