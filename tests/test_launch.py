@@ -18,7 +18,7 @@ from processes import survivors
 
 from helpers import launch
 from helpers.launch import host, runner, warm
-from helpers.launch.result import (HostResult, LaunchError, RunResult, clean_stderr,
+from helpers.launch.result import (BARE_INITIALIZE_ADVICE, HostResult, LaunchError, RunResult, clean_stderr,
                                    describe_exit, fatal_message, hosts_text)
 
 PSUM = """
@@ -656,3 +656,18 @@ def test_a_host_still_computing_when_another_fails_is_named_where_it_then_waits(
     assert result.message.startswith("host 1 failed (exit status 3)"), result.message
     assert f"host 0: stopped by the launcher at line {waits}: multihost_utils.sync_global_devices" in str(result)
     assert not survivors(result.pids)
+
+
+@pytest.mark.multiprocess
+def test_a_bare_initialize_is_told_what_to_write_under_the_launcher():
+    result = launch.run(source="import jax\njax.distributed.initialize()\nprint(jax.process_count())\n",
+                        hosts=2, devices_per_host=1, timeout=NEVER)
+    assert not result.ok
+    assert result.report()[0] == BARE_INITIALIZE_ADVICE
+    assert "from helpers.launch import initialize; initialize()" in BARE_INITIALIZE_ADVICE
+    assert not survivors(result.pids)
+
+
+def test_a_failure_of_another_kind_gets_no_initialize_advice():
+    r = _result(HostResult(0, "failed", 1, "", "ValueError: out of data\n"), message="host 0 failed")
+    assert BARE_INITIALIZE_ADVICE not in r.report()

@@ -41,6 +41,16 @@ LOG_NOISE = re.compile("^(?:" + "|".join(LOG_NOISE_PATTERNS) + ")")
 _FATAL_RECORD = re.compile(r"^F\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+\s+\S+:\d+\] (.*)$", re.MULTILINE)
 
 
+# What JAX says when jax.distributed.initialize() gets no arguments and detects no cluster it knows.
+_BARE_INITIALIZE_ERRORS = ("Number of processes must be defined", "coordinator_address should be defined")
+BARE_INITIALIZE_ADVICE = (
+    "your script calls jax.distributed.initialize() with no arguments, which finds its job only on a cluster JAX "
+    "detects (SLURM, Open MPI, Kubernetes, Cloud TPU), and this launcher is none of them. Write "
+    "`from helpers.launch import initialize; initialize()` (plain jax.distributed.initialize() on those "
+    "clusters), or pass what the launcher sets: jax.distributed.initialize(os.environ['JAX_COORDINATOR_ADDRESS'], "
+    "int(os.environ['JAX_NUM_PROCESSES']), int(os.environ['JAX_PROCESS_ID']))")
+
+
 def describe_exit(returncode: int | None) -> str:
     """'exit status 3', 'killed by SIGABRT'; how a process ended, from its return code."""
     if returncode is None:
@@ -218,8 +228,10 @@ class RunResult:
     raise_on_failure = check
 
     def report(self) -> list[str]:
-        """One line per host: how it ended (or where it was stopped) and what it printed last."""
-        return [h.report() for h in self.hosts]
+        """One line per host: how it ended (or where it was stopped) and what it printed last; first, what to
+        write instead of a bare jax.distributed.initialize(), if a host failed on one."""
+        bare = any(error in h.stderr for h in self.hosts for error in _BARE_INITIALIZE_ERRORS)
+        return ([BARE_INITIALIZE_ADVICE] if bare else []) + [h.report() for h in self.hosts]
 
     def __str__(self) -> str:
         out = [self.apart] if self.apart else []
