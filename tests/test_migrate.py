@@ -714,6 +714,9 @@ def test_a_name_assigned_in_another_function_is_not_this_ones():
     assert _rules(source) == []
     local = source.replace("def layers(x, n):", "def layers(x):\n    n = jax.local_device_count()")
     assert {rule for _, rule in _rules(local)} == {"local-batch", "nnx-split-rngs"}
+    closure = ("import jax\n\n\ndef prepare(xs):\n    n = jax.local_device_count()\n\n    def one(x):\n"
+               "        return x.reshape((n, -1) + x.shape[1:])\n\n    return jax.tree.map(one, xs)\n")
+    assert (8, "local-batch") in _rules(closure)  # a function sees the names of the one it is in
 
 
 def test_diff_renames_no_collective_in_a_function_that_takes_gradients_or_stays_under_pmap():

@@ -14,7 +14,7 @@ from typing import Iterator
 
 YES, NO, UNKNOWN = "yes", "no", "unknown"
 # a number made from gradients, and parameters or a train state they update: never a gradient
-_NEVER_GRADIENTS = {"global_norm", "norm", "apply_gradients", "apply_updates"}
+_NEVER_GRADIENTS = {"global_norm", "norm", "apply_gradients", "apply_gradient", "apply_updates"}
 _COLLECTIVES = {"pmean", "psum", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute", "all_to_all"}
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
@@ -223,7 +223,7 @@ class Gradients:
                 return before or bound
             if scope is self.s.tree:
                 return None
-            scope = self.s.scope(self.s.parent[scope])
+            scope = self.s.scope(scope)
 
     def _parameter(self, function: ast.AST, name: str) -> object:
         """What the call sites hand a parameter: a tree map's trees to its lambda, the arguments to a def."""

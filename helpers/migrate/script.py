@@ -169,7 +169,7 @@ class Script:
                 return (before or values)[-1]
             if scope is self.tree:
                 return None
-            scope = self.scope(self.parent[scope])
+            scope = self.scope(scope)
 
     def scope(self, node: ast.AST) -> ast.AST:
         """The function (def or lambda) a node is in, or the module."""
