@@ -1,18 +1,20 @@
-"""Notebook 17's answer to google/flax#4751: nnx.pmap's step as a plain jax.shard_map on a (host, device) mesh.
+"""Notebook 17's answer to google/flax#4751: nnx.pmap's step on a (host, device) mesh, two ways.
 
-The form NNX's tree mode keeps: `nnx.split` the model into its per-device state and the rest, hand each
-group to `jax.shard_map` with its own spec, and `nnx.merge` it back inside. `nnx_shard_map.py` runs it on
-real hosts; the notebook shows this source.
+`way_one` keeps pmap's body: in the form NNX's tree mode keeps, `nnx.split` the model into its per-device
+state and the rest, hand each group to `jax.shard_map` with its own spec, and `nnx.merge` it back inside.
+`way_three` has no per-device body: `nnx.jit` on the global batch. `nnx_shard_map.py` runs both on real
+hosts; the notebook shows this source.
 """
 from __future__ import annotations
 
 from functools import partial
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from helpers.training.nnx_dropout import Seen, step_body
+from helpers.training.nnx_dropout import LEARNING_RATE, Seen, step_body
 
 DATA = ("host", "device")
 
@@ -41,3 +43,18 @@ def way_one(mesh, body=step_body, splits=None, place_keys=lambda keys: keys, che
         nnx.update(model, seen, rest)
         return loss, kept
     return train_step
+
+
+@nnx.jit
+def way_three(model, x, y):  # x: f32[rows, 4], the global batch, its rows over every device
+    """One step on the whole global batch; each device's row of Seen from its own rows of the batch."""
+    def loss_fn(model):
+        prediction, kept = model(x)
+        return jnp.mean((prediction - y) ** 2), kept
+
+    (loss, kept), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+    params = nnx.state(model, nnx.Param)
+    nnx.update(model, jax.tree.map(lambda p, g: p - LEARNING_RATE * g, params, grads))
+    blocks = x.reshape(model.seen.shape[0], -1, x.shape[-1])  # f32[devices, rows, 4]: device k's rows are block k
+    model.seen[...] += jnp.stack([jnp.full(blocks.shape[0], blocks.shape[1]), blocks.sum((1, 2))], axis=1)
+    return loss, kept

@@ -1,8 +1,9 @@
-"""Notebook 17's port of nnx_pmap.py to jax.shard_map on a (host, device) mesh: way one.
+"""Notebook 17's port of nnx_pmap.py to a (host, device) mesh.
 
-The step's body is unchanged, and helpers.training.nnx_port.way_one runs it as nnx.pmap did. With
---pmap-keys the dropout keys are laid out as nnx.pmap had them (the same on every host), and the script
-prints what nnx_pmap.py prints; without, they are split over every device of every host.
+By default way one: the step's body unchanged, run by helpers.training.nnx_port.way_one as nnx.pmap ran
+it, its dropout keys split over every device of every host. With --pmap-keys the keys are laid out as
+nnx.pmap had them (the same on every host), and the script prints what nnx_pmap.py prints. With --jit,
+way three: nnx.jit on the global batch, one key for all its rows.
 
     python -m helpers.launch --hosts 2 --devices-per-host 4 notebooks/scripts/nnx_shard_map.py
 """
@@ -18,9 +19,9 @@ from flax import nnx
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from helpers.training.nnx_dropout import STEPS, Model, digest, host_batch, local_rows, parameter_norm
-from helpers.training.nnx_port import DATA, way_one
+from helpers.training.nnx_port import DATA, way_one, way_three
 
-PMAP_KEYS = "--pmap-keys" in sys.argv
+PMAP_KEYS, JIT = "--pmap-keys" in sys.argv, "--jit" in sys.argv
 host, hosts, local = jax.process_index(), jax.process_count(), jax.local_device_count()
 mesh = jax.make_mesh((hosts, local), ("host", "device"), axis_types=(AxisType.Auto,) * 2)
 # Row h of the mesh is host h's devices, so the rows of every global array follow the hosts. On TPU and GPU,
@@ -48,12 +49,19 @@ model = Model(nnx.Rngs(params=0, dropout=1), devices=local)
 model.seen.set_value(made_global(model.seen[...]))  # f32[local, 2] per host -> f32[8, 2], global
 train_step = way_one(mesh, splits=local, place_keys=as_pmap_had_them) if PMAP_KEYS else way_one(mesh)
 
+
+def jit_step(model, x, y):
+    """Way three on this host's rows, made one global batch: each device's rows, in order."""
+    loss, kept = way_three(model, *(made_global(a.reshape(-1, a.shape[-1])) for a in (x, y)))
+    return loss, kept.reshape(mesh.size, -1, kept.shape[-1])  # per device again, as the other ways return
+
 losses = []
 for step in range(STEPS):
-    x, y = (made_global(a) for a in host_batch(step, host, hosts, devices=local))  # f32[8, 2, 4], f32[8, 2, 1]
-    loss, kept = train_step(model, x, y)
-    losses.append(local_rows(loss))
-    print(f"step {step}: loss {float(local_rows(loss)[0]):.4f}  dropout masks {digest(local_rows(kept))}")
+    x, y = host_batch(step, host, hosts, devices=local)  # this host's rows: f32[local, 2, 4], f32[local, 2, 1]
+    loss, kept = jit_step(model, x, y) if JIT else train_step(model, *(made_global(a) for a in (x, y)))
+    loss = np.asarray(loss.addressable_data(0))[None] if JIT else local_rows(loss)  # way three's: one number
+    losses.append(loss)
+    print(f"step {step}: loss {float(loss[0]):.4f}  dropout masks {digest(local_rows(kept))}")
 print(f"Seen: {local_rows(model.seen[...]).astype(np.float64).round(4).tolist()}")
 print(f"parameters: norm {parameter_norm(model):.4f}")
 print(f"bits: {digest(*losses, *jax.tree.leaves(nnx.state(model, nnx.Param)))}")  # every loss and parameter, exactly
