@@ -12,8 +12,10 @@ import os
 import pwd
 import re
 import secrets
+import shutil
 import socket
 import subprocess
+import tempfile
 import sys
 import threading
 from pathlib import Path
@@ -64,6 +66,8 @@ def _start_hub(token: str, state: Path) -> hub.Hub:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """A hub on a free port with three learner accounts and a service token; torn down after."""
+    if (folder := hub.closed_folder()) is not None:
+        pytest.skip(f"the hub's learners cannot reach this clone: {folder} is closed to other users")
     try:
         passwords = {name: hub.make_account(name) for name in LEARNERS}
         uids = _uids(LEARNERS)
@@ -251,3 +255,18 @@ def test_a_learner_logs_in_opens_notebook_00_and_runs_it_in_a_browser(served, tm
             page.screenshot(path=str(artifacts / "hub-learner-failure.png"))
             print("hub log (tail):\n" + lab_page.lab.log_tail())
             raise
+
+
+def test_a_clone_in_a_closed_folder_is_named_and_the_advice_is_to_move_it():
+    base = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        (base / "home" / "course").mkdir(parents=True)
+        (base / "home").chmod(0o700)
+        assert hub.closed_folder(base / "home" / "course") == base / "home"
+        message = hub.closed_clone_message(base / "home")
+        assert "Clone the course where they can enter" in message and "Python" not in message
+        (base / "home").chmod(0o755)
+        assert hub.closed_folder(base / "home" / "course") is None
+    finally:
+        shutil.rmtree(base)

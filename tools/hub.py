@@ -152,6 +152,8 @@ def preflight(port: int, proxy: Path = PROXY) -> None:
     if not os.access(proxy, os.X_OK):
         raise HubError(f"no proxy at {proxy}: run make hub (npm ci in hub/ installs "
                        "configurable-http-proxy), or install Node.js and npm first")
+    if (folder := closed_folder()) is not None:
+        raise HubError(closed_clone_message(folder))
     if not _port_free(port):
         raise HubError(f"port {port} on 127.0.0.1 is in use: stop what holds it, or choose another "
                        "with make hub HUB_PORT=N")
@@ -161,6 +163,19 @@ def _others_can_run(path: Path) -> bool:
     """Whether a user other than its owner may run `path`: every folder above it can be entered."""
     path = path.resolve()
     return all(p.stat().st_mode & stat.S_IXOTH for p in (path, *path.parents))
+
+
+def closed_folder(path: Path = ROOT) -> Path | None:
+    """The outermost folder above or at `path` that other users cannot enter (root's home, mode 0700, say)."""
+    path = path.resolve()
+    return next((p for p in (*reversed(path.parents), path) if not p.stat().st_mode & stat.S_IXOTH), None)
+
+
+def closed_clone_message(folder: Path) -> str:
+    """What to do when learners cannot reach the course: no other Python would help."""
+    return (f"learners cannot reach this clone of the course: {folder} is closed to other users, and their "
+            f"servers run as them. Clone the course where they can enter (e.g. /srv or /opt), or open {folder} "
+            f"to them with chmod o+x {folder}, and run make hub there")
 
 
 def _system_python() -> Path | None:
