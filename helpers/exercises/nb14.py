@@ -1,6 +1,7 @@
 """Exercises of notebook 14: when a host dies (preemption, a kill during a save, elastic resume)."""
 from __future__ import annotations
 
+import ast
 import re
 
 from helpers.exercises import forms
@@ -30,9 +31,24 @@ _SAVE_DRIVER = (
     "        agreed.append(step)\n"
     "    return answer\n"
     "multihost_utils.reached_preemption_sync_point = _counted\n"
+    "def _agreed_on_next_step():\n"
+    "    # JAX's notifier reads SIGTERM within about 1 s, then every host posts the last step it asked\n"
+    "    # about and JAX picks the next one. This host waits for both posts before it goes on, so that\n"
+    "    # step is NOTICE + 1 in every run, not wherever the loop was after that second (a step that\n"
+    "    # was a multiple of 10 one run in ten, and changed verdicts). No wait when a handler of the\n"
+    "    # answer's took SIGTERM from JAX's (a Python function): JAX hears nothing to agree on.\n"
+    "    if callable(signal.getsignal(signal.SIGTERM)):\n"
+    "        return\n"
+    "    from jax._src import distributed\n"
+    "    start = time.monotonic()\n"
+    "    while time.monotonic() - start < 10:\n"
+    "        posted = distributed.global_state.client.key_value_dir_get('PREEMPTION_CURRENT_COUNTER/')\n"
+    "        if len(posted) == jax.process_count():\n"
+    "            return\n"
+    "        time.sleep(0.01)\n"
     "print('joined', flush=True)\n{answer}\n"
     "host, hosts = jax.process_index(), jax.process_count()\n"
-    "STEPS, NOTICE, SAVE_EVERY = 500, 3, 10  # about 7 ms a step: JAX agrees on a step within ~1 s\n"
+    "STEPS, NOTICE, SAVE_EVERY = 500, 3, 10  # about 7 ms a step; JAX agrees on step NOTICE + 1 (see above)\n"
     "notice = jax.local_device_count() == 1  # on 2 x 2 no scheduler sends one\n"
     "saves, stopped = [], 0\n"
     "for step in range(1, STEPS + 1):\n"
@@ -42,6 +58,7 @@ _SAVE_DRIVER = (
     "    multihost_utils.sync_global_devices(f'step {step}')  # this step's collective\n"
     "    if notice and host == hosts - 1 and step == NOTICE:\n"
     "        os.kill(os.getpid(), signal.SIGTERM)  # the scheduler's notice, to one host\n"
+    "        _agreed_on_next_step()\n"
     "    if should_save(step):\n"
     "        saves.append(step)\n"
     "        multihost_utils.sync_global_devices(f'save {step}')  # a save: every host takes part\n"
@@ -55,11 +72,13 @@ _SAVE_DRIVER = (
     "missed = sorted(set(range(1, last + 1)) - set(asked))\n"
     "# [every host stopped at the same step, it stopped, after the notice (or never without one),\n"
     "#  the stop step was saved, every 10th step was saved and no other, how often JAX was asked,\n"
-    "#  the first steps JAX was asked about, the first loop steps it was not asked about]\n"
+    "#  the first steps JAX was asked about, the first loop steps it was not asked about,\n"
+    "#  the first saves but the stop's, and their steps modulo 10]\n"
+    "others = [s for s in saves if s != stopped]\n"
     "print(json.dumps([bool((every == every[0]).all()), bool(stopped),\n"
     "                  stopped > NOTICE if notice else not stopped,\n"
     "                  not stopped or stopped in saves, regular <= set(saves) <= regular | {stopped},\n"
-    "                  how_asked, asked[:5], missed[:4]]))\n")
+    "                  how_asked, asked[:5], missed[:4], others[:3], sorted({s % SAVE_EVERY for s in others})]))\n")
 
 SAVE_SOLUTION = '''from jax.experimental import multihost_utils
 
@@ -95,6 +114,100 @@ signal.signal(signal.SIGTERM, lambda signum, frame: noticed.append(signum))
 def should_save(step):
     return bool(noticed) or step % 10 == 0
 '''
+
+_SAVE_BOTH = '''def should_save(step):
+    preempted = multihost_utils.reached_preemption_sync_point(step)
+    return preempted and step % 10 == 0
+'''
+
+_SAVE_FROM_STEP_0 = '''def should_save(step):
+    preempted = multihost_utils.reached_preemption_sync_point(step)
+    return preempted or (step + 1) % 10 == 0
+'''
+
+_SAVE_GLOBAL_SET_BY_HANDLER = '''import signal
+
+
+def on_sigterm(signum, frame):
+    global noticed
+    noticed = True
+
+
+signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def should_save(step):
+    return noticed or step % 10 == 0
+'''
+
+_SAVE_HANDLER_INSIDE = '''import signal
+
+noticed = []
+
+
+def should_save(step):
+    signal.signal(signal.SIGTERM, lambda signum, frame: noticed.append(signum))
+    return bool(noticed) or step % 10 == 0
+'''
+
+_SAVE_HANDLER_INSIDE_ASKS = '''import signal
+
+noticed = []
+
+
+def should_save(step):
+    signal.signal(signal.SIGTERM, lambda signum, frame: noticed.append(signum))
+    return multihost_utils.reached_preemption_sync_point(step) or step % 10 == 0
+'''
+
+_ASK_JAX = "Ask JAX (reached_preemption_sync_point), which tells every host the same step"
+
+
+def _handler_inside(source: str | None) -> bool:
+    """Whether `source` installs a signal handler inside should_save itself (at every call)."""
+    try:
+        tree = ast.parse(source or "")
+    except SyntaxError:
+        return False
+    return any(isinstance(node, ast.FunctionDef) and node.name == "should_save"
+               and "signal.signal(" in ast.unparse(node) for node in tree.body)
+
+
+def _own_handler(case) -> str:
+    where = ("your function installs a SIGTERM handler at every call: from step 1 it replaces JAX's"
+             if _handler_inside(case.source) else "your handler, installed after jax.distributed.initialize, "
+             "replaced JAX's")
+    return (f"{_unmatched(case.got.text)}: {where}, so only the host that got SIGTERM saw the notice (JAX never "
+            "heard of it), and it went into a save alone while the other host went on to its next step. "
+            f"{_ASK_JAX}")
+
+
+_UNDEFINED = re.compile(r"NameError: name '(\w+)' is not defined")
+
+
+def _undefined(case) -> str:
+    found = _UNDEFINED.search(case.got.text)
+    name = f"`{found[1]}`" if found else "a name"
+    if "signal" in (case.source or ""):
+        return (f"your function reads {name} from step 1, but only your SIGTERM handler defines it, once the signal "
+                "comes (after step 3, on one host): before that, reading it raised NameError. A handler of your own "
+                "also takes the signal from JAX's, so JAX never hears of the notice. Install no handler: "
+                f"{_ASK_JAX[0].lower()}{_ASK_JAX[1:]}")
+    return (f"your function uses {name}, which the hosts do not define: it runs there alone, with jax, np and "
+            "multihost_utils defined. Define what else it needs in the cell")
+
+
+def _regular_saves(case) -> list:
+    """Host 0's saves other than the preemption save, and their steps modulo 10 ([], [] without a verdict)."""
+    got = case.got
+    return got[0][8:10] if isinstance(got, tuple) and got and isinstance(got[0], list) else [[], []]
+
+
+def _saves_off_by(case) -> str:
+    saves, offsets = _regular_saves(case)
+    counted = " (you counted the steps from 0)" if offsets == [9] else ""
+    return (f"your regular saves are at {_steps(saves, 3)}{counted}: the loop's steps start at 1, so every "
+            "10th step is 10, 20, 30, ...: save when step % 10 == 0")
 
 
 def _unmatched(text: str) -> str:
@@ -143,12 +256,18 @@ register(ProcessExercise(
                               "host stopped (and none saved, since `and` saves only when both are True)",
         _SAVE_PREEMPTION_ONLY: "the preemption save is right, but the regular saves are missing: save at every "
                                "10th step too",
-        _SAVE_OWN_HANDLER: lambda case: (
-            f"{_unmatched(case.got.text)}: your handler, installed after jax.distributed.initialize, "
-            "replaced JAX's, so only the host that got SIGTERM saw the notice: it went into a save alone "
-            "while the other host went on to its next step. Ask JAX, which tells every host the same step"),
+        _SAVE_OWN_HANDLER: _own_handler,
+        _SAVE_HANDLER_INSIDE: _own_handler,  # the run fails as the one above: the message reads the source
+        _SAVE_HANDLER_INSIDE_ASKS: "your function installs a SIGTERM handler at every call, which replaces JAX's: "
+                                   "the notice went to your handler and JAX never heard of it, so it named no step "
+                                   "to save at and the hosts trained on past the notice. Install no handler: ask JAX "
+                                   "alone",
+        _SAVE_BOTH: "with `and`, your function saves only at a step that is both JAX's preemption step and a 10th "
+                    "step: the hosts stopped at JAX's step without saving it, and made no regular save. Combine the "
+                    "two with `or`",
     },
-    errors=(ErrorRule(lambda raw: raw.startswith("the run hung") or "name mismatch" in raw, example=(
+    errors=(ErrorRule(lambda raw: raw.startswith("NameError"), example=_SAVE_GLOBAL_SET_BY_HANDLER, say=_undefined),
+            ErrorRule(lambda raw: raw.startswith("the run hung") or "name mismatch" in raw, example=(
         "def should_save(step):\n"
         "    if jax.process_index() == 0:\n"
         "        multihost_utils.sync_global_devices('extra')\n"
@@ -157,7 +276,9 @@ register(ProcessExercise(
                          "they saved at different steps or one made a collective the other did not. "
                          "Every host must save at the same steps"),),
     families=(OutputRule(lambda case: _how_asked(case) == "some steps", example=_SAVE_ASKED_AFTER_THE_REGULAR,
-                         say=_asked_some_steps),),
+                         say=_asked_some_steps),
+              OutputRule(lambda case: _regular_saves(case)[1] not in ([], [0]), example=_SAVE_FROM_STEP_0,
+                         say=_saves_off_by)),
     hints=(
         "Section 2's runs show which setups reach the sync point; a function that asks JAX only now and "
         "then is one of them.",
