@@ -21,8 +21,9 @@ KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 # sleeps inside its steps. Run "b" is recorded in the middle of its loop, as on a cluster: one step is
 # already running when the recording starts. Both hosts write under one directory (named after the
 # run's coordinator address), read both hosts' traces back, and host 0 removes the directory. The
-# function sees run "a", run "b", and run "a" again with the hosts' numbers swapped (an answer must
-# read the host from the traces). A layout (2, d) shows the function the XLA ops of d devices per host.
+# function sees run "a", run "b", run "a" again with the hosts' numbers swapped (an answer must
+# read the host from the traces; the devices' numbers go with their hosts), and run "a" with its hosts listed in another order than their numbers,
+# {1: ..., 0: ...} (an answer must return a key of traces, not a position). A layout (2, d) shows the function the XLA ops of d devices per host.
 _DRIVER = """
 import dataclasses
 import os
@@ -90,8 +91,19 @@ _record("b", 0, block=False)
 multihost_utils.sync_global_devices("traces written")
 _runs = [_traces.read_hosts(f"{_root}/{run}") for run in ("a", "b")]
 multihost_utils.sync_global_devices("traces read")
-_runs.append({len(_runs[0]) - 1 - host: [dataclasses.replace(e, host=len(_runs[0]) - 1 - host) for e in events]
+
+
+def _renumbered(host, events, new):
+    \"\"\"A host's events as host `new`'s, its devices' numbers too (host 1's are 2048, 2049, ...): rank for rank.\"\"\"
+    ids = {h: sorted({e.device for e in evs if e.device is not None}) for h, evs in _runs[0].items()}
+    devices = dict(zip(ids[host], ids[new]))
+    return [dataclasses.replace(e, host=new, device=devices.get(e.device, e.device)) for e in events]
+
+
+_last = len(_runs[0]) - 1
+_runs.append({_last - host: _renumbered(host, events, _last - host)
               for host, events in reversed(_runs[0].items())})  # run "a", the hosts' numbers swapped
+_runs.append(dict(reversed(_runs[0].items())))  # run "a", its hosts in another order than their numbers: {1: ..., 0: ...}
 if _host == 0:
     shutil.rmtree(_root, ignore_errors=True)
 
@@ -162,6 +174,19 @@ _ITS_TIME = textwrap.dedent("""\
         return min(sum(op.dur_ms for op in collectives(events)) + 0.5 for events in traces.values())
     """)
 
+_DEVICE_0_ONLY = textwrap.dedent("""\
+    def slowest_host(traces):
+        def waiting_ms(host):
+            return sum(op.dur_ms for op in collectives(traces[host]) if op.device == 0)
+        return min(traces, key=waiting_ms)
+    """)
+
+_POSITION = textwrap.dedent("""\
+    def slowest_host(traces):
+        totals = [sum(op.dur_ms for op in collectives(events)) for events in traces.values()]
+        return totals.index(min(totals))
+    """)
+
 _RETURNS_NONE = textwrap.dedent("""\
     def slowest_host(traces):
         print(min(traces, key=lambda h: sum(op.dur_ms for op in collectives(traces[h]))))
@@ -170,6 +195,12 @@ _RETURNS_NONE = textwrap.dedent("""\
 
 def _all_hosts(case) -> list:
     return [v for per_host in case.got for v in per_host]
+
+
+def _by_position(case) -> bool:
+    """Right in the runs whose hosts are listed in the order of their numbers, wrong in the one that is not
+    (the last): a position in traces taken for a host's number."""
+    return all(got[:-1] == want[:-1] and got[-1] != want[-1] for got, want in zip(case.got, case.want))
 
 
 register(ProcessExercise(
@@ -193,6 +224,10 @@ register(ProcessExercise(
                         "time cannot name the slow host; the time in collectives can",
         _ALWAYS_0: "your function names host 0 in all of the judge's runs, but the slow host is not the same "
                    "in all of them: read it from the traces",
+        _DEVICE_0_ONLY: "your function counts device 0's collectives alone, and device 0 is one host's only (each "
+                        "host's devices have numbers of their own: host 1's start at 2048 here). The other hosts count "
+                        "0 ms and look like the slow host, whatever the traces say. Add up each device's collectives, "
+                        "then take each host's longest device",
     },
     families=(
         OutputRule(lambda case: -2 in _all_hosts(case), example=_RETURNS_NONE,
@@ -200,6 +235,10 @@ register(ProcessExercise(
                  "judge gets nothing)"),
         OutputRule(lambda case: any(isinstance(v, float) or v == -1 for v in _all_hosts(case)), example=_ITS_TIME,
              say="slowest_host should return a host's number (a key of traces), not a time or anything else"),
+        OutputRule(lambda case: _by_position(case), example=_POSITION,
+             say="your function returns the slow host's position in traces, not its number: the check hands "
+                 "traces over with the hosts in another order than their numbers ({1: ..., 0: ...}) too. Return "
+                 "the key of traces, the host's number"),
     ),
     hints=(
         "In an all-reduce, every host waits until the last one has joined. Whose devices then spend the "
@@ -276,6 +315,8 @@ register(ValueExercise(
                         "second: it does not compile again",
         (HOSTS, 1): "process 0 is the one host that finds its program in the second run: the others compile",
         (HOSTS - 1, HOSTS - 1): "in the first run the cache is empty for process 0 too: every host compiles",
+        (HOSTS - 1, HOSTS): "your two numbers are swapped: the tuple is (first run, second run), and the first run, "
+                            "with an empty cache, is the one where every host compiles",
     },
     otherwise="not quite; look at section 5's cache table again: who compiled in each run, and whose key is "
               "in the cache directory",
