@@ -1,4 +1,5 @@
-"""Exercises of notebook 04: pmap's collectives, in_axes/out_axes, and pmap on several hosts."""
+"""Exercises of notebook 04: pmap's collectives, in_axes/out_axes, pmap on several hosts, and many independent
+chains as one global array."""
 from __future__ import annotations
 
 import functools
@@ -8,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, register
-from helpers.exercises.kinds import ValueExercise, alone, entry
-from helpers.exercises.rules import ValueRule
+from helpers.exercises.core import Kernel, Mistake, register
+from helpers.exercises.kinds import ProgramExercise, ValueExercise, alone, entry
+from helpers.exercises.rules import OutputRule, ValueRule
 
 KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 
@@ -160,5 +161,165 @@ register(ValueExercise(
         "The collectives and axis_index see all 8 devices of the run; the shapes are each host's own.",
         "psum adds 0+1, 10+11, 20+21 and 30+31 (one pair per host); host 1's 2 devices come after host "
         "0's 2.",
+    ),
+))
+
+
+# ------------------------------------------------------------------ 04.4 many independent chains
+
+# The notebook's cells before exercise 04.4, as the judge runs them (the notebook shows the same source).
+CHAINS_SETUP = '''
+from helpers.emulated import hosts
+
+STEPS = 100
+KEY = jax.random.key(0)
+
+
+def run_chain(key):
+    """Random-walk Metropolis on a standard normal: one chain's STEPS samples."""
+    u = jax.random.uniform(key, (STEPS + 1, 2))  # all the chain's random numbers, in [0, 1)
+
+    def one_step(x, u_step):
+        proposal = x + u_step[0] - 0.5  # a move of at most 0.5 either way
+        accept = jnp.log(u_step[1]) < (x**2 - proposal**2) / 2
+        x = jnp.where(accept, proposal, x)
+        return x, x
+
+    return jax.lax.scan(one_step, 6 * u[0, 0] - 3, u[1:])[1]  # chains start apart, in [-3, 3)
+
+
+def chain(c):
+    """Chain number c, from a key of its own."""
+    return run_chain(jax.random.fold_in(KEY, c))
+'''
+CHAINS_PER_DEVICE = 2
+
+
+def _chain_parts(mesh) -> list[np.ndarray]:
+    """Each emulated host's chain ids: a contiguous block, 2 chains per device of the mesh."""
+    return np.split(np.arange(CHAINS_PER_DEVICE * mesh.size, dtype=np.int32), mesh.shape["host"])
+
+
+def _hosts_mesh(layout) -> jax.sharding.Mesh:
+    """A (host, device) mesh of this shape over emulated hosts that split the 8 devices evenly: each host
+    gives its first devices (on (2, 2): devices 0, 1 of host 0 and 4, 5 of host 1)."""
+    hosts, per_host = layout
+    owned = len(jax.devices()) // hosts
+    devices = [jax.devices()[h * owned + d] for h in range(hosts) for d in range(per_host)]
+    return jax.make_mesh(layout, ("host", "device"), devices=devices)
+
+
+def _chains_run(all_chains, mesh):
+    """What all_chains gives: the samples, and where they are (chains per device, devices used)."""
+    mesh = _hosts_mesh(tuple(mesh.axis_sizes))
+    out = all_chains(_chain_parts(mesh), mesh)
+    if out is None:
+        return None
+    if not isinstance(out, jax.Array):
+        raise Mistake(f"your function returned a {type(out).__module__}.{type(out).__name__}; return the jax.Array "
+                      "that jit (or shard_map) gives: it says which device ran which chain")
+    return {"samples": np.asarray(out),
+            "chains per device": max(shard.data.shape[0] for shard in out.addressable_shards) if out.ndim else 0,
+            "devices": len(out.sharding.device_set)}
+
+
+def _all_chains(*body: str) -> str:
+    return "def all_chains(parts, mesh):\n" + "".join(f"    {line}\n" for line in body)
+
+
+def _ids(spec: str = 'P(("host", "device"))') -> str:
+    return f"ids = hosts.make_array_from_process_local_data(NamedSharding(mesh, {spec}), parts)"
+
+
+_RUN = "return jax.jit(jax.vmap(chain))(ids)"
+_SPLIT = "P(('host', 'device'))"
+
+
+def _chains(case) -> int:
+    return CHAINS_PER_DEVICE * case.devices
+
+
+def _rows(case) -> int:
+    return case.got["samples"].shape[0] if case.got["samples"].ndim else 0
+
+
+def _repeats(case) -> bool:
+    """Some chains drew the same samples as another."""
+    samples = case.got["samples"]
+    return samples.ndim == 2 and len(samples) > 1 and len(np.unique(samples, axis=0)) < len(samples)
+
+
+def _right_samples(case) -> bool:
+    return case.got["samples"].shape == case.want["samples"].shape and np.allclose(
+        case.got["samples"], case.want["samples"], rtol=1e-4, atol=1e-5)
+
+
+register(ProgramExercise(
+    id="04.4", kernel=KERNEL, answer_name="all_chains", setup=CHAINS_SETUP,
+    title="many independent chains: one global array, each chain on one device, each with its own key",
+    solution='''
+def all_chains(parts, mesh):
+    """Every chain's samples, (chains, STEPS), each chain run on one device."""
+    ids = hosts.make_array_from_process_local_data(NamedSharding(mesh, P(("host", "device"))), parts)
+    return jax.jit(jax.vmap(chain))(ids)  # jit runs each device's own ids
+''',
+    run=_chains_run,
+    meshes=((2, 4), (2, 2)),
+    wrong={
+        _all_chains(_ids(), "return jax.jit(jax.vmap(lambda c: run_chain(KEY)))(ids)"):
+            "every chain drew the same samples: they all run from KEY. Give chain c a key of its own, "
+            "jax.random.fold_in(KEY, c), which is what chain(c) does",
+        _all_chains(_ids(), 'body = jax.vmap(lambda c: run_chain(jax.random.fold_in(KEY, jax.lax.axis_index(("host", '
+                            '"device")))))',
+                    'return jax.shard_map(body, mesh=mesh, in_specs=P(("host", "device")), '
+                    'out_specs=P(("host", "device")))(ids)'):
+            lambda case: f"the {CHAINS_PER_DEVICE} chains of each device drew the same samples: axis_index numbers "
+                         "the devices, not the chains, so the chains of one device share a key. Fold in the "
+                         "chain's own number c, as chain(c) does",
+        _all_chains(_ids(), 'ids = jax.device_put(ids, NamedSharding(mesh, P()))', _RUN):
+            lambda case: f"the samples are right, but every one of the {case.devices} devices ran all "
+                         f"{_chains(case)} chains: the ids reached jit replicated (P()), so each device computed "
+                         f"every chain. Keep the chain axis split, {_SPLIT}, and each device runs its "
+                         f"{CHAINS_PER_DEVICE}",
+        _all_chains(_ids("P()"), _RUN):
+            lambda case: f"with P() JAX takes the hosts' parts as copies of one array: your result has "
+                         f"{_rows(case)} chains (one host's ids), not {_chains(case)}, and each host's devices hold "
+                         "a different 'copy'. The other hosts' chains are lost, with no error. Name 'host' in the "
+                         f"spec: {_SPLIT}",
+        _all_chains(_ids('P("device")'), _RUN):
+            lambda case: f"P('device') splits each host's ids over its own devices, but leaves 'host' out, so JAX "
+                         f"takes the hosts' parts as copies of one array: your result has {_rows(case)} chains, not "
+                         f"{_chains(case)}, with no error. Split over both axes: {_SPLIT}",
+        _all_chains(_RUN.replace("(ids)", "(parts[0])")):
+            lambda case: f"your result is host 0's {_rows(case)} chains only, run on one device: a host that runs "
+                         f"its own ids has its own chains, not all {_chains(case)}. Every host passes its part to "
+                         "make_array_from_process_local_data, and jit runs the global array",
+        _all_chains(_RUN.replace("(ids)", "(np.concatenate(parts))")):
+            lambda case: f"the samples are right, but one device ran all {_chains(case)} chains, and in a real run "
+                         "no host has np.concatenate(parts): each has its own part only. Build the global array "
+                         f"with hosts.make_array_from_process_local_data and {_SPLIT}",
+    },
+    families=(
+        OutputRule(lambda case: _repeats(case),
+                   example=_all_chains(_ids(), "return jax.jit(jax.vmap(lambda c: chain(c % 2)))(ids)"),
+                   say="some chains drew exactly the same samples as another chain: two chains with the same key "
+                       "are one chain counted twice. Give chain c the key jax.random.fold_in(KEY, c)"),
+        OutputRule(lambda case: 0 < _rows(case) < _chains(case),
+                   example=_all_chains(_RUN.replace("(ids)", "(parts[-1])")),
+                   say=lambda case: f"your result has {_rows(case)} chains, not {_chains(case)}: one host's share. "
+                                    "Every host's part goes into one global array "
+                                    "(hosts.make_array_from_process_local_data), and jit runs all of it"),
+        OutputRule(lambda case: _right_samples(case) and case.got["chains per device"] > CHAINS_PER_DEVICE,
+                   example=_all_chains(_ids('P("host")'), _RUN),
+                   say=lambda case: f"the samples are right, but each device ran {case.got['chains per device']} "
+                                    f"chains, not its {CHAINS_PER_DEVICE}: your spec leaves a mesh axis out, so "
+                                    f"the devices along it compute the same chains. Split over both axes: {_SPLIT}"),
+    ),
+    otherwise=lambda case: (f"on a {case.layout[0]} x {case.layout[1]} mesh your samples are not the {_chains(case)} "
+                            "chains chain(0), chain(1), ..., one row each, in order"),
+    hints=(
+        "Build the global array of chain ids from every host's part (hosts.make_array_from_process_local_data, "
+        "as in notebook 03), with a spec that splits the ids over both mesh axes.",
+        "Then jax.jit(jax.vmap(chain)) runs each device's own ids, each chain from its own key.",
     ),
 ))
