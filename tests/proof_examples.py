@@ -138,3 +138,22 @@ def fold_in_port(mesh):  # draws a key per device of every host itself, from the
 
     return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P(DATA), P(DATA), P(DATA)),
                                  out_specs=(P(), P())))
+
+
+def per_device_loss_port(mesh):  # pmap's own semantics (check_vma=False), but the loss is each device's
+    def body(params, x, y):
+        loss, grads = jax.value_and_grad(tiny.loss_fn)(params, x, y)
+        return _sgd(params, jax.lax.pmean(grads, DATA)), loss
+
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P(DATA), P(DATA)), out_specs=(P(), P()),
+                                 check_vma=False))
+
+
+@partial(jax.pmap, axis_name="batch", in_axes=(None, 0, 0))
+def old_unstacked_params_step(params, x, y):  # params passed whole (in_axes=None)
+    return old_step.__wrapped__(params, x, y)
+
+
+def unstacked_inputs(host, hosts, local_devices):
+    params, x, y = host_inputs(host, hosts, local_devices, 0)
+    return jax.tree.map(lambda p: p[0], params), x, y

@@ -47,32 +47,25 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
-import importlib.util
-import inspect
-import os
-import pickle
 import sys
-import tempfile
-from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
+import jax
+
+from helpers.devices import use_fake_devices
 from helpers.errors import explain
+from helpers.migrate import proof_runs as runs
+from helpers.migrate.proof_runs import DATA
 
 __all__ = ["prove_port", "Proof", "Difference", "one_host_keys", "DATA", "main"]
 
-DATA = ("host", "device")  # the mesh axes; a batch split over every device of every host is P(DATA)
 RTOL, ATOL = 1e-5, 1e-6
 _SHOWN = 8  # differing outputs listed in a report
 _TRAP = 'notebook 06, section "The gradient trap"'
 _DEVICE_ROWS = "notebook 07, section \"The question the course started from: `P('device')`\""
 _KEYS = 'notebook 06, section "Per-device randomness: `fold_in(key, axis_index)`"'
-
-
-class _Stop(Exception):
-    """Why a proof could not run: one line for the learner."""
 
 
 # ------------------------------------------------------------------------------------------ results
@@ -150,365 +143,10 @@ def one_host_keys(key, host: int, hosts: int, local_devices: int) -> np.ndarray:
     """Host `host`'s rows of one global split: the keys a 1-host run with every device would draw,
     `jax.random.split(key, hosts * local_devices)[host * local_devices:(host + 1) * local_devices]`.
     Give them to both steps (in `host_inputs`) in place of `split(key, local_devices)` on every host."""
-    import jax
 
     keys = jax.random.split(key, hosts * local_devices)[host * local_devices:(host + 1) * local_devices]
     return np.asarray(jax.random.key_data(keys) if jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key)
                       else keys)
-
-
-# ------------------------------------------------------------------------- finding the functions
-
-def _load(ref: str) -> Any:
-    """'path/to/file.py:name' or 'package.module:name' -> the object."""
-    if not isinstance(ref, str) or ":" not in ref:
-        raise _Stop(f"expected MODULE:NAME (a file like train.py:port, or a module like my.train:port); got {ref!r}")
-    module_ref, _, name = ref.rpartition(":")
-    if module_ref.endswith(".py") or os.sep in module_ref:
-        path = Path(module_ref).resolve()
-        if not path.is_file():
-            raise _Stop(f"no file {module_ref!r} (looked in {os.getcwd()})")
-        key = f"_proof_{abs(hash(str(path)))}"
-        module = sys.modules.get(key)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(key, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.path.insert(0, str(path.parent))  # its own imports of files beside it
-            sys.modules[key] = module
-            try:
-                spec.loader.exec_module(module)
-            except BaseException as error:  # noqa: BLE001 - the learner's module, shown in one line
-                del sys.modules[key]
-                raise _Stop(f"importing {path.name} raised {explain(error)}") from None
-    else:
-        try:
-            module = importlib.import_module(module_ref)
-        except BaseException as error:  # noqa: BLE001
-            raise _Stop(f"importing {module_ref} raised {explain(error)}") from None
-    try:
-        return getattr(module, name)
-    except AttributeError:
-        raise _Stop(f"{module_ref} has no {name!r}") from None
-
-
-def _ref_of(thing: Any, role: str) -> str:
-    """Where a real host finds `thing`: 'file.py:name' (the name it has in its module's globals)."""
-    if isinstance(thing, str):
-        return thing
-    module = sys.modules.get(getattr(thing, "__module__", None) or "")
-    file = getattr(module, "__file__", None)
-    names = [n for n, v in vars(module).items() if v is thing] if module else []
-    if not file or module.__name__ == "__main__" or not names:
-        raise _Stop(f"real hosts import {role} from a file, and this one was defined in a notebook or script: "
-                    f"put it in a module (train.py) and pass it, or pass 'train.py:name'")
-    return f"{file}:{names[0]}"
-
-
-def _resolve(thing: Any, role: str) -> Callable:
-    value = _load(thing) if isinstance(thing, str) else thing
-    if not callable(value):
-        raise _Stop(f"{role} must be a function; got {type(value).__name__}")
-    return value
-
-
-# --------------------------------------------------------------------------------- the two runs
-
-@dataclasses.dataclass
-class _Observed:
-    """What both steps produced, per step and host (numpy), as either run saw it."""
-
-    in_paths: list  # the input leaves' paths ('args[1]')
-    inputs: list  # [step][host] -> input leaves (the pmap step's, stacked)
-    old_paths: list
-    old_tree: str
-    old: list  # [step][host] -> leaves (each host's stack)
-    port_paths: list
-    port_tree: str
-    port: list  # [step][host] -> leaves (what the host's devices hold)
-    split: list  # [step][host] -> [bool per leaf]: the host's devices hold different copies
-
-
-def _inputs(host_inputs: Callable, host: int, hosts: int, local: int, step: int) -> tuple:
-    try:
-        wants_step = len(inspect.signature(host_inputs).parameters) >= 4
-    except (TypeError, ValueError):
-        wants_step = False
-    call = f"host_inputs({host}, {hosts}, {local}" + (f", {step})" if wants_step else ")")
-    try:
-        args = host_inputs(host, hosts, local, step) if wants_step else host_inputs(host, hosts, local)
-    except Exception as error:  # noqa: BLE001
-        raise _Stop(f"{call} raised {explain(error)}") from None
-    if not isinstance(args, (tuple, list)):
-        raise _Stop(f"{call} must return a tuple of the pmap step's arguments; got {type(args).__name__}")
-    return tuple(args)
-
-
-def _flat(tree) -> tuple[list, list, str]:
-    import jax
-
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
-    return [jax.tree_util.keystr(p) for p, _ in leaves], [v for _, v in leaves], str(treedef)
-
-
-def _numpy_leaves(args: tuple, call: str, local: int, in_axes) -> tuple:
-    import jax
-
-    def convert(path, leaf):
-        try:
-            value = np.asarray(leaf)
-        except Exception:  # noqa: BLE001 - typed keys, objects
-            raise _Stop(f"{call}: args{jax.tree_util.keystr(path)} is a {type(leaf).__name__}, not an array "
-                        "(return numpy arrays; keys as raw uint32 key data)") from None
-        if value.dtype == object:
-            raise _Stop(f"{call}: args{jax.tree_util.keystr(path)} is not an array of numbers")
-        stacked = in_axes[path[0].idx] == 0
-        if stacked and (value.ndim == 0 or value.shape[0] != local):
-            raise _Stop(f"{call}: args{jax.tree_util.keystr(path)} has shape {value.shape}; the pmap step "
-                        f"takes it stacked, one row per local device: its first axis must be {local}")
-        return value
-
-    return jax.tree_util.tree_map_with_path(convert, args)
-
-
-def _in_axes(in_axes, count: int) -> tuple:
-    axes = (in_axes,) * count if in_axes in (0, None) else tuple(in_axes)
-    if len(axes) != count or any(a not in (0, None) for a in axes):
-        raise _Stop(f"old_in_axes: 0 or None per argument ({count} arguments), as the pmap step's in_axes; got {in_axes!r}")
-    return axes
-
-
-def _is_key(value: np.ndarray) -> bool:
-    return value.dtype == np.uint32 and value.ndim >= 2 and value.shape[-1] == 2
-
-
-def _host_part(value: np.ndarray, spec, stacked: bool) -> np.ndarray:
-    """What a host passes make_array_from_process_local_data for this leaf (see the module docstring)."""
-    if not stacked:
-        return value
-    if len(spec) == 0:
-        return value[0]
-    if _is_key(value) or value.ndim < 2:
-        return value
-    return value.reshape((value.shape[0] * value.shape[1],) + value.shape[2:])
-
-
-def _specs_for(in_specs, args: tuple) -> list:
-    """One PartitionSpec per input leaf, from a per-argument pytree prefix."""
-    import jax
-    from jax.sharding import PartitionSpec as P
-
-    if in_specs is None:
-        in_specs = (P(),) + (P(DATA),) * (len(args) - 1)
-    if isinstance(in_specs, P):
-        in_specs = (in_specs,) * len(args)
-    in_specs = tuple(in_specs)
-    if len(in_specs) != len(args):
-        raise _Stop(f"in_specs has {len(in_specs)} entries and the step takes {len(args)} arguments: give one "
-                    "PartitionSpec per argument (or a pytree of them)")
-    try:
-        full = jax.tree.map(lambda spec, arg: jax.tree.map(lambda _: spec, arg), in_specs, args,
-                            is_leaf=lambda s: isinstance(s, P))
-    except (ValueError, TypeError) as error:
-        raise _Stop(f"in_specs does not fit the arguments: {explain(error)}") from None
-    specs = jax.tree.leaves(full, is_leaf=lambda s: isinstance(s, P))
-    if not all(isinstance(s, P) for s in specs):
-        raise _Stop("in_specs: each entry must be a PartitionSpec, like P() or P(('host', 'device'))")
-    return specs
-
-
-def _mesh(hosts: int, local: int, emulated: bool):
-    import jax
-
-    devices = jax.devices()[:hosts * local] if emulated else jax.devices()
-    return jax.make_mesh((hosts, local), DATA, devices=devices)
-
-
-def _build_port(new_step: Callable, mesh) -> Callable:
-    try:
-        step = new_step(mesh)
-    except Exception as error:  # noqa: BLE001
-        raise _Stop(f"new_step(mesh) raised {explain(error)}") from None
-    if not callable(step):
-        raise _Stop(f"new_step(mesh) must return the port's step (a function); got {type(step).__name__}")
-    return step
-
-
-def _call(step: Callable, args: tuple, who: str, number: int):
-    import jax
-
-    try:
-        return jax.block_until_ready(step(*args))
-    except Exception as error:  # noqa: BLE001
-        raise _Stop(f"{who} raised at step {number}: {explain(error)}") from None
-
-
-def _host_view(value, devices) -> tuple[np.ndarray, bool]:
-    """What `devices` (one host's) hold of an output, and whether they hold different copies of a slice."""
-    import jax
-
-    if not isinstance(value, jax.Array):
-        return np.asarray(value), False
-    shards = [s for s in value.addressable_shards if devices is None or s.device in devices]
-    held: dict[tuple, np.ndarray] = {}
-    split = False
-    for shard in shards:
-        key = tuple((sl.start or 0, n if sl.stop is None else sl.stop) for sl, n in zip(shard.index, value.shape))
-        data = np.asarray(shard.data)
-        if key in held:
-            split |= not np.array_equal(held[key], data, equal_nan=data.dtype.kind in "fc")
-        else:
-            held[key] = data
-    if not held:
-        raise _Stop("the port returned an array with no part on this host's devices")
-    low = [min(k[d][0] for k in held) for d in range(value.ndim)]
-    high = [max(k[d][1] for k in held) for d in range(value.ndim)]
-    out = np.zeros([h - lo for lo, h in zip(low, high)], dtype=next(iter(held.values())).dtype)
-    for key, data in held.items():
-        out[tuple(slice(a - lo, b - lo) for (a, b), lo in zip(key, low))] = data
-    return out, split
-
-
-def _carry(prev_out, args: tuple) -> tuple:
-    """The next step's arguments: the first output in place of the first argument, when it fits."""
-    import jax
-
-    if (prev_out is not None and isinstance(prev_out, (tuple, list)) and prev_out
-            and jax.tree.structure(prev_out[0]) == jax.tree.structure(args[0])):
-        return (prev_out[0],) + tuple(args[1:])
-    return args
-
-
-def _run(old_step, new_step, host_inputs, hosts: int, local: int, steps: int, in_specs, old_in_axes,
-         emulated: bool, this_host: int | None = None) -> _Observed:
-    """Both steps, `steps` times. Emulated: every host in this process; real: this host only."""
-    import jax
-    from jax.sharding import NamedSharding
-
-    from helpers.emulated import hosts as emulated_hosts
-
-    mesh = _mesh(hosts, local, emulated)
-    port = _build_port(new_step, mesh)
-    mine = range(hosts) if emulated else [this_host]
-    host_devices = {h: set(mesh.devices[h].flat) for h in mine} if emulated else {this_host: None}
-    seen = _Observed([], [], [], "", [], [], "", [], [])
-    old_out = port_out = None
-    for step in range(steps):
-        per_host = {}
-        for h in mine:
-            args = _inputs(host_inputs, h, hosts, local, step)
-            axes = _in_axes(old_in_axes, len(args))
-            per_host[h] = _numpy_leaves(args, f"host_inputs({h}, {hosts}, {local})", local, axes)
-        first = per_host[mine[0]]
-        specs = _specs_for(in_specs, first)
-        stacked = [axes[path[0].idx] == 0 for path, _ in jax.tree_util.tree_flatten_with_path(first)[0]]
-        # the pmap step: emulated, one pmap over every host's stacks (its axis spans every host's devices)
-        if emulated:
-            old_args = jax.tree.unflatten(jax.tree.structure(first),
-                                          [np.concatenate([jax.tree.leaves(per_host[h])[i] for h in mine])
-                                           if s else jax.tree.leaves(first)[i]
-                                           for i, s in enumerate(stacked)])
-        else:
-            old_args = first
-        old_args = _carry(old_out, old_args)
-        old_out = _call(old_step, old_args, "the pmap step", step)
-        # the port: global arrays from each host's part
-        leaves_by_host = {h: jax.tree.leaves(per_host[h]) for h in mine}
-        global_leaves = []
-        for i, spec in enumerate(specs):
-            sharding = NamedSharding(mesh, spec)
-            parts = [_host_part(leaves_by_host[h][i], spec, stacked[i]) for h in mine]
-            try:
-                if emulated:
-                    global_leaves.append(emulated_hosts.make_array_from_process_local_data(sharding, parts))
-                else:
-                    global_leaves.append(jax.make_array_from_process_local_data(sharding, parts[0]))
-            except Exception as error:  # noqa: BLE001
-                raise _Stop(f"building the port's input {_flat(first)[0][i]} with {spec} raised "
-                            f"{explain(error)}") from None
-        port_args = _carry(port_out, tuple(jax.tree.unflatten(jax.tree.structure(first), global_leaves)))
-        port_out = _call(port, port_args, "the port", step)
-        # what each host holds
-        in_paths, _, _ = _flat(first)
-        seen.in_paths = [p.replace("[", "args[", 1) if p.startswith("[") else p for p in in_paths]
-        old_paths, old_leaves, seen.old_tree = _flat(old_out)
-        port_paths, port_leaves, seen.port_tree = _flat(port_out)
-        seen.old_paths = [f"out{p}" for p in old_paths]
-        seen.port_paths = [f"out{p}" for p in port_paths]
-        carried = jax.tree.leaves(old_args)
-        seen.inputs.append([[np.asarray(v)[h * local:(h + 1) * local] if emulated and s else np.asarray(v)
-                             for v, s in zip(carried, stacked)] if len(carried) == len(stacked)
-                            else leaves_by_host[h] for h in mine])
-        seen.old.append([[np.asarray(v)[h * local:(h + 1) * local] if emulated else np.asarray(v)
-                          for v in old_leaves] for h in mine])
-        views = [[_host_view(v, host_devices[h]) for v in port_leaves] for h in mine]
-        seen.port.append([[v for v, _ in row] for row in views])
-        seen.split.append([[s for _, s in row] for row in views])
-    return seen
-
-
-def _emulated(old_step, new_step, host_inputs, hosts, local, steps, in_specs, old_in_axes) -> _Observed:
-    import jax
-
-    from helpers.emulated import topology
-
-    if jax.process_count() > 1:
-        raise _Stop("this is a real multi-process run: emulated hosts need one process (real=True runs real ones)")
-    if jax.device_count() != hosts * local:
-        raise _Stop(f"emulating {hosts} hosts x {local} devices needs {hosts * local} devices and JAX has "
-                    f"{jax.device_count()}: call use_fake_devices({hosts * local}) before JAX starts, or change "
-                    "hosts / devices_per_host")
-    with topology.emulated_hosts(hosts):
-        return _run(old_step, new_step, host_inputs, hosts, local, steps, in_specs, old_in_axes, emulated=True)
-
-
-_HOST_SOURCE = """from helpers.launch import initialize
-initialize()
-from helpers.migrate import proof
-proof.host_main({folder!r})
-"""
-
-
-def host_main(folder: str) -> None:
-    """Inside a real host (the launcher runs it): both steps on this host's data, saved for the parent."""
-    import jax
-
-    spec = pickle.loads(Path(folder, "spec.pkl").read_bytes())
-    me = jax.process_index()
-    out = Path(folder, f"host{me}.pkl")
-    try:
-        functions = [_resolve(ref, role) for ref, role in zip(spec["refs"], ("old_step", "new_step", "host_inputs"))]
-        seen = _run(*functions, jax.process_count(), jax.local_device_count(), spec["steps"], spec["in_specs"],
-                    spec["old_in_axes"], emulated=False, this_host=me)
-    except _Stop as stop:
-        out.write_bytes(pickle.dumps({"error": str(stop)}))
-        raise SystemExit(3) from None
-    out.write_bytes(pickle.dumps({"seen": seen}))
-    print(f"host {me}: both steps ran, {len(seen.port_paths)} outputs", flush=True)
-
-
-def _real(refs, hosts, local, steps, in_specs, old_in_axes, timeout) -> _Observed:
-    from helpers.launch import run
-
-    with tempfile.TemporaryDirectory(prefix="port-proof-") as folder:
-        Path(folder, "spec.pkl").write_bytes(pickle.dumps(
-            {"refs": refs, "steps": steps, "in_specs": in_specs, "old_in_axes": old_in_axes}))
-        result = run(source=_HOST_SOURCE.format(folder=folder), hosts=hosts, devices_per_host=local, timeout=timeout)
-        saved = {}
-        for h in range(hosts):
-            path = Path(folder, f"host{h}.pkl")
-            if path.is_file():
-                saved[h] = pickle.loads(path.read_bytes())
-    errors = [f"host {h}: {s['error']}" for h, s in sorted(saved.items()) if "error" in s]
-    if errors:
-        raise _Stop(errors[0])
-    if not result.ok or len(saved) != hosts:
-        raise _Stop(f"the real run failed: {result.message}")
-    runs = [saved[h]["seen"] for h in range(hosts)]
-    seen = runs[0]
-    for step in range(steps):  # one host each: put them side by side
-        for field in ("inputs", "old", "port", "split"):
-            getattr(seen, field)[step] = [getattr(r, field)[step][0] for r in runs]
-    return seen
 
 
 # ---------------------------------------------------------------------------------- the comparison
@@ -571,10 +209,10 @@ def _named_ratio(r: float, hosts: int, local: int) -> tuple[str, str]:
     return "", ""
 
 
-def _compare(seen: _Observed, hosts: int, local: int, rtol: float, atol: float) -> tuple[int, list]:
+def _compare(seen: runs.Observed, hosts: int, local: int, rtol: float, atol: float) -> tuple[int, list]:
     """(leaves compared, the differences at the first step that has any)."""
     if seen.old_tree != seen.port_tree:
-        raise _Stop(f"the port returns {seen.port_tree} and the pmap step {seen.old_tree}: return the same "
+        raise runs.NotRun(f"the port returns {seen.port_tree} and the pmap step {seen.old_tree}: return the same "
                     "structure (the same tuple, the same dict keys)")
     for step in range(len(seen.old)):
         differences = [d for i in range(len(seen.port_paths))
@@ -584,7 +222,7 @@ def _compare(seen: _Observed, hosts: int, local: int, rtol: float, atol: float) 
     return len(seen.port_paths), []
 
 
-def _leaf(seen: _Observed, step: int, i: int, hosts: int, local: int, rtol: float, atol: float):
+def _leaf(seen: runs.Observed, step: int, i: int, hosts: int, local: int, rtol: float, atol: float):
     """The Difference of output leaf i at `step`, or None when the port's equals the pmap step's."""
     path = seen.port_paths[i]
     olds = [seen.old[step][h][i] for h in range(hosts)]
@@ -633,7 +271,7 @@ def _f64(a) -> np.ndarray:
     return np.asarray(a).astype(np.float64)
 
 
-def _ratio(seen: _Observed, step: int, i: int, ports: list, wants: list, hosts: int):
+def _ratio(seen: runs.Observed, step: int, i: int, ports: list, wants: list, hosts: int):
     """(port / pmap, of what): of the change when the output updates the input at the same path, else of the value."""
     port, want = np.concatenate([_f64(p).ravel() for p in ports]), np.concatenate([_f64(w).ravel() for w in wants])
     if ports[0].dtype.kind not in "fc":
@@ -653,14 +291,14 @@ def _hosts_text(hosts: list[int]) -> str:
     return f"host {hosts[0]}" if len(hosts) == 1 else "hosts " + ", ".join(map(str, hosts[:-1])) + f" and {hosts[-1]}"
 
 
-def _key_notes(seen: _Observed, hosts: int, local: int, ok: bool) -> list[str]:
+def _key_notes(seen: runs.Observed, hosts: int, local: int, ok: bool) -> list[str]:
     """What the pmap step's keys mean for a proof: keys every host draws alike."""
     if hosts < 2:
         return []
     notes = []
     for j, path in enumerate(seen.in_paths):
         stacks = [seen.inputs[0][h][j] for h in range(hosts)]
-        if not _is_key(stacks[0]) or not all(np.array_equal(stacks[0], s) for s in stacks[1:]):
+        if not runs.is_key(stacks[0]) or not all(np.array_equal(stacks[0], s) for s in stacks[1:]):
             continue
         same_rows = all(np.array_equal(stacks[0][0], r) for r in stacks[0][1:])
         who = "every device of every host draws with the same key" if same_rows else (
@@ -703,17 +341,17 @@ def prove_port(old_step, new_step, host_inputs, *, hosts: int = 2, devices_per_h
             return stopped(f"{name} must be a whole number of at least 1; got {value!r}")
     try:
         if real:
-            refs = [_ref_of(f, role) for f, role in ((old_step, "old_step"), (new_step, "new_step"),
+            refs = [runs.ref_of(f, role) for f, role in ((old_step, "old_step"), (new_step, "new_step"),
                                                      (host_inputs, "host_inputs"))]
             for ref, role in zip(refs, ("old_step", "new_step", "host_inputs")):
-                _resolve(ref, role)  # a wrong name is found here, not in every host
-            seen = _real(refs, hosts, devices_per_host, steps, in_specs, old_in_axes, timeout)
+                runs.resolve(ref, role)  # a wrong name is found here, not in every host
+            seen = runs.real(refs, hosts, devices_per_host, steps, in_specs, old_in_axes, timeout)
         else:
-            functions = [_resolve(f, role) for f, role in ((old_step, "old_step"), (new_step, "new_step"),
+            functions = [runs.resolve(f, role) for f, role in ((old_step, "old_step"), (new_step, "new_step"),
                                                             (host_inputs, "host_inputs"))]
-            seen = _emulated(*functions, hosts, devices_per_host, steps, in_specs, old_in_axes)
+            seen = runs.emulated(*functions, hosts, devices_per_host, steps, in_specs, old_in_axes)
         compared, differences = _compare(seen, hosts, devices_per_host, rtol, atol)
-    except _Stop as stop:
+    except runs.NotRun as stop:
         return stopped(str(stop))
     ok = not differences
     return Proof(ok, where, hosts, devices_per_host, steps, compared, tuple(differences),
@@ -741,21 +379,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--in-specs", metavar="MODULE:name", help="a tuple of PartitionSpecs, one per argument "
                         "(default: P() for the first, P(('host', 'device')) for the others)")
     args = parser.parse_args(argv)
-    in_specs = None
-    if args.in_specs:
-        try:
-            in_specs = _load(args.in_specs)
-        except _Stop as stop:
-            print(f"port proof: NOT RUN: --in-specs: {stop}")
-            return 2
-    if not args.real:
-        from helpers.devices import use_fake_devices
-
-        try:
+    try:
+        if not args.real:  # before anything starts JAX
             use_fake_devices(args.hosts * args.devices_per_host)
-        except Exception as error:  # noqa: BLE001
-            print(f"port proof: NOT RUN: {explain(error)}")
-            return 2
+        in_specs = runs.load(args.in_specs) if args.in_specs else None
+    except (runs.NotRun, ValueError, RuntimeError) as error:
+        print(f"port proof: NOT RUN: {error if isinstance(error, runs.NotRun) else explain(error)}")
+        return 2
     proof = prove_port(args.old, args.new, args.inputs, hosts=args.hosts, devices_per_host=args.devices_per_host,
                        steps=args.steps, in_specs=in_specs, real=args.real)
     print(proof.report())
