@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from helpers.exercises import forms
-from helpers.exercises.core import Kernel, Mistake, register
+from helpers.exercises.core import Kernel, Mistake, describe, register
 from helpers.exercises.kinds import ProgramExercise, ValueExercise, alone, entry
 from helpers.exercises.rules import OutputRule, ValueRule
 
@@ -216,7 +216,7 @@ def _chains_run(all_chains, mesh):
     if out is None:
         return None
     if not isinstance(out, jax.Array):
-        raise Mistake(f"your function returned a {type(out).__module__}.{type(out).__name__}; return the jax.Array "
+        raise Mistake(f"your function returned {describe(out)}; return the jax.Array "
                       "that jit (or shard_map) gives: it says which device ran which chain")
     return {"samples": np.asarray(out),
             "chains per device": max(shard.data.shape[0] for shard in out.addressable_shards) if out.ndim else 0,
