@@ -157,3 +157,33 @@ def old_unstacked_params_step(params, x, y):  # params passed whole (in_axes=Non
 def unstacked_inputs(host, hosts, local_devices):
     params, x, y = host_inputs(host, hosts, local_devices, 0)
     return jax.tree.map(lambda p: p[0], params), x, y
+
+
+def _hf_train_step(params, batch, dropout_rng):  # hf_style_train.py's step, pmapped by call with donation
+    def loss_fn(params):
+        return tiny.dropout_loss_fn(params, batch["x"], batch["y"], dropout_rng)
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    grads = jax.lax.pmean(grads, "batch")
+    metrics = jax.lax.pmean({"loss": loss}, axis_name="batch")
+    return _sgd(params, grads), metrics
+
+
+hf_step = jax.pmap(_hf_train_step, "batch", donate_argnums=(0,))
+
+
+def hf_inputs(host, hosts, local_devices, step):  # one_host_keys: what a port with a key per device can equal
+    params, x, y, keys = one_host_key_inputs(host, hosts, local_devices, step)
+    return params, {"x": x, "y": y}, keys
+
+
+def hf_port(mesh):  # exercise 16.1's answer, on global arrays, with donation on the enclosing jit
+    def body(params, batch, keys):
+        def loss(p):
+            return jax.lax.pmean(tiny.dropout_loss_fn(p, batch["x"], batch["y"], keys[0]), DATA)
+
+        value, grads = jax.value_and_grad(loss)(params)
+        return _sgd(params, grads), {"loss": value}
+
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P(), P(DATA), P(DATA)), out_specs=(P(), P())),
+                   donate_argnums=(0,))

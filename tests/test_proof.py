@@ -162,3 +162,8 @@ def test_p_device_rows_on_real_hosts_are_what_the_emulation_says():
     assert [(d.path, d.cause) for d in real.differences] == [(d.path, d.cause) for d in emulated.differences]
     assert [d.max_abs for d in real.differences] == pytest.approx([d.max_abs for d in emulated.differences], rel=1e-4)
     assert real.report().replace("real processes", "emulated in one process") == emulated.report()
+
+
+def test_a_step_pmapped_by_call_with_donation_and_a_dict_batch():
+    result = prove_port(ex.hf_step, ex.hf_port, ex.hf_inputs, steps=3)
+    assert result.ok and result.compared == 5, result.report()

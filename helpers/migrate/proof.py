@@ -31,8 +31,9 @@ by default `P()` for the first argument and `P(('host', 'device'))` for the othe
     `(local_devices, B, ...)` becomes this host's `(local_devices * B, ...)` rows, what `shard` had
     stacked), except keys (uint32 `(..., 2)`) and leaves with no other axis, which keep the device axis
     (one key per device: what `shard_prng_key` had stacked).
-With `steps` > 1 the first output goes back in as the first argument (params in, params out) when it
-has its structure; otherwise each step gets fresh inputs.
+An argument the pmap step takes whole (`in_axes=None`) is returned whole; say so with `old_in_axes=(None,
+0, 0)`. With `steps` > 1 (default 2) the first output goes back in as the first argument (params in, params
+out) when it has its structure, as a training loop does; every step gets fresh data from `host_inputs`.
 
 What is compared. Each output leaf, host by host, in the port's form: the port's value on a host is
 what that host's devices hold; the pmap step's is its row (for a one-copy output), its rows merged,
@@ -42,6 +43,11 @@ is N times the pmap step's), `P('device')` rows (the hosts' copies differ where 
 agree), and keys that every host draws alike (each host splitting the same key over its own devices:
 no port with a key per device of every host can equal that; `one_host_keys` gives the keys a 1-host
 run would draw, for both steps).
+
+The result is a `Proof`: `ok`, `differences` (each output's path, cause and ratio port / pmap),
+`report()` (what printing it shows) and `check()` (raises `ProofError` unless it passed). A port that
+raises, or inputs of the wrong kind, give a Proof whose report is one line. The runs themselves, and
+where the functions come from, are `helpers.migrate.proof_runs`.
 """
 from __future__ import annotations
 

@@ -52,7 +52,8 @@ def load(ref: str) -> Any:
         if module is None:
             spec = importlib.util.spec_from_file_location(key, path)
             module = importlib.util.module_from_spec(spec)
-            sys.path.insert(0, str(path.parent))  # its own imports of files beside it
+            if str(path.parent) not in sys.path:  # its own imports of files beside it
+                sys.path.insert(0, str(path.parent))
             sys.modules[key] = module
             try:
                 spec.loader.exec_module(module)
@@ -278,6 +279,7 @@ def _run(old_step, new_step, host_inputs, hosts: int, local: int, steps: int, in
             old_args = first
         carry = axes[0] == 0  # an unstacked first argument (in_axes None) is not the stacked output
         old_args = _carry(old_out if carry else None, old_args)
+        carried = [np.asarray(v) for v in jax.tree.leaves(old_args)]  # before a step that donates them
         old_out = _call(old_step, old_args, "the pmap step", step)
         # the port: global arrays from each host's part
         leaves_by_host = {h: jax.tree.leaves(per_host[h]) for h in mine}
@@ -293,7 +295,8 @@ def _run(old_step, new_step, host_inputs, hosts: int, local: int, steps: int, in
             except Exception as error:  # noqa: BLE001
                 raise NotRun(f"building the port's input {_flat(first)[0][i]} with {spec} raised "
                             f"{explain(error)}") from None
-        port_args = _carry(port_out if carry else None, tuple(jax.tree.unflatten(jax.tree.structure(first), global_leaves)))
+        port_args = _carry(port_out if carry else None,
+                           tuple(jax.tree.unflatten(jax.tree.structure(first), global_leaves)))
         port_out = _call(port, port_args, "the port", step)
         # what each host holds
         in_paths, _, _ = _flat(first)
@@ -302,8 +305,7 @@ def _run(old_step, new_step, host_inputs, hosts: int, local: int, steps: int, in
         port_paths, port_leaves, seen.port_tree = _flat(port_out)
         seen.old_paths = [f"out{p}" for p in old_paths]
         seen.port_paths = [f"out{p}" for p in port_paths]
-        carried = jax.tree.leaves(old_args)
-        seen.inputs.append([[np.asarray(v)[h * local:(h + 1) * local] if one_process and s else np.asarray(v)
+        seen.inputs.append([[v[h * local:(h + 1) * local] if one_process and s else v
                              for v, s in zip(carried, stacked)] if len(carried) == len(stacked)
                             else leaves_by_host[h] for h in mine])
         seen.old.append([[np.asarray(v)[h * local:(h + 1) * local] if one_process else np.asarray(v)
