@@ -490,13 +490,12 @@ class ProgramExercise(Exercise):
         returned_none: list[bool] = []
         run = _noting_none(answer, returned_none) if callable(answer) else answer
         case = self._first_difference(lambda layout: runner.output(self, run, layout))
-        if case is not None:
-            case.source = answer if isinstance(answer, str) else getattr(answer, "__course_source__", None)
         if case is None:
             for rule in self.checks:
                 if rule.when(answer, runner.mesh(self.meshes[0])):
                     raise Mistake(say(rule.say, self._case(self.meshes[0])))
             return
+        case.source = answer if isinstance(answer, str) else getattr(answer, "__course_source__", None)
         runner.prefetch(self, tuple(self.wrong), case.layout)
         for source, message in self.wrong.items():
             if close(case.got, self.output_of_source(source, case.layout)):
