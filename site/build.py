@@ -1,7 +1,7 @@
 """Build the course's static site (`make site`): build/site/index.html.
 
 The pages are the committed, executed notebooks as they are (nothing runs at build time), the
-README, INSTRUCTORS, CONTRIBUTING and BENCHMARKS, and one page per Part. Into a staged copy of
+README, INSTRUCTORS, CONTRIBUTING, BENCHMARKS and SYMPTOMS, and one page per Part. Into a staged copy of
 each notebook go: a "run this notebook" note with a download link to the committed .ipynb,
 each exercise's hints and solution folded after its check cell, and a line before each saved
 widget view saying that it needs a kernel to run live. Sphinx then builds the staged copy
@@ -40,7 +40,7 @@ from links import internal_problems  # noqa: E402  (site/links.py, beside this f
 SITE = ROOT / "site"
 BUILD = ROOT / "build"
 CACHE = BUILD / "site-cache"
-PAGES = ("README.md", "INSTRUCTORS.md", "CONTRIBUTING.md", "BENCHMARKS.md")
+PAGES = ("README.md", "INSTRUCTORS.md", "CONTRIBUTING.md", "BENCHMARKS.md", "SYMPTOMS.md")
 # (package, version, {files in its tarball: where they go in the staged sources}). The widget
 # modules in embed-amd.js ask for their fonts relative to their AMD module ids, from the page's
 # folder: "@jupyter-widgets/" (base, controls) and "@jupyter-widgets/html-manager/dist/" (the
