@@ -656,6 +656,8 @@ def test_a_psum_of_gradients_of_a_loss_divided_by_the_device_count_is_the_trap()
     (said,) = _said(source, 10)
     assert "their mean, when the loss was divided by the device count" in said and "N times too large" in said
     assert "drop this psum" in said
+    losses = source.replace("grads = jax.grad(loss_fn)(params)", "grads = {'loss': loss_fn(params)}")
+    assert _kind(losses, 10) == "rename"  # a loss divided by the device count, summed: no gradient
 
 
 def test_gradients_handed_to_a_helper_make_its_collective_the_trap_and_other_values_do_not():
@@ -739,6 +741,17 @@ def test_keys_that_fold_in_the_host_are_not_the_same_on_every_host_and_device_co
     assert "every host splits the same key" not in said and "folds in jax.process_index()" in said
     (said,) = _said("import jax\nkeys = jax.random.split(key, jax.device_count())\n", 2)
     assert "one key per local device" not in said and "one key per device of every host" in said
+    (said,) = _said(folded.replace("key = jax.random.fold_in(key, jax.process_index())\n", ""), 3)
+    assert "one key per local device" in said and "every host splits the same key" in said
+
+
+def test_a_long_chain_of_functions_fed_back_into_each_other_is_read_quickly_and_never_said_renamed():
+    chain = "".join(f"def f{i}(a, b, c):\n    x = f{i - 1}(b, c, a) if {i} else jax.grad(loss)(a)\n"
+                    f"    y = f{max(i - 2, 0)}(x, a, b)\n    z = jax.lax.pmean(x + y, 'batch')\n    return z, x, y\n\n\n"
+                    for i in range(60))
+    source = f"import jax\n\n\n{chain}p = jax.pmap(f59, 'batch')\nfor _ in range(9):\n    s, t, u = p(s, t, u)\n"
+    said = [f.instead for f in findings(source) if f.rule == "pmap-collective"]
+    assert len(said) == 60 and all("renaming the axis is not enough" in s or _EITHER in s for s in said)
 
 
 def test_pmap_is_said_to_span_every_hosts_devices_with_each_host_feeding_its_part():

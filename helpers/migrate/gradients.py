@@ -81,27 +81,56 @@ class Gradients:
             if isinstance(node, ast.Assign):
                 for target in (t for t in node.targets if isinstance(t, ast.Attribute)):
                     self.attributes.setdefault(ast.unparse(target), []).append(node.value)
+        self.sites = None  # each function's call sites, found when first asked
+        self._returned: dict = {}
         self._busy: set = set()
-        self._known: dict = {}
-        self._cut = False  # a result met a cycle, so it may be less than the whole truth: not kept
+        self._known: dict = {}  # results no cycle touched: true for good
+        self._pass: dict = {}  # results of this pass that a cycle touched
+        self._guess: dict = {}  # what a cycle's start held at the end of the pass before
+        self._guessed: dict = {}  # what this pass took a cycle's start to hold
+        self._cut = False
 
     def status(self, expr: ast.AST | None) -> object:
         """'yes', 'no', 'unknown', or a tuple's `Parts`, for what an expression holds."""
-        if expr is None:
-            return NO
-        if expr in self._known:
-            return self._known[expr]
-        if expr in self._busy:  # a cycle adds no gradient of its own
+        return self._settle(lambda: self._of(expr))
+
+    def _settle(self, ask):
+        """The answer of `ask` once the values that cycles (a step's state fed back into it) took for granted
+        hold at the end of a pass; 'unknown' if they never settle."""
+        self._guess = {}
+        for _ in range(4):
+            self._pass, self._guessed, self._busy, self._cut = {}, {}, set(), False
+            try:
+                found = ask()
+            except RecursionError:  # a chain of values deeper than Python's stack: the tool cannot tell
+                return UNKNOWN
+            held = {e: self._pass.get(e, self._known.get(e, NO)) for e in self._guessed}
+            if held == self._guessed:
+                return found
+            self._guess = held
+        return UNKNOWN
+
+    def _of(self, expr: ast.AST | None) -> object:
+        return NO if expr is None else self._once(expr, lambda: self._status(expr))
+
+    def _once(self, key, compute) -> object:
+        """`compute()`, kept for `key` (an expression, or a function's parameter): once for good when no cycle
+        touched it, once a pass when one did."""
+        if key in self._known:
+            return self._known[key]
+        if key in self._pass or key in self._busy:  # what this pass found, or a cycle's start: a guess
             self._cut = True
-            return NO
+            if key in self._pass:
+                return self._pass[key]
+            self._guessed[key] = self._guess.get(key, NO)
+            return self._guessed[key]
         outer, self._cut = self._cut, False
-        self._busy.add(expr)
+        self._busy.add(key)
         try:
-            found = self._status(expr)
+            found = compute()
         finally:
-            self._busy.discard(expr)
-        if not self._cut:
-            self._known[expr] = found
+            self._busy.discard(key)
+        (self._pass if self._cut else self._known)[key] = found
         self._cut = self._cut or outer
         return found
 
@@ -109,19 +138,19 @@ class Gradients:
         if isinstance(expr, ast.Name):
             return self._name(expr)
         if isinstance(expr, (ast.Tuple, ast.List)) and expr.elts:
-            statuses = [self.status(e) for e in expr.elts]
+            statuses = [_shallow(self._of(e)) for e in expr.elts]
             return Parts(statuses[0], statuses[-1], taint(*statuses[1:-1]))
         if isinstance(expr, ast.Subscript):
             index = expr.slice.value if isinstance(expr.slice, ast.Constant) else None
-            base = self.status(expr.value)
+            base = self._of(expr.value)
             return item(base, index, None) if isinstance(index, int) else whole(base)
         if isinstance(expr, ast.Attribute):
-            return whole(self.status(expr.value))
+            return whole(self._of(expr.value))
         if isinstance(expr, ast.Call):
             return self._call(expr)
         if isinstance(expr, (ast.Lambda, ast.Constant)):
             return NO
-        return taint(*(self.status(c) for c in ast.iter_child_nodes(expr) if isinstance(c, ast.expr)))
+        return taint(*(self._of(c) for c in ast.iter_child_nodes(expr) if isinstance(c, ast.expr)))
 
     def _call(self, call: ast.Call) -> object:
         kind = self.transform(call.func)
@@ -132,20 +161,20 @@ class Gradients:
         if name in _NEVER_GRADIENTS:
             return NO
         if name in _COLLECTIVES and call.args:
-            return self.status(call.args[0])
+            return self._of(call.args[0])
         if self.s.is_tree_map(call) and call.args:
             mapped = call.args[0]
-            return self.status(mapped.body) if isinstance(mapped, ast.Lambda) else taint(
-                *map(self.status, call.args[1:]))
+            return self._of(mapped.body) if isinstance(mapped, ast.Lambda) else taint(
+                *map(self._of, call.args[1:]))
         handed = [k for k in (self.transform(a) for a in args) if k is not None]
         if handed:  # a helper handed a gradient transform gives back what it gives, or may
             return _unsure(handed[0])
         callees = self.callees(call)
         if callees:  # the script's own function: what it returns
-            return join([self.status(r) for f in callees for r in _returns(f)])
-        given = [self.status(a) for a in args]
+            return join([self._of(r) for f in callees for r in self.returns(f)])
+        given = [self._of(a) for a in args]
         if isinstance(call.func, ast.Attribute):
-            given.append(self.status(call.func.value))
+            given.append(self._of(call.func.value))
         return UNKNOWN if taint(*given) != NO else NO  # a call that receives gradients may give one
 
     def transform(self, node: ast.AST, depth: int = 0) -> object | None:
@@ -158,10 +187,12 @@ class Gradients:
             name = self.s.name(node.func).rsplit(".", 1)[-1]
             if name == "value_and_grad":
                 return Parts(NO, YES)
-            if name == "grad":
+            if name == "grad":  # has_aux=True: (gradients, aux); has_aux read from a setting: aux may be either
                 aux = next((k.value for k in node.keywords if k.arg == "has_aux"), None)
-                return Parts(YES, NO) if isinstance(aux, ast.Constant) and aux.value else YES
-            values = [r for f in self.callees(node) for r in _returns(f)]  # a method that returns one
+                if aux is None or isinstance(aux, ast.Constant):
+                    return Parts(YES, NO) if aux is not None and aux.value else YES
+                return Parts(YES, UNKNOWN)
+            values = [r for f in self.callees(node) for r in self.returns(f)]  # a method that returns one
         elif isinstance(node, ast.Name):
             reaching = self._reaching(node)
             values = [v for _, t, v in reaching if isinstance(t, ast.Name)] if isinstance(reaching, list) else []
@@ -188,26 +219,32 @@ class Gradients:
             return self.defs.get(mapped, [])
         return []
 
+    def returns(self, function: ast.AST) -> list[ast.AST]:
+        """What a function returns (found once)."""
+        if function not in self._returned:
+            self._returned[function] = _returns(function)
+        return self._returned[function]
+
     def _is_method(self, function: ast.AST) -> bool:
         return isinstance(self.s.parent.get(function), ast.ClassDef)
 
     def _name(self, name: ast.Name) -> object:
         loop = self.s.comprehension_binding(name)
         if loop is not None:
-            return whole(self.status(loop.iter))
+            return whole(self._of(loop.iter))
         reaching = self._reaching(name)
         if reaching is None:
             return NO
         if isinstance(reaching, tuple):  # a parameter
-            return self._parameter(*reaching)
+            return self._once(reaching, lambda: self._parameter(*reaching))
         return join([self._bound(name.id, node, target, value) for node, target, value in reaching])
 
     def _bound(self, name: str, node: ast.AST, target: ast.AST, value: ast.AST) -> object:
         if isinstance(node, (ast.For, ast.AsyncFor)):
-            return whole(self.status(value))
+            return whole(self._of(value))
         if isinstance(node, ast.AugAssign):
-            return taint(self.status(value), self.status(target))
-        return _destructure(target, name, self.status(value))
+            return taint(self._of(value), self._of(target))
+        return _destructure(target, name, self._of(value))
 
     def _reaching(self, name: ast.Name):
         """The bindings of a name that may reach this use, from the nearest scope that binds it ((scope,
@@ -219,7 +256,7 @@ class Gradients:
             bound = self.bindings.get((scope, name.id))
             if bound:
                 before = [b for b in bound if (b[0].lineno, b[0].col_offset) < (name.lineno, name.col_offset)
-                          and not any(n is name for part in b[1:] for n in ast.walk(part))]
+                          and not any(_spans(part, name) for part in b[1:])]
                 return before or bound
             if scope is self.s.tree:
                 return None
@@ -233,7 +270,7 @@ class Gradients:
             mapped = self.s.parent.get(function)
             if isinstance(mapped, ast.Call) and self.s.is_tree_map(mapped) and mapped.args[:1] == [function]:
                 trees = mapped.args[1:]
-                return whole(self.status(trees[position])) if position < len(trees) else NO
+                return whole(self._of(trees[position])) if position < len(trees) else NO
             return self._handed(function, name, position)
         return taint(YES if {(function.name, position), (function.name, name)} & self.handed else NO,
                      self._handed(function, name, position))
@@ -241,20 +278,32 @@ class Gradients:
     def _handed(self, function: ast.AST, name: str, position: int) -> object:
         index = position - 1 if self._is_method(function) else position  # `self.f(x)` hands x to f's second
         given = []
-        for call in self.s.calls:
-            if self.s.is_tree_map(call) and call.args and isinstance(call.args[0], ast.Name) \
-                    and function in self.defs.get(call.args[0].id, []):
-                given += [whole(self.status(a)) for a in call.args[1 + position:2 + position]]
-            elif function in self.callees(call):
-                given += [self.status(a) for a in call.args[index:index + 1] if index >= 0]
-                given += [self.status(k.value) for k in call.keywords if k.arg == name]
+        for call, mapped in self._sites().get(function, []):
+            if mapped:
+                given += [whole(self._of(a)) for a in call.args[1 + position:2 + position]]
+            else:
+                given += [self._of(a) for a in call.args[index:index + 1] if index >= 0]
+                given += [self._of(k.value) for k in call.keywords if k.arg == name]
         return taint(*given)
+
+    def _sites(self) -> dict[ast.AST, list[tuple[ast.Call, bool]]]:
+        """Each function's call sites: (call, whether a tree map applies it to the trees after it)."""
+        if self.sites is None:
+            self.sites = {}
+            for call in self.s.calls:
+                if self.s.is_tree_map(call) and call.args and isinstance(call.args[0], ast.Name):
+                    for f in self.defs.get(call.args[0].id, []):
+                        self.sites.setdefault(f, []).append((call, True))
+                for f in self.callees(call):
+                    self.sites.setdefault(f, []).append((call, False))
+        return self.sites
 
     def takes_gradients(self, function: ast.AST) -> bool:
         """The function calls a gradient transform, or is handed something that is or may be a gradient."""
         if any(isinstance(c, ast.Call) and self.transform(c.func) is not None for c in ast.walk(function)):
             return True
-        return any(whole(self._parameter(function, p)) != NO for p in _parameters(function))
+        return any(whole(self._settle(lambda: self._once((function, p), lambda: self._parameter(function, p))))
+                   != NO for p in _parameters(function))
 
     def handed_out(self) -> Iterator[tuple[str, object]]:
         """(function name, position or keyword) for each call of a function this script does not define that
@@ -270,6 +319,13 @@ class Gradients:
             yield from ((name, k.arg) for k in call.keywords if k.arg and whole(self.status(k.value)) != NO)
 
 
+def _shallow(status: object) -> object:
+    """A tuple's item as a tuple of plain statuses at most (`(loss, aux)`), so that statuses stay small."""
+    if isinstance(status, Parts):
+        return Parts(whole(status.first), whole(status.last), whole(status.middle))
+    return status
+
+
 def _unsure(status: object) -> object:
     """A transform's result as a helper that was handed the transform gives it back: its gradients stay
     gradients; what is not a gradient there may be one here."""
@@ -278,13 +334,24 @@ def _unsure(status: object) -> object:
     return status
 
 
+def _spans(outer: ast.AST, node: ast.AST) -> bool:
+    """The node is written inside `outer` (by their places in the source)."""
+    return (outer.lineno, outer.col_offset) <= (node.lineno, node.col_offset) \
+        and (node.end_lineno, node.end_col_offset) <= (outer.end_lineno, outer.end_col_offset)
+
+
 def _returns(function: ast.AST) -> list[ast.AST]:
     """What a function returns: a lambda's body, a def's return values (not those of functions inside it)."""
     if isinstance(function, ast.Lambda):
         return [function.body]
-    inner = {n for f in ast.walk(function) if f is not function and isinstance(f, _FUNCTIONS) for n in ast.walk(f)}
-    return [r.value for r in ast.walk(function) if isinstance(r, ast.Return) and r.value is not None
-            and r not in inner]
+    found, todo = [], list(ast.iter_child_nodes(function))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Return) and node.value is not None:
+            found.append(node.value)
+        if not isinstance(node, _FUNCTIONS):
+            todo += ast.iter_child_nodes(node)
+    return found
 
 
 def _parameters(function: ast.AST) -> list[str]:
