@@ -1,6 +1,7 @@
 """helpers.migrate.proof: a pmap step and its port run on the same per-host data and compared.
 
-The steps are in tests/proof_examples.py (real hosts import that file by path). Emulated proofs take
+The steps are in notebooks/scripts/port_proof_examples.py (notebook 16 proves them too; real hosts import
+that file by path). Emulated proofs take
 well under a second each once compiled; the two real-process ones about 2 s each."""
 import subprocess
 import sys
@@ -10,11 +11,13 @@ import numpy as np
 import pytest
 from jax import P
 
-import proof_examples as ex
 from helpers.migrate import proof
 from helpers.migrate.proof import prove_port
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "notebooks" / "scripts"))
+import port_proof_examples as ex  # noqa: E402
+
 EXAMPLES = str(Path(ex.__file__).resolve())
 
 
@@ -106,7 +109,7 @@ def test_an_unstacked_argument_follows_the_pmap_steps_in_axes():
     (lambda: prove_port(ex.old_step, lambda mesh: 3, ex.host_inputs),
      "NOT RUN: new_step(mesh) must return the port's step (a function); got int"),
     (lambda: prove_port("params", ex.port, ex.host_inputs), "NOT RUN: expected MODULE:NAME"),
-    (lambda: prove_port(f"{EXAMPLES}:nothing", ex.port, ex.host_inputs), "proof_examples.py has no 'nothing'"),
+    (lambda: prove_port(f"{EXAMPLES}:nothing", ex.port, ex.host_inputs), "port_proof_examples.py has no 'nothing'"),
     (lambda: prove_port(ex.old_step, ex.port, ex.host_inputs, in_specs=(P(), P())),
      "NOT RUN: in_specs has 2 entries and the step takes 3 arguments"),
     (lambda: prove_port(ex.old_step, ex.port, ex.host_inputs, hosts=4),
@@ -141,8 +144,9 @@ def test_the_command_line(capsys):
 
 
 def test_python_m_runs_it():
-    done = subprocess.run([sys.executable, "-m", "helpers.migrate.proof", "tests/proof_examples.py:old_step",
-                           "tests/proof_examples.py:port", "tests/proof_examples.py:host_inputs", "--steps", "1"],
+    examples = "notebooks/scripts/port_proof_examples.py"
+    done = subprocess.run([sys.executable, "-m", "helpers.migrate.proof", f"{examples}:old_step", f"{examples}:port",
+                           f"{examples}:host_inputs", "--steps", "1"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("port proof, emulated in one process (2 hosts x 4 devices, 1 step): PASS")

@@ -1,6 +1,6 @@
-"""Steps for tests/test_proof.py: notebooks/scripts/pmap_train.py's pmap step, its right port (as in
-ported_train.py), and catalogued wrong ports. Real hosts import this file by path, so importing it runs
-nothing: every function here is only defined."""
+"""Pmap steps and their ports, for helpers.migrate.proof (notebook 16 and tests/test_proof.py): pmap_train.py's
+step, its right ports (as in ported_train.py), and the usual wrong ones. Real hosts import this file by path,
+so importing it runs nothing: every function here is only defined."""
 from functools import partial
 
 import jax
