@@ -330,11 +330,16 @@ class Script:
                         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in makers}
 
     def pmap_outputs(self) -> set[str]:
-        """Names assigned from a call of a pmapped function: per-device stacks (tuple targets item by item)."""
+        """Names assigned from a call of a pmapped function (`step(...)`, or `trainer.p_step(...)` where the script
+        binds `self.p_step = jax.pmap(...)`): per-device stacks (tuple targets item by item)."""
         pmapped = self.pmapped_names()
+        pmaps = {*self.pmaps(), *self.nnx_pmaps()}
+        methods = {t.attr for node in ast.walk(self.tree) if isinstance(node, ast.Assign) and node.value in pmaps
+                   for t in node.targets if isinstance(t, ast.Attribute)}
         return {n.id for node in ast.walk(self.tree) if isinstance(node, ast.Assign)
-                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
-                and node.value.func.id in pmapped
+                and isinstance(node.value, ast.Call) and (
+                    isinstance(node.value.func, ast.Name) and node.value.func.id in pmapped
+                    or isinstance(node.value.func, ast.Attribute) and node.value.func.attr in methods)
                 for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
     def pmaps_over_hosts(self) -> list[ast.Call]:
