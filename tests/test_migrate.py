@@ -747,7 +747,8 @@ def test_keys_that_fold_in_the_host_are_not_the_same_on_every_host_and_device_co
 
 def test_a_long_chain_of_functions_fed_back_into_each_other_is_read_quickly_and_never_said_renamed():
     chain = "".join(f"def f{i}(a, b, c):\n    x = f{i - 1}(b, c, a) if {i} else jax.grad(loss)(a)\n"
-                    f"    y = f{max(i - 2, 0)}(x, a, b)\n    z = jax.lax.pmean(x + y, 'batch')\n    return z, x, y\n\n\n"
+                    f"    y = f{max(i - 2, 0)}(x, a, b)\n    z = jax.lax.pmean(x + y, 'batch')\n"
+                    "    return z, x, y\n\n\n"
                     for i in range(60))
     source = f"import jax\n\n\n{chain}p = jax.pmap(f59, 'batch')\nfor _ in range(9):\n    s, t, u = p(s, t, u)\n"
     said = [f.instead for f in findings(source) if f.rule == "pmap-collective"]
@@ -775,3 +776,15 @@ def test_help_says_what_is_read_and_the_exit_status():
     text = " ".join(_cli("--help").stdout.split())
     assert "Exit status: 0 nothing to change, 1 findings, 2 a path that cannot be read" in text
     assert all(kind in text for kind in (".py", "folders", ".ipynb", "MyST .md"))
+
+
+def test_a_name_that_may_hold_a_gradient_or_not_gets_both_outcomes_and_stepped_parameters_none():
+    source = ("import jax\n\n\ndef step(params, batch):\n    grads = jax.grad(loss_fn)(params, batch)\n"
+              "    out = grads if SYNC else {'n': batch.shape[0]}\n    if SYNC:\n        tree = grads\n    else:\n"
+              "        tree = {'n': batch.shape[0]}\n    tree = jax.lax.pmean(tree, 'batch')\n"
+              "    return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), tree, out\n\n\n"
+              "def evaluate(params, batch):\n    return jax.lax.pmean(apply(params, batch), 'batch')\n\n\n"
+              "p_step, p_eval = jax.pmap(step, 'batch'), jax.pmap(evaluate, 'batch')\n"
+              "for batch in batches:\n    params, tree, out = p_step(params, batch)\n    print(p_eval(params, batch))\n")
+    assert _kind(source, 11) == "either"  # grads on one branch, a count on the other
+    assert _kind(source, 16) == "rename"  # parameters after an SGD step are no gradient

@@ -42,12 +42,14 @@ def taint(*statuses: object) -> str:
 
 
 def join(statuses: list) -> object:
-    """What a name holds when any of these assignments may reach it: the same, or 'unknown' if they differ."""
+    """What a name holds when any of these assignments may reach it: what they all hold, else 'unknown' (or 'no'
+    when none holds a gradient)."""
     if not statuses:
         return NO
     if all(s == statuses[0] for s in statuses):
         return statuses[0]
-    return taint(*statuses) if {whole(s) for s in statuses} != {YES} else YES
+    wholes = {whole(s) for s in statuses}
+    return wholes.pop() if len(wholes) == 1 else UNKNOWN
 
 
 def item(status: object, index: int, count: int | None) -> object:
@@ -62,7 +64,8 @@ def item(status: object, index: int, count: int | None) -> object:
 
 
 class Gradients:
-    """What each value of one parsed script holds: `status(expr)` is 'yes', 'no' or 'unknown'."""
+    """What each value of one parsed script holds: `status(expr)` is 'yes', 'no', 'unknown' (or a tuple's
+    `Parts`)."""
 
     def __init__(self, script, handed: frozenset[tuple[str, object]] = frozenset()):
         self.s = script
@@ -150,6 +153,8 @@ class Gradients:
             return self._call(expr)
         if isinstance(expr, (ast.Lambda, ast.Constant)):
             return NO
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Sub) and whole(self._of(expr.left)) == NO:
+            return NO  # `p - lr * g`: parameters stepped by gradients, not a gradient
         return taint(*(self._of(c) for c in ast.iter_child_nodes(expr) if isinstance(c, ast.expr)))
 
     def _call(self, call: ast.Call) -> object:
