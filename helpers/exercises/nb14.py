@@ -46,6 +46,29 @@ _SAVE_DRIVER = (
     "        if len(posted) == jax.process_count():\n"
     "            return\n"
     "        time.sleep(0.01)\n"
+    "def _collective(name):\n"
+    "    # The loop's own collectives. When the hosts' names differ, JAX raises on each host, naming its\n"
+    "    # own call, and which host's error arrives before the launcher stops the others is a race: here\n"
+    "    # host 0 alone raises, naming every host's call, so a run fails with one text every time.\n"
+    "    try:\n"
+    "        multihost_utils.sync_global_devices(name)\n"
+    "    except AssertionError as error:\n"
+    "        if 'name mismatch' not in str(error):\n"
+    "            raise\n"
+    "        from jax._src import distributed\n"
+    "        client, me = distributed.global_state.client, jax.process_index()\n"
+    "        client.key_value_set(f'course/collective/{me}', name)\n"
+    "        if me != 0:\n"
+    "            time.sleep(30)  # host 0 raises, and the launcher stops this host\n"
+    "            raise\n"
+    "        called = []\n"
+    "        for other in range(jax.process_count()):\n"
+    "            try:\n"
+    "                theirs = client.blocking_key_value_get(f'course/collective/{other}', 3000)\n"
+    "                called.append(f'host {other} called sync_global_devices({theirs!r})')\n"
+    "            except Exception:  # in a collective of the answer's own\n"
+    "                called.append(f'host {other} was in another collective')\n"
+    "        raise AssertionError('collectives did not match: ' + ', '.join(called)) from None\n"
     "print('joined', flush=True)\n{answer}\n"
     "host, hosts = jax.process_index(), jax.process_count()\n"
     "STEPS, NOTICE, SAVE_EVERY = 500, 3, 10  # about 7 ms a step; JAX agrees on step NOTICE + 1 (see above)\n"
@@ -55,13 +78,13 @@ _SAVE_DRIVER = (
     "    time.sleep(0.005)  # the step's work\n"
     "    if step % 100 == 0:\n"
     "        print(f'step {step}', flush=True)  # alive: a run silent for `stall` s hung\n"
-    "    multihost_utils.sync_global_devices(f'step {step}')  # this step's collective\n"
+    "    _collective(f'step {step}')  # this step's collective\n"
     "    if notice and host == hosts - 1 and step == NOTICE:\n"
     "        os.kill(os.getpid(), signal.SIGTERM)  # the scheduler's notice, to one host\n"
     "        _agreed_on_next_step()\n"
     "    if should_save(step):\n"
     "        saves.append(step)\n"
-    "        multihost_utils.sync_global_devices(f'save {step}')  # a save: every host takes part\n"
+    "        _collective(f'save {step}')  # a save: every host takes part\n"
     "    if agreed and agreed[-1] == step:  # the preemption step: its save is done (or not), stop\n"
     "        stopped = step\n"
     "        break\n"
@@ -211,10 +234,14 @@ def _saves_off_by(case) -> str:
 
 
 def _unmatched(text: str) -> str:
-    """A run's failure, with JAX's `... name mismatch ('x'). Expected: [hashes]` said in the learner's terms."""
-    mismatch = re.search(r"(\w+) name mismatch \('([^']*)'\)", text)
+    """A run's failure, with the driver's 'collectives did not match: host 0 called ..., host 1 ...' (or JAX's
+    `... name mismatch`, when a collective of the answer's own met the driver's) said in the learner's terms."""
+    called = re.findall(r"host (\d+) called (\w+\('[^']*'\))", text)
+    if len(called) > 1:
+        return " while ".join(f"host {h} called `{call}`" for h, call in called)
+    mismatch = re.search(r"(\w+) name mismatch", text)
     if mismatch:
-        return f"a host called `{mismatch[1]}('{mismatch[2]}')` while another was in a different collective"
+        return f"a host called `{mismatch[1]}` while another was in a different collective"
     return text
 
 
@@ -267,7 +294,8 @@ register(ProcessExercise(
                     "two with `or`",
     },
     errors=(ErrorRule(lambda raw: raw.startswith("NameError"), example=_SAVE_GLOBAL_SET_BY_HANDLER, say=_undefined),
-            ErrorRule(lambda raw: raw.startswith("the run hung") or "name mismatch" in raw, example=(
+            ErrorRule(lambda raw: raw.startswith("the run hung") or "name mismatch" in raw
+                      or "collectives did not match" in raw, example=(
         "def should_save(step):\n"
         "    if jax.process_index() == 0:\n"
         "        multihost_utils.sync_global_devices('extra')\n"

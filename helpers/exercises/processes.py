@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import re
 import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,6 +48,9 @@ PARALLEL_RUNS = 3  # runs a catalogue lookup makes at once (each host holds 200-
 _HEARTBEAT = "print('[check] running your code', flush=True)\n"  # arms the launcher's stall detection
 
 
+_NAME_MISMATCH = re.compile(r"(\w+) name mismatch \('[^']*'\)")  # JAX's sync_global_devices on hosts that differ
+
+
 def failure(result, code: tuple[Code, ...] = ()) -> Raised:
     """What a run that did not end well did: the last error line of the host that failed first (in
     the launcher's order: a host whose collective lost its peer comes after the host that died), or,
@@ -60,6 +64,11 @@ def failure(result, code: tuple[Code, ...] = ()) -> Raised:
         # are one cause, named by the lowest host: which of them exited first is a race.
         kind = lines[failed[0].host].partition(":")[0]
         first = min(h.host for h in failed if lines[h.host].partition(":")[0] == kind)
+        if mismatch := _NAME_MISMATCH.search(lines[first]):
+            # Each host names its own call ('step 4' on one, 'save 3' on the other), and which host's
+            # error arrives before the launcher stops the others is a race: one text for all of them.
+            text = f"{kind}: {mismatch[1]} name mismatch: the hosts called it at once with different names"
+            return Raised(text, text)
         text = f"{lines[first]} on host {first}"
         return Raised(text, text)
     text = "the run was stopped: " + describe_stall(result, code, result.stopped_after or STALL_SECONDS)
