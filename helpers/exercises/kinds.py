@@ -517,8 +517,7 @@ class ProgramExercise(Exercise):
         raise Mistake(say(self.otherwise, case))
 
     def _case(self, layout, got=None, want=None):
-        """What a message function receives: the layout it parts on, what it computed there, and its
-        `source` (a program's text, when the judge has it: a catalogued one, or one run in processes)."""
+        """What a message function receives; `source` is the program's text when the judge has it."""
         return types.SimpleNamespace(mesh=self.runner.mesh(layout), devices=math.prod(layout), layout=layout,
                                      got=got, want=want, source=None)
 
