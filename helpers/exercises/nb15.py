@@ -22,8 +22,9 @@ KERNEL = Kernel(devices=8)  # the first cell: use_fake_devices(8)
 # already running when the recording starts. Both hosts write under one directory (named after the
 # run's coordinator address), read both hosts' traces back, and host 0 removes the directory. The
 # function sees run "a", run "b", run "a" again with the hosts' numbers swapped (an answer must
-# read the host from the traces; the devices' numbers go with their hosts), and run "a" with its hosts listed in another order than their numbers,
-# {1: ..., 0: ...} (an answer must return a key of traces, not a position). A layout (2, d) shows the function the XLA ops of d devices per host.
+# read the host from the traces; the devices' numbers go with their hosts), and run "a" with its
+# hosts listed in another order than their numbers, {1: ..., 0: ...} (an answer must return a key
+# of traces, not a position). A layout (2, d) shows the function the XLA ops of d devices per host.
 _DRIVER = """
 import dataclasses
 import os
@@ -103,7 +104,7 @@ def _renumbered(host, events, new):
 _last = len(_runs[0]) - 1
 _runs.append({_last - host: _renumbered(host, events, _last - host)
               for host, events in reversed(_runs[0].items())})  # run "a", the hosts' numbers swapped
-_runs.append(dict(reversed(_runs[0].items())))  # run "a", its hosts in another order than their numbers: {1: ..., 0: ...}
+_runs.append(dict(reversed(_runs[0].items())))  # run "a", its hosts listed {1: ..., 0: ...}
 if _host == 0:
     shutil.rmtree(_root, ignore_errors=True)
 

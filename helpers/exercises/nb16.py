@@ -176,7 +176,8 @@ def _own_mesh(case) -> str:
     built = (f"your port splits its arrays over a {found[1]} x {found[2]} mesh while it is given a {hosts} x {devices} "
              "one, and JAX could not split this host's rows and keys over it"
              if found and (int(found[1]), int(found[2])) != (hosts, devices) else
-             f"JAX could not split this host's rows and keys over the devices (IndivisibleError on {hosts} x {devices})")
+             "JAX could not split this host's rows and keys over the devices "
+             f"(IndivisibleError on {hosts} x {devices})")
     return f"{built}: use the mesh you are given (the check runs on other meshes too), never one of your own"
 
 
