@@ -69,9 +69,28 @@ _REPLICATED = _to_global(
     "    model.seen.set_value(jax.make_array_from_process_local_data(rows, model.seen[...]))\n")
 _DEVICE_PUT = _to_global(
     "    model.seen.set_value(jax.device_put(model.seen[...], NamedSharding(mesh, P(DATA))))\n")
+_HOST_ONLY = _to_global(
+    "    rows = NamedSharding(mesh, P('host'))\n"
+    "    model.seen.set_value(jax.make_array_from_process_local_data(rows, model.seen[...]))\n")
+_LOCAL_SHAPE = _to_global(
+    "    rows = NamedSharding(mesh, P(DATA))\n"
+    "    model.seen.set_value(jax.make_array_from_process_local_data(rows, model.seen[...], model.seen.shape))\n")
 _NOT_SET = _to_global(
     "    rows = NamedSharding(mesh, P(DATA))\n"
     "    return jax.make_array_from_process_local_data(rows, model.seen[...])\n")
+
+
+def _indivisible(case) -> str:
+    """Seen's rows do not split over the mesh: a global_shape of this host's, or a mesh of the learner's own."""
+    source = case.source or ""
+    if "make_mesh" in source or "Mesh(" in source:
+        return ("your function builds a mesh of its own: use the mesh it is given. The check runs it on other "
+                "meshes too (2 hosts of 1 device each), where a mesh of every local device has more devices than "
+                "Seen has rows")
+    if "shape" in source:
+        return ("global_shape is the whole array's shape, every host's rows, not this host's (model.seen.shape): "
+                "leave it out, and JAX adds up the hosts' parts itself")
+    return "the global array's rows do not split evenly over the mesh: one row of Seen per device, P(DATA)"
 
 
 def _still_local(case) -> bool:
@@ -108,6 +127,10 @@ def to_global(model, mesh):
             f"{case.mesh[1]} rows as its copy of one {case.got[0][0][0]}-row array: your global Seen has "
             f"{case.got[0][0][0]} rows, not {case.mesh[0] * case.mesh[1]}, and the hosts' copies differ, with no "
             "error. Its rows go one per device of every host: P(DATA)"),
+        _HOST_ONLY: lambda case: (
+            f"P('host') splits Seen's rows over the hosts only: each of a host's {case.mesh[1]} devices holds all "
+            f"{case.mesh[1]} of that host's rows, where device k should hold row k alone. Split them over both "
+            "axes: P(DATA)"),
     },
     errors=(
         ErrorRule(lambda text: "ShardingTypeError" in text or "Incompatible types for broadcasting" in text,
@@ -123,9 +146,11 @@ def to_global(model, mesh):
                                    "with jax, jnp, np, P, NamedSharding, nnx and DATA defined. Build what else it "
                                    "needs inside it, from mesh"),
         ErrorRule(lambda text: "evenly divide" in text, example=_DEVICE_PUT,
-                  say="jax.device_put takes the whole global array, the same on every host, and each host "
-                      "here has only its own rows. jax.make_array_from_process_local_data takes this host's "
-                      "part"),
+                  say=lambda case: f"{'jax.reshard' if 'reshard' in (case.source or '') else 'jax.device_put'} "
+                                   "takes the whole global array, the same on every host, and each host here has "
+                                   "only its own rows. jax.make_array_from_process_local_data takes this host's "
+                                   "part"),
+        ErrorRule(lambda text: "IndivisibleError" in text, example=_LOCAL_SHAPE, say=_indivisible),
     ),
     families=(
         OutputRule(_still_local, example=_NOT_SET,
@@ -146,9 +171,12 @@ def to_global(model, mesh):
 # ------------------------------------------------------------- 17.2 way one: pmap's step as a shard_map
 
 def _step(*, splits: str = "mesh.size", seen: str = "P(DATA)", axis: str = "DATA",
-          vma: str = ", check_vma=False", squeeze: bool = True) -> str:
+          vma: str = ", check_vma=False", squeeze: bool = True, put_back: bool = True) -> str:
     """A make_train_step of way one, with the given choices."""
-    if squeeze:
+    if squeeze and not put_back:
+        body = ("        nnx.update(model, jax.tree.map(lambda a: a[0], nnx.state(model, per_device)))\n"
+                f"        return step_body(model, x[0], y[0], axis={axis})\n")
+    elif squeeze:
         body = ("        nnx.update(model, jax.tree.map(lambda a: a[0], nnx.state(model, per_device)))\n"
                 f"        loss, kept = step_body(model, x[0], y[0], axis={axis})\n"
                 "        nnx.update(model, jax.tree.map(lambda a: a[None], nnx.state(model, per_device)))\n"
@@ -252,6 +280,11 @@ register(ProgramExercise(
     errors=(
         ErrorRule(lambda text: _KEYS_UNEVEN.search(text) is not None, example=_step(splits="mesh.shape['device']"),
                   say=_uneven_keys),
+        ErrorRule(lambda text: "which has length 1, but" in text and "rank 0" in text, example=_step(put_back=False),
+                  say="your body dropped each block's device axis but never put it back: shard_map joins the "
+                      "devices' blocks along the axis out_specs splits, so every output and every per-device "
+                      "variable needs it: return loss[None], kept[None], and update the model with a[None] of "
+                      "Seen and the random state"),
         ErrorRule(lambda text: "fold_in accepts a single key" in text, example=_step(squeeze=False),
                   say="the body got each device's block with its device axis kept: a key of shape (1,) where "
                       "nnx.pmap gave a key of shape (). Do what pmap did: take a[0] of each per-device variable "
