@@ -56,11 +56,25 @@ def labels(script: Path) -> set[tuple[int, str]]:
     return pairs
 
 
+EITHER = "pmap-collective:either"
+BOTH = ("pmap-collective:trap", "pmap-collective:rename")
+
+
 def kind(rule: str, does: str) -> str:
-    """A finding's rule, with pmap-collective told apart: the gradient trap or a rename."""
+    """A finding's rule, with pmap-collective told apart: the gradient trap, a rename, or both outcomes ("this may
+    be a gradient: if it is, drop it ... otherwise rename the axis"), safe advice whichever the line is."""
     if rule != "pmap-collective":
         return rule
+    if "this may be a gradient" in does:
+        return EITHER
     return "pmap-collective:" + ("trap" if "N times too large" in does else "rename")
+
+
+def _as_labelled(got: set[tuple[int, str]], want: set[tuple[int, str]]) -> set[tuple[int, str]]:
+    """A both-outcomes finding counts as the trap or the rename its line is labelled with (right either way);
+    on a line labelled neither it stays as it is."""
+    return {next(((line, k) for k in BOTH if (line, k) in want), (line, found)) if found == EITHER else (line, found)
+            for line, found in got}
 
 
 def _found(script: Path) -> set[tuple[int, str]]:
@@ -70,11 +84,13 @@ def _found(script: Path) -> set[tuple[int, str]]:
 def _score(script: Path, got: set[tuple[int, str]]) -> dict:
     """Recall, precision and wrong advice of a script's (line, kind) findings against its labels."""
     want = labels(script)
+    either = sum(1 for _, k in got if k == EITHER)
+    got = _as_labelled(got, want)
     labelled_lines = {line for line, _ in want}
     wrong = sorted(pair for pair in got - want if pair[0] in labelled_lines)
     return {"script": script.name, "labelled": len(want), "found": len(got & want),
             "recall": len(got & want) / len(want), "precision": len(got & want) / len(got) if got else 1.0,
-            "missed": sorted(want - got), "extra": sorted(got - want), "wrong": wrong}
+            "missed": sorted(want - got), "extra": sorted(got - want), "wrong": wrong, "either": either}
 
 
 def score(script: Path) -> dict:

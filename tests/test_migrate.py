@@ -30,6 +30,12 @@ CASES = {
          "@partial(jax.jit, static_argnums=1)\ndef step(p, x):\n    return p\n"),
     ],
     "pmap-collective": [
+        ("import jax\nfrom flax.training import common_utils\ns = jax.pmap(f, axis_name='batch')\n"  # old Flax's
+         "def f(metrics):\n    return common_utils.pmean(metrics)\n", 5,  # pmean over 'batch'
+         "import jax\nfrom flax.training import common_utils\ndef f(labels):\n    return common_utils.onehot(labels, 10)\n"),
+        ("import jax\nfrom jax import lax\ns = jax.pmap(f, axis_name='batch')\ndef f(emb):\n"
+         "    return lax.pswapaxes(emb, 'batch', 0)\n", 5,
+         "import jax\nfrom jax import lax\ndef f(emb):\n    return lax.pswapaxes(emb, ('host', 'device'), 0)\n"),
         ("import jax\nfrom jax import lax\n@jax.pmap\ndef f(g):\n    return lax.psum(g, 'i')\n"
          "h = jax.pmap(f, axis_name='i')\n", 5,
          "import jax\ndef body(g):\n    return jax.lax.psum(g, ('host', 'device'))\n"),
@@ -51,6 +57,11 @@ CASES = {
          "from jax.experimental import multihost_utils\n"),
     ],
     "with-mesh": [
+        ("from jax.experimental import maps\nmesh = maps.Mesh(devices, ('dp', 'mp'))\nwith mesh:\n    pass\n", 3,
+         "from jax.experimental import maps\nmesh = maps.Mesh(devices, ('dp', 'mp'))\nwith open('f') as mesh_log:\n"
+         "    pass\n"),
+        ("from utils import get_mp_mesh\nm = get_mp_mesh('1,-1')\nwith m:\n    pass\n", 3,  # a project's mesh
+         "from utils import get_logger\nm = get_logger('x')\nwith m:\n    pass\n"),
         (MESH + "with mesh:\n    y = f(x)\n", 4, MESH + "with jax.set_mesh(mesh):\n    y = f(x)\n"),
         ("import jax\nfrom jax.sharding import Mesh\nm = Mesh(jax.devices(), ('data',))\nwith m:\n    pass\n", 4,
          "with open('log.txt') as log:\n    pass\n"),
@@ -66,6 +77,14 @@ CASES = {
          "import jax\nn = jax.local_device_count()\nstep = jax.pmap(f)\nds = load(split, batch_dims=[32])\n"),
     ],
     "jax-utils-replicate": [
+        ("import jax\nfrom lib import helpers\nstep = jax.pmap(f)\nscalars = helpers.get_first(step(x))\n", 4,
+         "from lib import helpers\nscalars = helpers.get_first(rows)\n"),  # no pmap: a name says nothing
+        ("import jax\nfrom jaxline import utils\ninit = jax.pmap(f)\nrng = utils.bcast_local_devices(rng)\n", 4,
+         "import jax\nfrom jaxline import utils\ninit = jax.pmap(f)\ndef bcast_local_devices(x):\n    return x\n"
+         "rng = bcast_local_devices(rng)\n"),  # the script's own helper of that name, which copies nothing
+        ("import jax\nimport jax.numpy as jnp\nn_local = jax.local_device_count()\nstep = jax.pmap(f)\n"
+         "d = jnp.repeat(dic[None, ...], n_local, axis=0)\n", 5,
+         "import jax.numpy as jnp\nd = jnp.repeat(dic[None, ...], 4, axis=0)\n"),
         ("from flax import jax_utils\nstate = jax_utils.replicate(state)\n", 2,
          "def replicate(t):\n    return t\nstate = replicate(state)\n"),
         ("from flax.jax_utils import unreplicate\nparams = unreplicate(state.params)\n", 2,
@@ -102,6 +121,10 @@ CASES = {
          "loss = step(params)\nif jax.process_index() == 0:\n    print(float(loss))\n"),
     ],
     "process-zero-save": [
+        ("import jax\nclass E:\n    def __init__(self):\n        self.update = jax.pmap(self._update, axis_name='i')\n"
+         "    def step(self, x):\n        self._state, out = self.update(self._state, x)\n"
+         "    def save(self):\n        self._checkpointer.maybe_save_checkpoint(self._state, step=1)\n", 8,
+         "import jax\nclass E:\n    def save(self):\n        self._checkpointer.maybe_save_checkpoint(self._state)\n"),
         ("import jax\nfrom flax.training import checkpoints\nif jax.process_index() == 0:\n"
          "    checkpoints.save_checkpoint('ckpt', state, step)\n", 4,
          "import jax\nfrom flax.training import checkpoints\ncheckpoints.save_checkpoint('ckpt', state, step)\n"),
@@ -190,8 +213,18 @@ CASES = {
          "from functools import partial\nimport jax\nf = partial(jax.jit, donate_argnums=0)(g)\n"),
     ],
     "experimental-sharding-names": [
+        ("from jax.experimental.pjit import pjit, with_sharding_constraint\n", 1,
+         "from jax.lax import with_sharding_constraint\n"),
+        ("from jax.experimental import maps\nimport numpy as np\nimport jax\n"
+         "mesh = maps.Mesh(np.asarray(jax.devices()).reshape(2, 4), ('dp', 'mp'))\n", 4,
+         "import jax\nmesh = jax.make_mesh((2, 4), ('dp', 'mp'))\n"),
         ("from jax.experimental import PartitionSpec\n", 1, "from jax.sharding import PartitionSpec\n"),
         ("from jax.experimental.pjit import PartitionSpec as P\n", 1, "from jax import P\n"),
+    ],
+    "removed-internals": [
+        ("from jax.interpreters.pxla import xla_pmap_p\n", 1, "from jax.interpreters import mlir\n"),
+        ("import jax\nis_pmap = eqn.primitive is jax.interpreters.pxla.xla_pmap_p\n", 2,
+         "import jax\nis_jit = eqn.primitive.name == 'jit'\n"),
     ],
     "host-count": [
         ("import jax\nn = jax.host_count()\n", 2, "import jax\nn = jax.process_count()\n"),
@@ -292,6 +325,8 @@ CASES = {
          "    return state.apply_gradients(grads=g, batch_stats=vs['batch_stats'])\n"),
     ],
     "per-device-keys": [
+        ("import jax\nstep = jax.pmap(f)\nkey = utils.make_different_rng_key_on_all_devices(key)\n", 3,
+         "import jax\nstep = jax.pmap(f)\nkey = utils.make_rng_key(seed)\n"),
         ("import jax\nkeys = jax.random.split(key, jax.local_device_count())\n", 2,
          "import jax\nkey, sub = jax.random.split(key)\n"),
         ("from jax import random\nrngs = random.split(rng, n_devices)\n", 2, "from jax import random\nrngs = random.split(rng, 3)\n"),
@@ -788,3 +823,87 @@ def test_a_name_that_may_hold_a_gradient_or_not_gets_both_outcomes_and_stepped_p
               "for batch in batches:\n    params, tree, out = p_step(params, batch)\n    print(p_eval(params, batch))\n")
     assert _kind(source, 11) == "either"  # grads on one branch, a count on the other
     assert _kind(source, 16) == "rename"  # parameters after an SGD step are no gradient
+
+
+# ------------------------------------------------------------------ held-out set 2: what it missed, and its wrong advice
+
+
+def test_the_aux_of_grad_with_has_aux_is_no_gradient_through_a_tree_map_over_a_tuple_and_a_later_unpacking():
+    """`grads, (metrics, state) = jax.grad(f, has_aux=True)(...)`: the gradients are the first item, the aux the
+    second; a tree map over `(state, metrics, grads)` keeps each item what it was, and so does `(g, m) = out`."""
+    source = ("import jax\n\n\ndef step(params, state, batch):\n"
+              "    grad_fn = jax.grad(loss_fn, argnums=0, has_aux=True)\n"
+              "    grads, (metrics, state) = grad_fn(params, state, batch)\n"
+              "    state, metrics, grads = jax.tree_map(from_bf16, (state, metrics, grads))\n"
+              "    grads = jax.lax.psum(grads, 'i')\n    metrics = jax.lax.pmean(metrics, 'i')\n"
+              "    return grads, metrics\n\n\np = jax.pmap(step, axis_name='i')\n")
+    assert (_kind(source, 8), _kind(source, 9)) == ("trap", "rename")
+    unpacked = ("import jax\n\n\ndef step(params, batch):\n    out = jax.grad(loss_fn, has_aux=True)(params, batch)\n"
+                "    (grads, metrics) = out\n    grads = jax.lax.pmean(grads, 'i')\n"
+                "    metrics = jax.lax.pmean(metrics, 'i')\n    return grads, metrics\n\n\n"
+                "p = jax.pmap(step, axis_name='i')\n")
+    assert (_kind(unpacked, 7), _kind(unpacked, 8)) == ("trap", "rename")
+    lambdas = source.replace("jax.tree_map(from_bf16,", "jax.tree_map(lambda x: x.astype('float32'),")
+    assert (_kind(lambdas, 8), _kind(lambdas, 9)) == ("trap", "rename")
+
+
+def test_a_key_split_inside_a_pmapped_init_is_not_told_to_fold_in_the_device():
+    """Every device must draw the same initial parameters: a pmapped `model_init` splitting its key is right."""
+    init = ("import jax\n\n\ndef model_init(rng_key, batch):\n    keys = jax.random.split(rng_key, 4)\n"
+            "    return [glorot(k) for k in keys]\n\n\ninit = jax.pmap(model_init)\n")
+    assert "pmap-body-keys" not in {rule for _, rule in _rules(init)}
+    step = init.replace("model_init", "train_step")
+    assert (5, "pmap-body-keys") in _rules(step)
+
+
+def test_local_device_count_is_no_per_host_batch_where_the_script_counts_every_host_or_counts_parameters():
+    per_host = "import jax\nper_node = 32 * jax.local_device_count()\n"
+    assert (2, "local-batch") in _rules(per_host)
+    assert _rules(per_host + "per_step = per_node * jax.process_count()\n") == []  # no pmap: a global batch made
+    pmap_stack = per_host + "per_step = per_node * jax.process_count()\nstep = jax.pmap(f)\n"
+    assert (2, "local-batch") in _rules(pmap_stack)  # pmap's per-host stack, which the port replaces
+    assert _rules(per_host + "total = jax.device_count()\n") == []
+    assert _rules("import jax\nprint(num_params / jax.local_device_count())\n") == []
+
+
+def test_with_sharding_constraint_is_one_finding_at_its_import_and_no_not_read_at_each_call():
+    source = ("from jax.experimental.pjit import pjit, with_sharding_constraint\nfrom jax.sharding import "
+              "PartitionSpec as PS\n\n\ndef step(batch):\n    x = with_sharding_constraint(batch, PS('dp'))\n"
+              "    return with_sharding_constraint(x, PS('dp'))\n")
+    (found,) = findings(source)
+    assert (found.line, found.rule) == (1, "experimental-sharding-names")
+    assert "jax.lax.with_sharding_constraint" in found.instead and "ImportError" in found.does
+
+
+def test_a_replicate_or_unreplicate_helper_in_another_file_of_the_folder_is_followed_to_its_body(tmp_path):
+    (tmp_path / "utils.py").write_text(
+        "import jax\n\n\ndef first_copy(xs):\n    return jax.tree_util.tree_map(lambda x: x[0], xs)\n\n\n"
+        "def copy_to_devices(x):\n    devices = jax.local_devices()\n"
+        "    return jax.device_put_sharded(len(devices) * [x], devices)\n\n\n"
+        "def save_state(path, state):\n    host_state = jax.device_get(state[0])\n    write(path, host_state)\n"
+        "    return host_state\n\n\ndef first_row(xs):\n    return xs[0]\n")
+    (tmp_path / "train.py").write_text(
+        "import jax\nimport utils\n\nstep = jax.pmap(f, axis_name='i')\nkey = utils.copy_to_devices(key)\n"
+        "out = step(key)\nlog(utils.first_copy(out))\nutils.save_state('ckpt', out)\nrow = utils.first_row(rows)\n")
+    found = {(f.line, f.rule): f for f in migrate.migrate(tmp_path, show=False) if f.path.endswith("train.py")}
+    assert {(5, "jax-utils-replicate"), (7, "jax-utils-replicate"), (8, "jax-utils-replicate")} <= set(found)
+    assert "not a batch split" in found[5, "jax-utils-replicate"].does
+    assert "saves device 0's copy" in found[8, "jax-utils-replicate"].does
+    assert 9 not in {line for line, _ in found}  # a helper that takes row 0 of its argument copies nothing
+    assert not [f for f in migrate.migrate(tmp_path / "train.py", show=False) if f.line in (5, 7, 8)]  # alone
+
+
+def test_the_benchmark_counts_a_both_outcomes_finding_as_right_for_a_trap_or_a_rename_label(tmp_path):
+    from benchmarks import migrate as corpus
+
+    source = ("import jax\n\n\ndef step(params, batch):\n    grads = jax.grad(loss)(params, batch)\n"
+              "    out = helper(grads)\n    return jax.lax.pmean(out, 'b')\n\n\np = jax.pmap(step, axis_name='b')\n")
+    assert _kind(source, 7) == "either"
+    (tmp_path / "s.py").write_text(source)
+    (tmp_path / "s_ported.py").write_text("import jax\n")
+    for label in ("trap", "rename"):
+        (tmp_path / "s.labels").write_text(f"7 pmap-collective:{label}\n10 pmap\n")
+        row = corpus.score(tmp_path / "s.py")
+        assert (row["found"], row["wrong"], row["either"]) == (2, [], 1)
+    (tmp_path / "s.labels").write_text("10 pmap\n")
+    assert corpus.score(tmp_path / "s.py")["extra"] == [(7, "pmap-collective:either")]

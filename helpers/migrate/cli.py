@@ -28,7 +28,7 @@ def _python_files(folder: Path) -> list[Path]:
 
 def folder_facts(files: list[Path]) -> Folder:
     """What the files of a folder tell each other: the functions they hand gradients to, their pmaps' axes."""
-    handed, axes = set(), set()
+    handed, axes, copies = set(), set(), set()
     for file in files:
         try:
             script = Script(ast.parse(file.read_text(encoding="utf-8")))
@@ -36,7 +36,8 @@ def folder_facts(files: list[Path]) -> Folder:
             continue  # said when the file itself is read
         handed |= set(script.gradients.handed_out())
         axes |= script.pmap_axes
-    return Folder(frozenset(handed), frozenset(axes))
+        copies |= set(script.copies().items())
+    return Folder(frozenset(handed), frozenset(axes), frozenset(copies))
 
 
 def _sources(path: Path, shown: Path, folder: Folder = Folder()

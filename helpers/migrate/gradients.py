@@ -168,7 +168,13 @@ class Gradients:
         if name in _COLLECTIVES and call.args:
             return self._of(call.args[0])
         if self.s.is_tree_map(call) and call.args:
-            mapped = call.args[0]
+            mapped, trees = call.args[0], call.args[1:]
+            if len(trees) == 1 and isinstance(trees[0], (ast.Tuple, ast.List)) and trees[0].elts and not (
+                    isinstance(mapped, ast.Lambda) and whole(self._of(mapped.body)) == NO):
+                # `states, metrics, grads = jax.tree.map(f, (states, metrics, grads))`: a tree map keeps the
+                # tuple's structure, so each item holds what it held (the aux of grad is no gradient)
+                statuses = [whole(self._of(e)) for e in trees[0].elts]
+                return Parts(statuses[0], statuses[-1], taint(*statuses[1:-1]))
             return self._of(mapped.body) if isinstance(mapped, ast.Lambda) else taint(
                 *map(self._of, call.args[1:]))
         handed = [k for k in (self.transform(a) for a in args) if k is not None]

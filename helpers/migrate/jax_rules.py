@@ -27,7 +27,8 @@ LESSONS: dict[str, tuple[str, str]] = {
     "process-zero-save": ("11", "Orbax: save on 2 x 4, resume on 4 x 2 and 1 x 8"),
 }
 _COLLECTIVES = {"pmean", "psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute",
-                "psum_scatter", "axis_index"}
+                "psum_scatter", "axis_index", "pswapaxes"}
+_FLAX_COLLECTIVES = ("flax.training.common_utils.pmean", "flax.training.common_utils.psum")
 _TO_GLOBAL = {"jax.make_array_from_process_local_data",
               "jax.experimental.multihost_utils.host_local_array_to_global_array",
               "jax.device_put"}
@@ -101,9 +102,13 @@ def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                 and call not in pmaps and not s.in_pmap_over_hosts(call):
             yield _handed_axis(s, call, axis)
             continue
-        if op not in _COLLECTIVES or not is_name(name, f"jax.lax.{op}") or s.in_pmap_over_hosts(call):
+        flax = is_name(name, *_FLAX_COLLECTIVES)
+        if not flax and (op not in _COLLECTIVES or not is_name(name, f"jax.lax.{op}")) or s.in_pmap_over_hosts(call):
             continue
         axis = argument(call, 0 if op == "axis_index" else 1, "axis_name")
+        if flax:  # old Flax's pmean(tree, axis_name='batch'): a psum over 'batch' divided by its size
+            yield _flax_collective(s, call, op, axis)
+            continue
         if not set(s.axis_names(axis)) & s.pmap_axes:
             continue
         operand = code_of(call.args[0]) if call.args and op != "axis_index" else ""
@@ -133,6 +138,22 @@ _MAYBE = ("this may be a gradient (it comes from a call that was handed gradient
           "tool cannot see what that call gives back): if it is, " + _TRAP)
 _EITHER = (f"if this is a gradient: drop it and take the gradient of jax.lax.pmean(loss, {MESH_AXES}); "
            f"otherwise rename the axis to {MESH_AXES}")
+
+
+def _flax_collective(s: Script, call: ast.Call, op: str, axis: ast.AST | None) -> tuple[ast.AST, str, str, str]:
+    """`common_utils.pmean(x)` of old Flax: jax.lax.pmean over pmap's axis ('batch' unless given); gone from Flax."""
+    axis_code = code_of(axis) if axis is not None else "'batch'"
+    said = (f"common_utils.{op}({code_of(call.args[0]) if call.args else ''}) of old Flax (gone from flax.training: "
+            f"AttributeError) is jax.lax.{op} over pmap's axis {axis_code}")
+    status = s.gradient_status(call.args[0]) if call.args else "no"
+    if status == "yes":
+        return (call, "pmap-collective", f"{said}, here of the gradients; {_TRAP}",
+                f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and drop this {op}; renaming the axis is "
+                "not enough")
+    if status == "unknown":
+        return call, "pmap-collective", f"{said}, and {_MAYBE}", _EITHER
+    return (call, "pmap-collective", f"{said}, which shard_map does not have",
+            f"jax.lax.{op}(..., {MESH_AXES}) inside shard_map: it reaches every device of every host")
 
 
 def _handed_axis(s: Script, call: ast.Call, axis: ast.AST) -> tuple[ast.AST, str, str, str]:
@@ -209,9 +230,15 @@ def with_mesh(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             for item in node.items:
                 expr = item.context_expr
                 if isinstance(expr, (ast.Name, ast.Attribute)) and is_mesh(s, expr):
+                    made = s.assigned.get(expr.id) if isinstance(expr, ast.Name) else None
+                    old = isinstance(made, ast.Call) and s.name(made.func).endswith("maps.Mesh")
                     yield (node, "with-mesh",
-                           f"`with {code_of(expr)}:` is deprecated (since jax 0.10.1)",
-                           f"with jax.set_mesh({code_of(expr)}):")
+                           f"`with {code_of(expr)}:` is deprecated (since jax 0.10.1)"
+                           + (": with a jax.experimental.maps.Mesh it also made pjit read each host's numpy batch as "
+                              "that host's part; jax.jit reads a numpy input as the whole global value" if old else ""),
+                           f"with jax.set_mesh({code_of(expr)}):"
+                           + (" on a mesh from jax.make_mesh, and global inputs made with "
+                              "jax.make_array_from_process_local_data" if old else ""))
                 elif isinstance(expr, ast.Call) and (s.name(expr.func) in MESH_MAKERS
                                                      or s.name(expr.func).endswith("maps.Mesh")):
                     yield (node, "with-mesh",
@@ -222,8 +249,8 @@ def with_mesh(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 def is_mesh(s: Script, expr: ast.AST) -> bool:
     value = s.assigned.get(expr.id) if isinstance(expr, ast.Name) else None
-    if isinstance(value, ast.Call):
-        return s.name(value.func) in MESH_MAKERS or is_name(s.name(value.func), "create_device_mesh")
+    if isinstance(value, ast.Call):  # jax.make_mesh, maps.Mesh, or a helper of the project (`get_jax_mp_mesh`)
+        return s.name(value.func) in MESH_MAKERS or "mesh" in s.name(value.func).rsplit(".", 1)[-1].lower()
     return "mesh" in code_of(expr).lower()
 
 
@@ -263,12 +290,28 @@ def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                            "no stacking: pass the host's rows as they are to jax.make_array_from_"
                            "process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows), "
                            "and JAX splits them over the devices")
-                else:
+                elif not _knows_the_global_batch(s) and "param" not in code_of(node).lower():
                     yield (inner, "local-batch",
                            "jax.local_device_count() sizes the batch per host: on several hosts "
                            "the batch a step trains on is process_count() times this number",
                            "choose the GLOBAL batch size; each host loads global_batch // "
                            "jax.process_count() rows of it")
+
+
+def _knows_the_global_batch(s: Script) -> bool:
+    """The script counts every host, so a product with jax.local_device_count() is meant as this host's share: it
+    calls jax.device_count() (its batch sizes are global ones divided), or it has no pmap and multiplies by
+    jax.process_count() (a pjit-era script that assembles the global batch from each host's). A pmap script that
+    multiplies by the process count still sizes pmap's stack per host, which its port replaces."""
+    pmap_era = any(True for _ in [*s.pmaps(), *s.nnx_pmaps()])
+    for call in s.calls:
+        name = s.name(call.func)
+        if is_name(name, "jax.device_count"):
+            return True
+        if not pmap_era and is_name(name, "jax.process_count") and isinstance(s.parent.get(call), ast.BinOp) \
+                and isinstance(s.parent[call].op, ast.Mult):
+            return True
+    return False
 
 
 def _counts_devices(s: Script, node: ast.AST, *, local_only: bool) -> bool:
@@ -466,6 +509,80 @@ def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "nothing: a P() array already is the value (read it on any host)")
 
 
-READS = {*_OLD_CALLS, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap
+def _copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """The project's own helpers that make or undo pmap's copies (`utils.get_first`, `bcast_local_devices`,
+    followed to their bodies in the script or its folder), a repeat or broadcast of `x[None]` over the local
+    devices, and a checkpointer of the project handed pmap's stacks."""
+    for call in s.calls:
+        kind = s.copy_helper(call)
+        short = s.name(call.func).rsplit(".", 1)[-1].lower()
+        if kind == "unreplicate" and ("save" in short or "checkpoint" in short):
+            yield (call, "jax-utils-replicate",
+                   f"{code_of(call.func)}(...) saves device 0's copy of pmap's stacks (its body takes x[0] and "
+                   "device_gets it); after the port the state is global arrays, split over the hosts when sharded, "
+                   "and [0] would take the first row of each",
+                   "save the global state on every host with an orbax.checkpoint.CheckpointManager (each host writes "
+                   "its shards), without [0]")
+        elif kind == "unreplicate":
+            yield (call, "jax-utils-replicate",
+                   f"{code_of(call.func)}(...) takes device 0's copy of pmap's per-device stacks (a project helper "
+                   "that is flax's unreplicate by hand: x[0] of each leaf); after the port each leaf is one global "
+                   "value, and [0] would take its first row",
+                   "nothing: a P() array already is the value (read it on any host; device_get it to print)")
+        elif kind == "replicate":
+            yield (call, "jax-utils-replicate",
+                   f"{code_of(call.func)}(...) copies one value to every local device (a project helper: "
+                   "device_put_sharded of len(devices) * [x], pmap's replicate): one value replicated, not a "
+                   "batch split",
+                   "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
+        elif _repeats_over_local_devices(s, call):
+            yield (call, "jax-utils-replicate",
+                   f"{code_of(call.func)}({code_of(call.args[0])}, ...) stacks a copy per local device by hand "
+                   "(pmap's replicate)",
+                   "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
+        elif _saves_stacks_out_of_view(s, call):
+            yield (call, "process-zero-save",
+                   f"{code_of(call.func)}(...) hands pmap's per-device stacks to the project's checkpointer, whose "
+                   "code is not in this folder: a pmap-era checkpointer takes copy [0] (device_get(x[0])) and "
+                   "writes on process 0 only; after the port the state is global arrays that every host must "
+                   "save its shards of",
+                   "an orbax.checkpoint.CheckpointManager called on every host with the global state (no [0]); "
+                   "Orbax lets process 0 write the shared metadata")
+
+
+def _repeats_over_local_devices(s: Script, call: ast.Call) -> bool:
+    """`jnp.repeat(x[None], n_local_devices, axis=0)` (or jnp.tile): copies per local device, by hand."""
+    return is_name(s.name(call.func), "repeat", "tile") and len(call.args) > 1 \
+        and s.name(call.func).startswith(("jax.numpy.", "numpy.")) \
+        and _counts_devices(s, call.args[1], local_only=True)
+
+
+def _saves_stacks_out_of_view(s: Script, call: ast.Call) -> bool:
+    """`self._checkpointer.maybe_save_checkpoint(self._state, ...)`: a save of the project's own (neither Flax's
+    nor Orbax's, and defined in no file the tool reads) handed a pmap output, in a pmap-era script."""
+    name = s.name(call.func)
+    short = name.rsplit(".", 1)[-1].lower()
+    if not ("save" in short and ("checkpoint" in short or "ckpt" in short)) or name.startswith(
+            ("flax.", "orbax", "jax.")) or s.copy_helper(call) is not None or isinstance(call.func, ast.Name):
+        return False
+    stacks = s.pmap_outputs() | _stack_attributes(s)
+    return any(isinstance(a, ast.Name) and a.id in stacks or isinstance(a, ast.Attribute) and code_of(a) in stacks
+               for a in [*call.args, *(k.value for k in call.keywords)])
+
+
+def _stack_attributes(s: Script) -> set[str]:
+    """`self._state` where the script assigns it the result of a pmapped function or method."""
+    pmaps = {*s.pmaps(), *s.nnx_pmaps()}
+    methods = {code_of(t) for node in ast.walk(s.tree) if isinstance(node, ast.Assign) and node.value in pmaps
+               for t in node.targets if isinstance(t, ast.Attribute)}
+    pmapped = s.pmapped_names()
+    return {code_of(n) for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call) and (code_of(node.value.func) in methods or isinstance(
+                node.value.func, ast.Name) and node.value.func.id in pmapped)
+            for t in node.targets for n in ([t] if isinstance(t, ast.Attribute) else getattr(t, "elts", []))
+            if isinstance(n, ast.Attribute)}
+
+
+READS = {*_OLD_CALLS, *_FLAX_COLLECTIVES, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap
 RULES = (_pmap, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
-         _device_only_spec, _process_zero, _copy_zero)
+         _device_only_spec, _process_zero, _copy_zero, _copy_helpers)

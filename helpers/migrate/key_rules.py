@@ -49,6 +49,22 @@ def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{MESH_AXES})): a different stream on every device of every host")
 
 
+def _key_per_device_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """A project helper named for a key per device (`utils.make_different_rng_key_on_all_devices(key)`), in a
+    script that uses pmap: a host-local stack of keys, one per local device, that pmap strips."""
+    if not any(True for _ in s.pmaps()):
+        return
+    for call in s.calls:
+        name = s.name(call.func)
+        short = name.rsplit(".", 1)[-1].lower()
+        if name and not name.startswith(("jax.", "flax.")) and re.search(r"rng|key", short) and "device" in short:
+            yield (call, "per-device-keys",
+                   f"{code_of(call.func)}(...) makes a key per local device (a project helper), the host-local stack "
+                   "of keys pmap strips; after the port the keys are one global value",
+                   "one key, and inside shard_map jax.random.fold_in(key, jax.lax.axis_index("
+                   f"{MESH_AXES})): a different stream on every device of every host")
+
+
 def _folds_in_the_host(s: Script, key: ast.AST, depth: int = 0) -> bool:
     """The key is made with jax.process_index() folded in (`fold_in(key, jax.process_index())`), through names."""
     for node in ast.walk(s.value(key)):
@@ -81,6 +97,8 @@ def _draws_from_a_passed_key(s: Script, call: ast.Call) -> bool:
 
 def _pmap_body_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for function in set(s.pmapped_functions()):
+        if _initialises(function):
+            continue  # under pmap an init draws the same parameters on every device, as a P() port must
         calls = [n for n in ast.walk(function) if isinstance(n, ast.Call)]
         if any(is_name(s.name(c.func), "jax.lax.axis_index") for c in calls) or _binds_keys_in_a_helper(s, function):
             continue
@@ -93,6 +111,12 @@ def _pmap_body_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "device draws the same numbers",
                    f"keep one key and fold each device's position into it: jax.random.fold_in(key, "
                    f"jax.lax.axis_index({MESH_AXES}))")
+
+
+def _initialises(function: ast.FunctionDef) -> bool:
+    """A function that makes the initial parameters (`model_init`, `init_state`): the same key on every device,
+    on purpose, so that every device draws the same parameters."""
+    return bool(re.search(r"(^|_)init", function.name.lower()))
 
 
 def _binds_keys_in_a_helper(s: Script, function: ast.FunctionDef) -> bool:
@@ -126,4 +150,4 @@ def _uses_of_per_device_keys(s: Script, function: ast.FunctionDef) -> list[ast.N
                    and isinstance(n.ctx, ast.Load)), key=lambda n: (n.lineno, n.col_offset))
 
 
-RULES = (_per_device_keys, _pmap_body_keys)
+RULES = (_per_device_keys, _pmap_body_keys, _key_per_device_helpers)

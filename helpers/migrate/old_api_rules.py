@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from helpers.migrate.script import MESH_AXES, Script, is_name
+from helpers.migrate.script import MESH_AXES, Script, code_of, is_name
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -17,12 +17,27 @@ LESSONS: dict[str, tuple[str, str]] = {
     "pjit": ("09", "The same computation with `jax.jit` and shardings"),
     "experimental-sharding-names": ("01", "`jax.make_mesh`"),
     "host-count": ("04", "pmap on several hosts"),
+    "removed-internals": ("04", "What pmap is in jax 0.12"),
 }
 _MOVED = {  # removed in jax 0.4.11 (deprecated in 0.4.1)
     "jax.experimental.PartitionSpec": "jax.sharding.PartitionSpec (jax.P)",
     "jax.experimental.pjit.PartitionSpec": "jax.sharding.PartitionSpec (jax.P)",
     "jax.experimental.pjit.NamedSharding": "jax.sharding.NamedSharding",
     "jax.experimental.maps.Mesh": "jax.make_mesh(shape, names) or jax.sharding.Mesh",
+    "jax.experimental.pjit.with_sharding_constraint": "jax.lax.with_sharding_constraint(x, NamedSharding(mesh, "
+                                                      "spec)); and pjit itself is jax.jit",
+}
+_GONE_FROM = {"jax.experimental.pjit.with_sharding_constraint": "jax 0.4.x (ImportError on jax 0.12: it moved "
+                                                                "to jax.lax)"}
+# JAX internals that pmap-era libraries imported: gone, so the import fails before any line runs
+_INTERNALS = {
+    "jax.interpreters.pxla.xla_pmap_p": "pmap's primitive, removed in jax 0.10 with pmap's own implementation "
+                                        "(pmap is jit of shard_map since 0.8)",
+    "jax.interpreters.pxla.xla_pmap": "pmap's primitive, removed in jax 0.10",
+    "jax.interpreters.pxla.PmapSharding": "PmapSharding, removed in jax 0.10",
+    "jax.sharding.PmapSharding": "PmapSharding, removed in jax 0.10",
+    "jax.interpreters.pxla.ShardedDeviceArray": "ShardedDeviceArray, removed with jax.Array (jax 0.4.1)",
+    "jax.interpreters.pxla.parallel_callable": "pmap's compile path, removed in jax 0.10",
 }
 _RENAMED = {"jax.host_count": "jax.process_count()", "jax.host_id": "jax.process_index()",
             "jax.host_ids": "range(jax.process_count())"}
@@ -35,9 +50,17 @@ _XLA_BRIDGE = {  # jax.lib.xla_bridge: not in jax 0.12 (ImportError, on the pinn
 
 def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for node, name, imported in s.used_names():
-        if name in _MOVED and imported:  # each use would repeat it: the import is what changes
-            yield (node, "experimental-sharding-names",
-                   f"{name} was removed in jax 0.4.11 (ImportError or AttributeError)", _MOVED[name])
+        if name in _MOVED and (imported or _module_attribute(s, node, name)):  # each use would repeat an
+            yield (node, "experimental-sharding-names",  # imported name: the import is what changes
+                   f"{name} was removed in {_GONE_FROM.get(name, 'jax 0.4.11 (ImportError or AttributeError)')}"
+                   + _hand_grid(s, node), _MOVED[name])
+        elif name in _INTERNALS and (imported or _module_attribute(s, node, name)):
+            yield (node, "removed-internals",
+                   f"{name}: {_INTERNALS[name]}; importing it raises ImportError or AttributeError on jax 0.12, "
+                   "so the script (or the library that imports it) breaks at import",
+                   "drop the internal: read pmap's work as jax.jit(jax.shard_map(...)) over a mesh (no primitive of "
+                   "its own to match), and use the public jax.sharding / jax.Array APIs; for a library, a release "
+                   "that no longer imports it")
         elif name.startswith("jax.lib.xla_bridge.") and name.rsplit(".", 1)[-1] in _XLA_BRIDGE and not imported:
             yield (node, "host-count",
                    f"{name}: jax.lib.xla_bridge is not in jax 0.12 (ImportError)", _XLA_BRIDGE[name.rsplit(".", 1)[-1]])
@@ -52,6 +75,24 @@ def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "jax 0.4.31 (ModuleNotFoundError)",
                    f"jax.shard_map(f, mesh=jax.make_mesh(..., {MESH_AXES}), in_specs=..., out_specs=...): "
                    "xmap's named axes become mesh axes, its axis resources the specs")
+
+
+def _module_attribute(s: Script, node: ast.AST, name: str) -> bool:
+    """`maps.Mesh(...)`: the name reached as an attribute of its module (the module was imported, not the name),
+    once a call or a read (the call's callee is not read twice)."""
+    return isinstance(node, (ast.Call, ast.Attribute)) and not (
+        isinstance(node, ast.Attribute) and isinstance(s.parent.get(node), ast.Call)) \
+        and "." in code_of(node.func if isinstance(node, ast.Call) else node)
+
+
+def _hand_grid(s: Script, node: ast.AST) -> str:
+    """What a mesh built from `np.asarray(jax.devices()).reshape(...)` adds: the device grid made by hand."""
+    devices = s.value(node.args[0]) if isinstance(node, ast.Call) and node.args else None
+    if isinstance(devices, ast.Call) and isinstance(devices.func, ast.Attribute) and devices.func.attr == "reshape" \
+            and any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.devices") for n in ast.walk(devices)):
+        return (f"; its devices, {code_of(devices)}, are a grid built by hand: jax.make_mesh(shape, names) builds "
+                "it (each host's devices together) and gives the axes their types")
+    return ""
 
 
 def pjit(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -69,5 +110,5 @@ def pjit(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                "rows) for each host's rows")
 
 
-READS = {*_MOVED, "jax.experimental.pjit.pjit"}  # and all of jax.experimental.maps (old_names)
+READS = {*_MOVED, *_INTERNALS, "jax.experimental.pjit.pjit"}  # and all of jax.experimental.maps (old_names)
 RULES = (old_names, pjit)

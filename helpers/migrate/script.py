@@ -112,6 +112,24 @@ def _assignments(tree: ast.AST) -> Iterator[tuple[str, ast.AST]]:
                 yield from ((t.id, v) for t, v in zip(target.elts, node.value.elts) if isinstance(t, ast.Name))
 
 
+def _returned_expressions(function: ast.AST) -> list[ast.AST]:
+    """What a function returns, and the values of the names it returns assigned in its own body (`x = f(); return
+    x`), nested functions left out: a helper whose result is the copy, not a long function that makes one."""
+    returns, assigned, todo = [], {}, list(ast.iter_child_nodes(function))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Return) and node.value is not None:
+            returns.append(node.value)
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                for name in (n for n in ast.walk(target) if isinstance(n, ast.Name)):
+                    assigned.setdefault(name.id, []).append(node.value)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo += ast.iter_child_nodes(node)
+    through = [v for r in returns for n in ast.walk(r) if isinstance(n, ast.Name) for v in assigned.get(n.id, [])]
+    return returns + through
+
+
 @dataclasses.dataclass(frozen=True)
 class Folder:
     """What the other files of a script's folder tell about it: the (function, position or keyword) they hand
@@ -119,6 +137,12 @@ class Folder:
 
     handed: frozenset[tuple[str, object]] = frozenset()
     pmap_axes: frozenset[str] = frozenset()
+    copies: frozenset[tuple[str, str]] = frozenset()  # (function, 'replicate' or 'unreplicate') they define
+
+
+# helpers that published pmap-era projects keep in files of their own (jaxline's utils, acme's, kfac's), by name
+KNOWN_COPIES = {"get_first": "unreplicate", "bcast_local_devices": "replicate",
+                "replicate_all_local_devices": "replicate", "replicate_on_devices": "replicate"}
 
 
 class Script:
@@ -143,9 +167,70 @@ class Script:
                           for axis in self.axis_names(pmap_axis(call))} | folder.pmap_axes
         self.mesh_axes = self._mesh_axes()
         self.gradients = Gradients(self, folder.handed)
+        self.folder = folder
+        self._own_copies = self.copies()
+        self._defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
     def name(self, node: ast.AST) -> str:
         return self.names.of(node)
+
+    def copies(self) -> dict[str, str]:
+        """The script's own functions that make or undo pmap's stack of copies: name -> 'replicate' (copy one
+        value to every local device) or 'unreplicate' (take copy [0] of each leaf)."""
+        found = {}
+        for function in (n for n in ast.walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            kind = self._copies_in(function)
+            if kind:
+                found[function.name] = kind
+        return found
+
+    def _copies_in(self, function: ast.AST) -> str | None:
+        """'unreplicate' for a body that indexes [0] into a parameter (`tree_map(lambda x: x[0], xs)`,
+        `device_get(x[0])`), 'replicate' for one that stacks copies (`device_put_sharded(len(devices) * [x],
+        devices)`, `device_put_replicated`, `jax_utils.replicate`, a repeat or broadcast_to over the local
+        device count); None for anything else."""
+        returned = _returned_expressions(function)
+        for node in (n for r in returned for n in ast.walk(r)):
+            if isinstance(node, ast.Call):
+                name = self.name(node.func)
+                if is_name(name, "device_put_sharded", "device_put_replicated", "flax.jax_utils.replicate"):
+                    return "replicate"
+                if is_name(name, "repeat", "broadcast_to", "tile") and any(
+                        isinstance(n, ast.Call) and is_name(self.name(n.func), "local_device_count", "local_devices")
+                        for a in node.args[1:] for n in ast.walk(a)):
+                    return "replicate"
+        def first(node: ast.AST, params: set[str]) -> bool:  # `x[0]` of a parameter
+            return any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in params
+                       and isinstance(n.slice, ast.Constant) and n.slice.value == 0 for n in ast.walk(node))
+
+        own = {a.arg for a in function.args.args}
+        for node in (n for r in returned for n in ast.walk(r)):
+            if isinstance(node, ast.Call) and self.is_tree_map(node) and node.args \
+                    and isinstance(node.args[0], ast.Lambda) \
+                    and first(node.args[0].body, {a.arg for a in node.args[0].args.args}):
+                return "unreplicate"  # jax.tree.map(lambda x: x[0], tree)
+            if isinstance(node, ast.Call) and is_name(self.name(node.func), "jax.device_get") and first(node, own):
+                return "unreplicate"  # jax.device_get(x[0])
+        return None
+
+    def copy_helper(self, call: ast.Call) -> str | None:
+        """What a call of a project helper does to pmap's copies: 'replicate', 'unreplicate' or None. Read from
+        the helper's body when the script or its folder defines it; else by the names published pmap-era projects
+        give them (`utils.get_first`, `bcast_local_devices`), in a script that uses pmap."""
+        name = self.name(call.func)
+        if name.startswith(("flax.", "jax.")) or not name:
+            return None
+        short = name.rsplit(".", 1)[-1]
+        if short in ("replicate", "unreplicate"):  # flax's own, or a `.replicate()` method: rules of their own
+            return None
+        if short in self._defined:  # the script's own function: the finding in its body says it, once; but a
+            own = self._own_copies.get(short)  # checkpoint helper's call is where the save is decided
+            return own if own and ("save" in short.lower() or "checkpoint" in short.lower()) else None
+        if short in dict(self.folder.copies):  # a function of another file of its folder
+            return dict(self.folder.copies)[short]
+        if short in KNOWN_COPIES and any(True for _ in [*self.pmaps(), *self.nnx_pmaps()]):
+            return KNOWN_COPIES[short]
+        return None
 
     def value(self, node: ast.AST | None) -> ast.AST | None:
         """What a name stands for where it is read (`AXIS = "batch"`): its last assignment before that line in
