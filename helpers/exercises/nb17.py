@@ -162,8 +162,8 @@ def to_global(model, mesh):
     hints=(
         "pmap took the leading axis of this host's Seen as this host's devices. On the mesh, that axis is "
         "this host's part of a global array whose rows go one per device of every host.",
-        "jax.make_array_from_process_local_data(NamedSharding(mesh, P(DATA)), local_rows) makes it; "
-        "model.seen.set_value(...) puts it in the model.",
+        "One jax function makes a global array from each host's part and a NamedSharding; a Variable's "
+        "set_value replaces the array it holds.",
     ),
 ))
 
