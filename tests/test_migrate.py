@@ -907,3 +907,68 @@ def test_the_benchmark_counts_a_both_outcomes_finding_as_right_for_a_trap_or_a_r
         assert (row["found"], row["wrong"], row["either"]) == (2, [], 1)
     (tmp_path / "s.labels").write_text("10 pmap\n")
     assert corpus.score(tmp_path / "s.py")["extra"] == [(7, "pmap-collective:either")]
+
+
+# ------------------------------------------------------------------ output a porter can use on a real codebase
+
+
+KEEPS_KEYS = ("import jax\nstep = jax.pmap(f, axis_name='i')\n"
+              "keys = jax.random.split(key, jax.local_device_count())  # migrate: ok\n"
+              "more = jax.random.split(key, jax.local_device_count())  # migrate: ok local-batch\n")
+PLAIN = re.sub(r"  # migrate: .*", "", KEEPS_KEYS)
+
+
+def test_a_line_marked_migrate_ok_is_acknowledged_for_every_rule_or_the_rules_it_names():
+    assert _rules(KEEPS_KEYS) == [(2, "pmap"), (4, "per-device-keys")]
+    assert _rules(KEEPS_KEYS.replace("ok local-batch", "ok per-device-keys")) == [(2, "pmap")]
+    marked = KEEPS_KEYS.replace("  # migrate: ok\n", "  # migrate: per-device-keys\n")  # --diff's mark: still open
+    assert (3, "per-device-keys") in _rules(marked)
+
+
+def test_a_port_that_keeps_findings_on_purpose_reaches_exit_0_with_marks_or_ignore(tmp_path):
+    script = tmp_path / "keeps.py"
+    script.write_text(KEEPS_KEYS)
+    assert _cli(script).returncode == 1
+    assert _cli(script, "--ignore", "pmap,per-device-keys").stdout == "nothing to change\n"
+    assert _cli(script, "--ignore", "pmap", "--ignore", "per-device-keys").returncode == 0
+    script.write_text(KEEPS_KEYS.replace("ok local-batch", "ok").replace("f, axis_name='i')", "f)  # migrate: ok"))
+    assert (_cli(script).returncode, _cli(script).stdout) == (0, "nothing to change\n")
+    wrong = _cli(script, "--ignore", "pmapp")
+    assert wrong.returncode == 2 and "no rule named pmapp" in wrong.stderr
+
+
+def test_the_short_form_is_one_line_a_finding_and_each_rule_once_with_its_section(tmp_path):
+    (tmp_path / "a.py").write_text(PLAIN)
+    full, short = _cli(tmp_path), _cli(tmp_path, "--format", "short")
+    assert short.returncode == full.returncode == 1
+    lines, rules = short.stdout.split("\n\n")
+    assert [line.split(": ")[1] for line in lines.splitlines()] == ["pmap", "per-device-keys", "per-device-keys"]
+    assert all(len(line) < 200 for line in lines.splitlines()) and "->" not in lines
+    assert rules.splitlines()[0].startswith("per-device-keys (2): notebook 06, section")
+    explained = _cli(tmp_path, "--format", "short", "--explain", "pmap").stdout.split("\n\n")[-1]
+    assert explained.strip() == full.stdout.splitlines()[0]  # the finding in full, behind --explain
+
+
+def test_json_output_gives_file_line_rule_section_and_advice_and_counts_for_ci(tmp_path):
+    (tmp_path / "a.py").write_text(PLAIN)
+    out = _cli(tmp_path / "a.py", "--format", "json")
+    assert out.returncode == 1
+    report = json.loads(out.stdout)
+    first = report["findings"][0]
+    assert {k: first[k] for k in ("line", "rule", "notebook")} == {"line": 2, "rule": "pmap", "notebook": "06"}
+    assert first["file"].endswith("a.py") and first["section"] == LESSONS["pmap"][1] and "shard_map" in first["advice"]
+    assert report["counts"] == {"per-device-keys": 2, "pmap": 1}
+    (tmp_path / "b.py").write_text("x = 1\n")
+    assert (json.loads(_cli(tmp_path / "b.py", "--format", "json").stdout), ) == ({"findings": [], "counts": {}},)
+
+
+def test_the_summary_counts_findings_per_rule(tmp_path):
+    (tmp_path / "a.py").write_text(PLAIN)
+    tail = _cli(tmp_path / "a.py", "--summary").stdout.split("\n\n")[-1].splitlines()
+    assert tail[0] == "findings per rule:" and tail[1].split()[:2] == ["per-device-keys", "2"]
+    assert tail[-1].strip() == "3 findings in 1 file"
+
+
+def test_help_documents_acknowledging_a_finding_and_the_formats():
+    shown = _cli("--help").stdout
+    assert "# migrate: ok" in shown and "--ignore" in shown and "--format" in shown and "json" in shown

@@ -2,12 +2,15 @@
 
     python -m helpers.migrate path/to/train.py          # or a notebook, or a folder of scripts
     python -m helpers.migrate --diff path/to/train.py   # and a suggested rewrite where it is safe
+    python -m helpers.migrate --format short --summary src/       # a codebase: a short line a finding, counts
+    python -m helpers.migrate --format json src/ > migrate.json   # for a CI job
 
 or `migrate("train.py")` in a notebook. The script is parsed with `ast`: it is never imported
 or run. Each finding is one line, `train.py:12: <what the line does on several hosts> -> <what
 to write instead> (notebook NN, section "...")`; the sections come from `LESSONS`, which a test
-checks against the notebooks' own headings. Exit status: 0 nothing to change, 1 findings, 2 a
-file that cannot be read.
+checks against the notebooks' own headings. A line kept on purpose ends with `# migrate: ok` (or
+`# migrate: ok RULE`), and `--ignore RULE` leaves a rule out. Exit status: 0 nothing to change
+(or every finding acknowledged), 1 findings, 2 a file that cannot be read.
 
 The package, one module a job:
   script     the learner's script as the rules read it (`Script`: its tree and imported names)

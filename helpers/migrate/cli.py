@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import argparse
 import ast
+import collections
 import difflib
 import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Iterator
 
-from helpers.migrate.findings import Finding, findings
+from helpers.migrate.findings import LESSONS, Finding, findings
 from helpers.migrate.rewriter import rewrite
 from helpers.migrate.script import Folder, Script
 
@@ -117,21 +119,80 @@ def _diff(path: Path, folder: Folder) -> str:
                                         f"{path}", f"{path} (suggested)"))
 
 
+def _short(finding: Finding, width: int = 100) -> str:
+    """One line: where, the rule, and the start of what the line does (up to its first ';' or `width`)."""
+    does = finding.does.split("; ")[0]
+    if len(does) > width:
+        does = does[:width].rsplit(" ", 1)[0] + " ..."
+    return f"{finding.path}:{finding.line}: {finding.rule}: {does}"
+
+
+def counts(found: list[Finding]) -> dict[str, int]:
+    """Findings per rule, the most first."""
+    return dict(collections.Counter(f.rule for f in found).most_common())
+
+
+def summary(found: list[Finding]) -> str:
+    """Findings per rule, one a line, with the section that teaches the fix; then the total."""
+    per_rule = [f"  {rule:28} {n:3}  {Finding('', 0, rule, '', '').lesson}" for rule, n in counts(found).items()]
+    files = len({f.path for f in found})
+    return "\n".join(["findings per rule:", *per_rule,
+                      f"  {len(found)} finding{'' if len(found) == 1 else 's'} in {files} file{'' if files == 1 else 's'}"])
+
+
+def as_json(found: list[Finding]) -> str:
+    """The findings for a CI job: file, line, rule, notebook, section, what the line does, the advice; and the
+    counts per rule."""
+    rows = [{"file": f.path, "line": f.line, "rule": f.rule, "notebook": LESSONS[f.rule][0],
+             "section": LESSONS[f.rule][1], "does": f.does, "advice": f.instead} for f in found]
+    return json.dumps({"findings": rows, "counts": counts(found)}, indent=1)
+
+
+_EPILOG = "\n\n".join([
+    textwrap.fill("Reads .py scripts, folders (every .py file under them, hidden folders and caches left out), "
+                  ".ipynb notebooks and jupytext MyST .md notebooks (cell by cell).", 100),
+    "A line you keep on purpose (a port that keeps the script's keys, say): end it with\n"
+    "  # migrate: ok                  every finding on that line is acknowledged\n"
+    "  # migrate: ok per-device-keys  only that rule's (several: comma-separated)\n"
+    + textwrap.fill("or leave a rule out everywhere with --ignore RULE. The `# migrate: RULE` marks that --diff "
+                    "leaves are still findings.", 100),
+    textwrap.fill("Exit status: 0 nothing to change, 1 findings, 2 a path that cannot be read (missing, not text, "
+                  "not valid Python, not a notebook, a folder with no .py file) or a RULE that does not exist. "
+                  "Acknowledged and ignored findings do not count: a port whose every finding is acknowledged "
+                  "exits 0.", 100)])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: the findings, one a line; exit 0 (none), 1 (some) or 2 (a bad path)."""
     parser = argparse.ArgumentParser(
         prog="python -m helpers.migrate",
         description="Say what the course teaches about each pmap-era line of your script "
                     "(read with ast, never run).",
-        epilog="Reads .py scripts, folders (every .py file under them, hidden folders and caches left out), "
-               ".ipynb notebooks and jupytext MyST .md notebooks (cell by cell). Exit status: 0 nothing to "
-               "change, 1 findings, 2 a path that cannot be read (missing, not text, not valid Python, "
-               "not a notebook, a folder with no .py file).")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_EPILOG)
     parser.add_argument("paths", nargs="+", metavar="PATH",
                         help="a .py script, a folder of scripts, a .ipynb notebook or a MyST .md notebook")
     parser.add_argument("--diff", action="store_true",
                         help="also print a suggested rewrite of what can be rewritten safely")
+    parser.add_argument("--format", choices=("full", "short", "json"), default="full",
+                        help="full: each finding with what the line does, what to write instead and the section "
+                             "(the default); short: one short line a finding, then each rule once with its count "
+                             "and section (--explain RULE for its findings in full); json: a JSON object "
+                             "{findings: [{file, line, rule, notebook, section, does, advice}], counts: {rule: n}} "
+                             "for a CI job")
+    parser.add_argument("--explain", action="append", default=[], metavar="RULE",
+                        help="print the findings of RULE in full (repeatable; 'all' for every rule), "
+                             "after the short form")
+    parser.add_argument("--ignore", action="append", default=[], metavar="RULE",
+                        help="leave out the findings of RULE (repeatable, or comma-separated)")
+    parser.add_argument("--summary", action="store_true", help="end with the number of findings per rule")
     opts = parser.parse_args(argv)
+    ignored = {r for arg in opts.ignore for r in arg.split(",") if r}
+    unknown = sorted((ignored | {r for r in opts.explain if r != "all"}) - set(LESSONS))
+    if unknown:
+        print(f"migrate: no rule named {', '.join(unknown)}; the rules: {', '.join(sorted(LESSONS))}",
+              file=sys.stderr)
+        return 2
     found: list[Finding] = []
     try:
         for path in opts.paths:
@@ -139,7 +200,21 @@ def main(argv: list[str] | None = None) -> int:
     except MigrateError as error:
         print(f"migrate: {error}", file=sys.stderr)
         return 2
-    print("\n".join(map(str, found)) if found else "nothing to change")
+    found = [f for f in found if f.rule not in ignored]
+    if opts.format == "json":
+        print(as_json(found))
+        return 1 if found else 0
+    if opts.format == "short" and found:
+        print("\n".join(map(_short, found)))
+        print("\n" + "\n".join(f"{rule} ({n}): {Finding('', 0, rule, '', '').lesson}; --explain {rule} says "
+                                "what to write" for rule, n in counts(found).items()))
+    else:
+        print("\n".join(map(str, found)) if found else "nothing to change")
+    explained = [f for f in found if f.rule in opts.explain or "all" in opts.explain]
+    if explained and opts.format == "short":
+        print("\n" + "\n".join(map(str, explained)))
+    if opts.summary and found:
+        print("\n" + summary(found))
     if opts.diff:
         diffs = []
         for path in map(Path, opts.paths):

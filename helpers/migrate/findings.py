@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 
 from helpers.migrate import (data_rules, flax_rules, host_read_rules, jax_rules, key_rules, nnx_rules, old_api_rules,
                              unread)
@@ -52,4 +53,20 @@ def findings(source: str, path: str = "<script>", *, first_line: int = 1,
             does, instead = unread.not_read(name)
             found[(node.lineno, "not-read", does)] = Finding(path, node.lineno + first_line - 1, "not-read",
                                                              does, instead)
-    return sorted(found.values(), key=lambda f: (f.line, f.rule, f.does))
+    lines = source.splitlines()
+    return sorted((f for (at, _, _), f in found.items() if not acknowledged(lines[at - 1] if at <= len(lines) else "",
+                                                                            f.rule)),
+                  key=lambda f: (f.line, f.rule, f.does))
+
+
+_OK = re.compile(r"#\s*migrate:\s*ok\b(?P<rules>[^#]*)")
+
+
+def acknowledged(line: str, rule: str) -> bool:
+    """The porter kept this line on purpose: `# migrate: ok` on it (every finding of the line), or `# migrate: ok
+    RULE[, RULE]` (those rules only). The marks `--diff` leaves (`# migrate: RULE`) are no acknowledgement."""
+    mark = _OK.search(line)
+    if mark is None:
+        return False
+    named = {r for r in re.split(r"[\s,]+", mark.group("rules")) if r}
+    return not named or rule in named
