@@ -537,3 +537,13 @@ def test_pmaps_axis_name_under_shard_map_is_named_with_the_mesh_axes(collective,
         core.call_learner(fn, x)
     assert str(raised.value) == core.axis_message("batch", ("host", "device"))
     assert str(raised.value).startswith("the mesh has no axis 'batch': its axes are ('host', 'device'). ")
+
+
+@pytest.mark.parametrize("specs", ["in_specs=P('batch'), out_specs=P(DATA)", "in_specs=P(DATA), out_specs=P('batch')"])
+def test_pmaps_axis_name_in_a_spec_is_named_with_the_mesh_axes(specs):
+    mesh = jax.make_mesh((2, 4), ("host", "device"))
+    x = jax.device_put(jax.numpy.ones((16, 3)), jax.NamedSharding(mesh, jax.P(("host", "device"))))
+    fn = eval(f"jax.jit(jax.shard_map(lambda b: b, mesh=mesh, {specs}))",
+              {"jax": jax, "mesh": mesh, "P": jax.P, "DATA": ("host", "device")})
+    with pytest.raises(core.Mistake, match="^the mesh has no axis 'batch': its axes are \\('host', 'device'\\)"):
+        core.call_learner(fn, x)

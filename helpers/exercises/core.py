@@ -281,7 +281,7 @@ def guarded(fn: Callable, *args: Any) -> Any:
 
 
 NO_AXIS = "the mesh has no axis "  # how a verdict about an axis name the mesh lacks starts
-_UNBOUND = re.compile(r"unbound axis name: (\w+)")
+_UNBOUND = re.compile(r"unbound axis name: (\w+)|(?:in|out)_specs refers to '(\w+)'")  # NameError; a spec's
 _COLLECTIVES = ("jax/_src/lax/parallel.py", "jax/_src/core.py")  # where JAX binds a collective's axis names
 
 
@@ -300,7 +300,7 @@ def no_such_axis(error: BaseException, axes: tuple[str, ...] | None = None) -> s
 
     On jax 0.12 such a collective raises a bare AssertionError under check_vma (psum, pmean, pmax,
     ppermute), a NameError 'unbound axis name: batch' otherwise (all_gather, axis_index, check_vma
-    off), a ValueError for a tuple of names: the name is read from JAX's frames (kept by
+    off), a ValueError for a tuple of names or a spec's name: the name is read from JAX's frames (kept by
     `jax_frames_kept`), the mesh from the innermost frame of shard_map that holds it, else `axes`.
     """
     frames = []
@@ -316,7 +316,7 @@ def no_such_axis(error: BaseException, axes: tuple[str, ...] | None = None) -> s
         if mesh_axes is None and isinstance(getattr(local.get("mesh"), "axis_names", None), tuple):
             mesh_axes = tuple(local["mesh"].axis_names)
     if named is None and (found := _UNBOUND.search(str(error))):
-        named = (found.group(1),)
+        named = (found.group(1) or found.group(2),)
     mesh_axes = mesh_axes or (tuple(axes) if axes else None)
     unknown = [a for a in named or () if mesh_axes and a not in mesh_axes]
     return axis_message(unknown[0], mesh_axes) if unknown else None
@@ -324,7 +324,7 @@ def no_such_axis(error: BaseException, axes: tuple[str, ...] | None = None) -> s
 
 def axis_message(name: str, axes: tuple[str, ...]) -> str:
     """The verdict on a collective over `name`, an axis the mesh (its `axes`) lacks."""
-    return (f"{NO_AXIS}{name!r}: its axes are {tuple(axes)}. Name the mesh's axes in your collectives "
+    return (f"{NO_AXIS}{name!r}: its axes are {tuple(axes)}. Name the mesh's axes in your specs and collectives "
             "(pmap's axis_name does not exist under shard_map)")
 
 
