@@ -5,7 +5,8 @@ does, and runs a first step: a jitted sum over every device (an all-reduce acros
 Host 1 is still reading for --slow seconds after Orbax's restore returns (the rest of its state:
 a big shard, its loader's position from a slow bucket). With --barrier,
 every host waits at multihost_utils.sync_global_devices("restored") right after its restore,
-before the first step. Each host prints how long it spent where:
+before the first step. --heartbeat S joins with JAX's heartbeat_timeout_seconds=S (the course's
+initialize() keeps JAX's 100). Each host prints how long it spent where:
 
     python -m helpers.launch --hosts 2 --devices-per-host 2 notebooks/scripts/slow_restore.py \
         --ckpt-dir /tmp/slow --slow 3 --barrier
@@ -20,8 +21,16 @@ parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--ckpt-dir", required=True)
 parser.add_argument("--slow", type=float, default=3.0, help="host 1's extra restore time, seconds")
 parser.add_argument("--barrier", action="store_true", help="every host waits for all after its restore")
+parser.add_argument("--heartbeat", type=int, help="JAX's heartbeat_timeout_seconds (default: JAX's)")
 args = parser.parse_args()
-initialize()
+if args.heartbeat is None:
+    initialize()
+else:  # the course launcher's address and process numbers, with a heartbeat timeout of our own
+    import jax
+
+    address = os.environ["JAX_COORDINATOR_ADDRESS"]
+    jax.distributed.initialize(address, int(os.environ["JAX_NUM_PROCESSES"]), int(os.environ["JAX_PROCESS_ID"]),
+                               coordinator_bind_address=address, heartbeat_timeout_seconds=args.heartbeat)
 
 import jax
 import jax.numpy as jnp
