@@ -67,6 +67,9 @@ CASES = {
          "with open('log.txt') as log:\n    pass\n"),
     ],
     "local-batch": [
+        ("import jax\ndef stack(x, n):\n    return x.reshape((n, -1) + x.shape[1:])\n"  # a helper of the script,
+         "n_dev = jax.local_device_count() if use_pmap else 1\nx = stack(rows, n_dev)\n", 5,  # handed the count
+         "import jax\ndef stack(x, n):\n    return x.reshape((n, -1) + x.shape[1:])\nx = stack(rows, 4)\n"),
         ("import jax\nbatch_size = 32 * jax.local_device_count()\n", 2,
          "import jax\nprint(jax.local_device_count(), 'devices')\n"),
         ("import jax\nx = x.reshape(jax.local_device_count(), -1, 4)\n", 2, "import jax\nx = x.reshape(-1, 4)\n"),
@@ -110,6 +113,8 @@ CASES = {
          MESH + "step = jax.shard_map(f, mesh=mesh, in_specs=P('device'), out_specs=P())\n"),
     ],
     "process-zero-collective": [
+        ("import jax\nif jax.process_index() == 0:\n    p = jax.device_get(state.params)\n", 3,
+         "import jax\nif jax.process_index() == 0:\n    step = jax.device_get(state.step).item()\n"),  # a scalar
         ("import jax\nfrom jax.experimental import multihost_utils\nif jax.process_index() == 0:\n"
          "    every = multihost_utils.process_allgather(loss)\n", 4,
          "import jax\nif jax.process_index() == 0:\n    print(loss)\n"),
@@ -232,6 +237,8 @@ CASES = {
         ("from jax.lib import xla_bridge\nn = xla_bridge.device_count()\n", 2, "import jax\nn = jax.device_count()\n"),
     ],
     "shared-shuffle": [
+        ("import jax\nstep = jax.pmap(f)\nds = load('train').map(prep).shuffle(10_000, seed=0)\n", 3,
+         "import jax\nstep = jax.pmap(f)\nds = load('train').map(prep).shuffle(10_000)\n"),  # unseeded: not shared
         ("import jax\nstep = jax.pmap(f, axis_name='b')\ndef loader(rng, data, bs):\n"
          "    perm = jax.random.permutation(rng, len(data))\n    return data[perm[:bs]]\n", 4,
          "import jax\nstep = jax.pmap(f, axis_name='b')\ndef loader(rng, data, bs):\n"

@@ -47,12 +47,21 @@ def shared_shuffle(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         shuffles = is_name(name, *_SHUFFLES) or (
             isinstance(call.func, ast.Attribute) and call.func.attr in ("permutation", "shuffle")
             and not name.startswith("jax.random."))
-        if shuffles and not _reads_host_number(s, s.enclosing_function(call)):
+        if shuffles and not _reads_host_number(s, s.enclosing_function(call)) and not _unseeded(s, call):
             yield (call, "shared-shuffle",
                    f"{code_of(call.func)}(...) shuffles with a key or seed every host shares, and this loader "
                    "never reads jax.process_index(): every host reads the same rows",
                    "keep the shared shuffle (the same order on every host) and let each host take its own "
                    "part of each global batch: rows [process_index() * per_host, ...) of it")
+
+
+def _unseeded(s: Script, call: ast.Call) -> bool:
+    """`ds.map(f).shuffle(10_000)`: a dataset's shuffle of a buffer size with no seed, a different order on each host
+    (not a shuffle every host shares); numpy's and jax.random's always take the array or key they shuffle."""
+    if is_name(s.name(call.func), *_SHUFFLES) or getattr(call.func, "attr", "") != "shuffle" \
+            or any(k.arg == "seed" for k in call.keywords) or len(call.args) != 1:
+        return False
+    return isinstance(call.args[0], ast.Constant) or isinstance(getattr(call.func, "value", None), ast.Call)
 
 
 def _only_counted_with(s: Script, product: ast.BinOp) -> bool:

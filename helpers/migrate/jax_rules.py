@@ -298,6 +298,41 @@ def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                            "jax.process_count() rows of it")
 
 
+def _stacks_in_a_helper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`shard_batch(x, num_devices)` with `num_devices = jax.local_device_count()`: a function of the script that
+    reshapes its argument to a leading axis of the count it is handed (`x.reshape((n, -1) + x.shape[1:])`)."""
+    defs = {f.name: f for f in ast.walk(s.tree) if isinstance(f, ast.FunctionDef)}
+    for call in s.calls:
+        function = defs.get(call.func.id) if isinstance(call.func, ast.Name) else None
+        if function is None:
+            continue
+        params = [a.arg for a in function.args.args]
+        counted = {params[i] for i, a in enumerate(call.args[:len(params)]) if any(
+            _counts_devices(s, side, local_only=True) for side in _either_side(s.value(a)))}
+        if counted and any(_leading(r, counted) for r in ast.walk(function) if isinstance(r, ast.Call)
+                           and isinstance(r.func, ast.Attribute) and r.func.attr == "reshape"):
+            yield (call, "local-batch",
+                   f"{code_of(call)} reshapes this host's rows to a leading axis of jax.local_device_count() "
+                   f"({function.name} stacks one slice per local device), the leading axis pmap strips",
+                   "no stacking: pass the host's rows as they are to jax.make_array_from_process_local_data("
+                   f"NamedSharding(mesh, P({MESH_AXES})), rows), and JAX splits them over the devices")
+
+
+def _either_side(node: ast.AST) -> list[ast.AST]:
+    """Both values of `jax.local_device_count() if use_pmap else 1`; the node itself otherwise."""
+    return [node.body, node.orelse] if isinstance(node, ast.IfExp) else [node]
+
+
+def _leading(reshape: ast.Call, names: set[str]) -> bool:
+    """`x.reshape(n, ...)`, `x.reshape((n, -1) + x.shape[1:])`: the first axis is one of `names`."""
+    first = reshape.args[0] if reshape.args else None
+    while isinstance(first, ast.BinOp):
+        first = first.left
+    if isinstance(first, (ast.Tuple, ast.List)) and first.elts:
+        first = first.elts[0]
+    return isinstance(first, ast.Name) and first.id in names
+
+
 def _knows_the_global_batch(s: Script) -> bool:
     """The script counts every host, so a product with jax.local_device_count() is meant as this host's share: it
     calls jax.device_count() (its batch sizes are global ones divided), or it has no pmap and multiplies by
@@ -405,6 +440,8 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                        "arrays is saved by every process (each writes its own shards), so process 0 "
                        "waits for hosts that never call it",
                        "call the save on every host; Orbax lets process 0 write the shared metadata")
+            elif is_name(name, "jax.device_get") and _scalar(s, inner):
+                continue  # `jax.device_get(state.step).item()`: a scalar, P() after the port, whole on every host
             elif is_name(name, "jax.device_get"):
                 yield (inner, "process-zero-collective",
                        f"{code_of(inner.func)}(...) runs on process 0 only: harmless on this host's own pmap "
@@ -425,6 +462,14 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                        "every host, and host 0 waits for hosts that never join it",
                        "compute it on every host, outside the if (or in the step, returned with out_specs "
                        "P()); keep only the print or the write under it")
+
+
+def _scalar(s: Script, call: ast.Call) -> bool:
+    """The call's result is read as one number at once: `.item()` of it, or float() / int() around it."""
+    holder = s.parent.get(call)
+    if isinstance(holder, ast.Attribute) and holder.attr == "item":
+        return True
+    return isinstance(holder, ast.Call) and isinstance(holder.func, ast.Name) and holder.func.id in ("float", "int")
 
 
 _REDUCTIONS = {"mean", "sum", "max", "min", "std", "var", "prod", "argmax", "argmin", "all", "any"}
@@ -585,4 +630,4 @@ def _stack_attributes(s: Script) -> set[str]:
 
 READS = {*_OLD_CALLS, *_FLAX_COLLECTIVES, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap
 RULES = (_pmap, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
-         _device_only_spec, _process_zero, _copy_zero, _copy_helpers)
+         _device_only_spec, _process_zero, _copy_zero, _copy_helpers, _stacks_in_a_helper)
