@@ -869,7 +869,9 @@ def test_local_device_count_is_no_per_host_batch_where_the_script_counts_every_h
     assert _rules(per_host + "per_step = per_node * jax.process_count()\n") == []  # no pmap: a global batch made
     pmap_stack = per_host + "per_step = per_node * jax.process_count()\nstep = jax.pmap(f)\n"
     assert (2, "local-batch") in _rules(pmap_stack)  # pmap's per-host stack, which the port replaces
-    assert _rules(per_host + "total = jax.device_count()\n") == []
+    per_device = "import jax\nper_device = host_batch // jax.local_device_count()\n"
+    assert (2, "local-batch") in _rules(per_device)
+    assert _rules(per_device + "total = jax.device_count()\n") == []  # the script's batches are global ones
     assert _rules("import jax\nprint(num_params / jax.local_device_count())\n") == []
 
 

@@ -290,7 +290,7 @@ def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                            "no stacking: pass the host's rows as they are to jax.make_array_from_"
                            "process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows), "
                            "and JAX splits them over the devices")
-                elif not _knows_the_global_batch(s) and "param" not in code_of(node).lower():
+                elif not _knows_the_global_batch(s, node) and "param" not in code_of(node).lower():
                     yield (inner, "local-batch",
                            "jax.local_device_count() sizes the batch per host: on several hosts "
                            "the batch a step trains on is process_count() times this number",
@@ -333,15 +333,17 @@ def _leading(reshape: ast.Call, names: set[str]) -> bool:
     return isinstance(first, ast.Name) and first.id in names
 
 
-def _knows_the_global_batch(s: Script) -> bool:
-    """The script counts every host, so a product with jax.local_device_count() is meant as this host's share: it
-    calls jax.device_count() (its batch sizes are global ones divided), or it has no pmap and multiplies by
-    jax.process_count() (a pjit-era script that assembles the global batch from each host's). A pmap script that
-    multiplies by the process count still sizes pmap's stack per host, which its port replaces."""
+def _knows_the_global_batch(s: Script, sized: ast.AST) -> bool:
+    """The script counts every host, so `sized` (a product or quotient with jax.local_device_count()) is meant as
+    this host's share: a quotient in a script that calls jax.device_count() (its global batch divided per device
+    elsewhere, this a host's batch divided per local device), or anything in a script with no pmap that multiplies
+    by jax.process_count() (a pjit-era script that assembles the global batch from each host's). A pmap script
+    that multiplies by the process count still sizes pmap's stack per host, which its port replaces."""
     pmap_era = any(True for _ in [*s.pmaps(), *s.nnx_pmaps()])
+    divides = isinstance(sized, ast.BinOp) and isinstance(sized.op, (ast.Div, ast.FloorDiv))
     for call in s.calls:
         name = s.name(call.func)
-        if is_name(name, "jax.device_count"):
+        if divides and is_name(name, "jax.device_count"):
             return True
         if not pmap_era and is_name(name, "jax.process_count") and isinstance(s.parent.get(call), ast.BinOp) \
                 and isinstance(s.parent[call].op, ast.Mult):
