@@ -20,8 +20,9 @@ DATA = ("host", "device")
 
 
 def way_one(mesh, body=step_body, splits=None, place_keys=lambda keys: keys, check_vma=False):
-    """step(model, x, y) -> (loss, kept): `body` on every device as nnx.pmap ran it, with the dropout keys
-    split `splits` ways (every device of the mesh by default) and laid out by `place_keys`. `check_vma`
+    """step(model, x, y) -> (loss, kept): `body` on every device as nnx.pmap ran it, its dropout keys split
+    `splits` ways (every device of the mesh by default) and laid out by `place_keys`. `model` may be a tuple
+    of modules, (model, optimizer) say: all but Seen and the keys goes to every device whole. `check_vma`
     stays off, as pmap ran it: the body averages its gradients itself."""
     def on_device(graphdef, seen, keys, rest, x, y):  # this device's blocks: Seen f32[1, 2], key [1], x f32[1, 2, 4]
         first = partial(jax.tree.map, lambda a: a[0])
