@@ -173,9 +173,12 @@ def render(results) -> str:
 def _tally(scored: list[dict]) -> str:
     labelled, found = sum(r["labelled"] for r in scored), sum(r["found"] for r in scored)
     extra = sum(len(r["extra"]) for r in scored)
+    either = sum(r.get("either", 0) for r in scored)
     return (f"{found} of {labelled} labelled lines found ({found / labelled:.0%}), "
             f"{sum(len(r['wrong']) for r in scored)} with wrong advice, "
-            f"{extra} finding{'' if extra == 1 else 's'} on lines not labelled so")
+            f"{extra} finding{'' if extra == 1 else 's'} on lines not labelled so"
+            + (f", {either} both-outcomes finding{'' if either == 1 else 's'} (if a gradient, the trap; otherwise a "
+               "rename: right for either label)" if either else ""))
 
 
 def _unseen(row: dict, before: list[str]) -> dict | None:

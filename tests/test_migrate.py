@@ -916,6 +916,7 @@ def test_the_benchmark_counts_a_both_outcomes_finding_as_right_for_a_trap_or_a_r
         assert (row["found"], row["wrong"], row["either"]) == (2, [], 1)
     (tmp_path / "s.labels").write_text("10 pmap\n")
     assert corpus.score(tmp_path / "s.py")["extra"] == [(7, "pmap-collective:either")]
+    assert "1 both-outcomes finding (if a gradient" in corpus._tally([corpus.score(tmp_path / "s.py")])
 
 
 # ------------------------------------------------------------------ output a porter can use on a real codebase
