@@ -223,8 +223,8 @@ register(ProcessExercise(
     },
     errors=(
         ErrorRule(lambda text: "can only accept axis_name" in text, example=_ROWS_ON_DEVICE_REFUSED,
-                  say=f"{_ON_DEVICE}, and JAX refused your pmean over DATA of a loss that does not vary over "
-                      f"'host'. {_ON_DEVICE_FIX}"),
+                  say=f"{_ON_DEVICE}, and refused your pmean over DATA of a loss that does not vary over 'host'. "
+                      f"{_ON_DEVICE_FIX}"),
         ErrorRule(lambda text: text.startswith("IndivisibleError"), example=_OWN_MESH, say=_own_mesh),
         ErrorRule(lambda text: "corresponds to in_specs" in text or "does not match the specs" in text,
                   example=_ROWS_NOT_IN_SPECS, say=_not_in_specs),
