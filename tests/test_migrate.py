@@ -299,6 +299,8 @@ CASES = {
          "    return net.init(k, x)\n"),
     ],
     "numpy-of-global": [
+        ("import jax\nstep = jax.pmap(f)\nemb, state = step(params, batch)\nemb = emb.reshape((-1, 128))\n", 4,
+         "import jax\nstep = jax.pmap(f)\nemb, state = step(params, batch)\nemb = emb.reshape((8, 16, 128))\n"),
         ("import jax\nimport numpy as np\npredict = jax.pmap(f)\nout = predict(params, x)\n"
          "best = np.argmax(out, -1)\n", 5,
          "import jax\nimport numpy as np\npredict = jax.pmap(f)\nbest = np.argmax(labels, -1)\n"),
@@ -321,6 +323,11 @@ CASES = {
          5, "import jax\nadd = jax.pmap(lambda v: jax.lax.psum(v, 'p'), 'p')\n"),
     ],
     "per-device-state": [
+        ("import jax\nimport flax\n@jax.pmap\ndef step(model, state, x):\n"  # old Flax's stateful BatchNorm
+         "    with flax.nn.stateful(state) as new_state:\n        y = model(x)\n    return y, new_state\n", 7,
+         "import jax\nimport flax\nfrom jax import lax\n@jax.pmap\ndef step(model, state, x):\n"
+         "    with flax.nn.stateful(state) as new_state:\n        y = model(x)\n"
+         "    new_state = lax.pmean(new_state, 'batch')\n    return y, new_state\n"),
         ("import jax\ndef step(state, x):\n    stats = apply(state, x, mutable=['batch_stats'])\n"
          "    return state.replace(batch_stats=stats['batch_stats'])\np = jax.pmap(step, 'b')\n", 4,
          "import jax\ndef step(state, x):\n    stats = apply(state, x, mutable=['batch_stats'])\n"

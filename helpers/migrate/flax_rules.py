@@ -110,5 +110,30 @@ def per_device_state(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                        "batch's, one value already (and the pmap that synced them goes)")
 
 
+def stateful_state(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """A pmapped step of old Flax (`with flax.nn.stateful(state) as new_state:`) that returns the new state with no
+    collective over it: each device's own BatchNorm statistics, which a P() state cannot hold."""
+    for function in set(s.pmapped_functions()):
+        bound = {item.optional_vars.id for node in ast.walk(function) if isinstance(node, ast.With)
+                 for item in node.items if isinstance(item.context_expr, ast.Call)
+                 and is_name(s.name(item.context_expr.func), "flax.nn.stateful")
+                 and isinstance(item.optional_vars, ast.Name)}
+        averaged = {t.id for node in ast.walk(function) if isinstance(node, ast.Assign)
+                    and isinstance(node.value, ast.Call)
+                    and s.name(node.value.func).rsplit(".", 1)[-1] in ("pmean", "psum")
+                    for t in node.targets if isinstance(t, ast.Name)}
+        for ret in (n for n in ast.walk(function) if isinstance(n, ast.Return) and n.value is not None
+                    and s.enclosing_function(n) is function):
+            kept = sorted({n.id for n in ast.walk(ret.value) if isinstance(n, ast.Name)} & bound - averaged)
+            if kept:
+                yield (ret, "per-device-state",
+                       f"returns {', '.join(kept)}, the state flax.nn.stateful collected on each device (BatchNorm "
+                       "statistics of this device's rows), with no collective over it: under pmap every device kept "
+                       "its own; after the port the state is one P() value, which statistics that differ per device "
+                       "cannot be",
+                       f"in shard_map, average it before returning: jax.lax.pmean({kept[0]}, {MESH_AXES}); under "
+                       "jax.jit on the global batch BatchNorm's statistics are the global batch's, one value already")
+
+
 READS = {*_CALLS, "flax.jax_utils.replicate", "flax.jax_utils.unreplicate"}
-RULES = (flax_calls, replicate_method, flax_checkpoints, per_device_state)
+RULES = (flax_calls, replicate_method, flax_checkpoints, per_device_state, stateful_state)

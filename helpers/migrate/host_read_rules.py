@@ -66,4 +66,27 @@ def numpy_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "reads as it is")
 
 
-RULES = (pmap_over_hosts, numpy_of_global)
+def _flattens_devices(call: ast.Call) -> bool:
+    """`out.reshape((-1, d))` or `out.reshape(-1, d)`: the leading (device) axes merged into rows."""
+    first = call.args[0] if call.args else None
+    if isinstance(first, ast.Tuple) and first.elts:
+        first = first.elts[0]
+    return isinstance(first, ast.UnaryOp) and isinstance(first.op, ast.USub) and isinstance(first.operand, ast.Constant)
+
+
+def host_rows_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`emb = emb.reshape((-1, d))` of a pmap output: its per-device stack merged into this host's rows, which the
+    host then indexes with its own (host-local) positions."""
+    outputs = _pmap_outputs_by_scope(s)
+    for call in s.calls:
+        owner = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "reshape" else None
+        if isinstance(owner, ast.Name) and (s.enclosing_function(call), owner.id) in outputs and _flattens_devices(call):
+            yield (call, "numpy-of-global",
+                   f"{code_of(call)} merges pmap's per-device stack into this host's rows; after the port the output "
+                   "is one global array over every host's rows, so this host's positions (a permutation, an index) "
+                   "no longer pick its own rows",
+                   "this host's rows: jax.experimental.multihost_utils.global_array_to_host_local_array(out, mesh, "
+                   f"P({MESH_AXES})); or keep the computation global and index with global positions")
+
+
+RULES = (pmap_over_hosts, numpy_of_global, host_rows_of_global)
