@@ -6,7 +6,7 @@ import re
 import numpy as np
 from jax.sharding import AxisType
 
-from helpers.exercises.core import Kernel, Mistake, describe, register
+from helpers.exercises.core import Kernel, Mistake, axis_message, describe, register
 from helpers.exercises.kinds import ProgramExercise
 from helpers.exercises.processes import ProcessExercise
 from helpers.exercises.rules import ErrorRule, OutputRule
@@ -273,6 +273,7 @@ register(ProgramExercise(
             f"the {case.devices} devices, and step_body's pmean of it keeps the sum: each step is "
             f"{case.devices} x too large (the gradient trap, notebook 06). step_body is pmap's body: run it "
             "as pmap did, check_vma=False"),
+        _step(axis="'batch'"): axis_message("batch", DATA),
         _step(seen="P('device')"): (
             "Seen's spec names 'device' alone, so each host's devices got the same rows of Seen: its rows are "
             "one per device of every host, P(DATA)"),
@@ -375,6 +376,7 @@ def make_norm(rngs):
             "use_running_average=True normalises with the stored statistics and never updates them: the running "
             "mean is still 0 after a training step. Leave it False for training (model.eval() sets it for "
             "evaluation)",
+        "def make_norm(rngs):\n    return nnx.BatchNorm(3, axis_name='batch', rngs=rngs)\n": axis_message("batch", DATA),
     },
     otherwise="the running statistics after one step should be the global batch's: nnx.BatchNorm(3, "
               "axis_name=..., rngs=rngs) with the mesh axes",
