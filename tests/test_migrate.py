@@ -697,6 +697,41 @@ def test_a_gradient_transform_bound_first_gives_gradients_where_its_has_aux_puts
     assert "renaming the axis is not enough" in last and "names pmap's axis, which" in value
 
 
+DECORATED = """from functools import partial
+import jax
+
+
+@jax.jit
+@jax.value_and_grad
+def train_forward(params, src, labels):
+    return ((params * src - labels) ** 2).mean()
+
+
+@partial(jax.grad, has_aux=True)
+def grads_and_aux(params, src):
+    return (params * src).sum(), src
+
+
+@partial(jax.pmap, axis_name='n_devices')
+def train_step(params, src, labels):
+    loss, grads = train_forward(params, src, labels)
+    grads = jax.lax.pmean(grads, axis_name='n_devices')
+    loss = jax.lax.pmean(loss, axis_name='n_devices')
+    g2, aux = grads_and_aux(params, src)
+    g2 = jax.lax.pmean(g2, 'n_devices')
+    aux = jax.lax.pmean(aux, 'n_devices')
+    return params - grads - g2, loss, aux
+"""
+
+
+def test_a_function_decorated_with_a_gradient_transform_gives_gradients_where_the_transform_puts_them():
+    """@jax.value_and_grad (under @jax.jit) gives (loss, gradients); @partial(jax.grad, has_aux=True) gives
+    (gradients, aux): a published trainer's pmean of such gradients was told to rename (held-out set 3)."""
+    assert [_kind(DECORATED, line) for line in (19, 20, 22, 23)] == ["trap", "rename", "trap", "rename"]
+    plain = DECORATED.replace("@jax.value_and_grad\n", "").replace("@partial(jax.grad, has_aux=True)\n", "")
+    assert _kind(plain, 17) == "rename"  # no transform: what train_forward returns is no gradient
+
+
 def test_a_psum_of_gradients_of_a_loss_divided_by_the_device_count_is_the_trap():
     source = ("import jax\n\n\ndef train_step(params, batch):\n    def loss_fn(p):\n"
               "        return compute(p, batch) / jax.device_count()\n\n    grads = jax.grad(loss_fn)(params)\n"

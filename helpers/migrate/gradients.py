@@ -205,6 +205,9 @@ class Gradients:
                 return Parts(YES, UNKNOWN)
             values = [r for f in self.callees(node) for r in self.returns(f)]  # a method that returns one
         elif isinstance(node, ast.Name):
+            decorated = self._decorated(node.id, depth)
+            if decorated is not None:  # `@jax.value_and_grad def f`: calling f gives what the transform gives
+                return decorated
             reaching = self._reaching(node)
             values = [v for _, t, v in reaching if isinstance(t, ast.Name)] if isinstance(reaching, list) else []
         elif isinstance(node, ast.Attribute):  # `self.grad_fn`, bound anywhere in the script
@@ -212,6 +215,20 @@ class Gradients:
         else:
             return None
         return next((k for k in (self.transform(v, depth + 1) for v in values) if k is not None), None)
+
+    def _decorated(self, name: str, depth: int) -> object | None:
+        """What calling the script's function `name` gives when a gradient transform decorates it
+        (`@jax.value_and_grad`, `@partial(jax.grad, has_aux=True)`, under `@jax.jit` or not); else None."""
+        for function in self.defs.get(name, []):
+            for decorator in getattr(function, "decorator_list", []):
+                if isinstance(decorator, ast.Call) and self.s.name(decorator.func).endswith("partial") \
+                        and decorator.args:  # partial(jax.grad, has_aux=True): the transform, with its keywords
+                    decorator = ast.Call(func=decorator.args[0], args=[], keywords=decorator.keywords)
+                elif not isinstance(decorator, ast.Call):  # @jax.grad: the transform, without keywords
+                    decorator = ast.Call(func=decorator, args=[], keywords=[])
+                if self.s.name(decorator.func).rsplit(".", 1)[-1] in ("grad", "value_and_grad"):
+                    return self.transform(decorator, depth + 1)
+        return None
 
     def callees(self, call: ast.Call) -> list[ast.AST]:
         """The script's functions a call runs: `f(...)`, `self.f(...)`, or a name bound to `jax.pmap(f)`."""
