@@ -17,6 +17,7 @@ The package, one module a job:
   gradients  which values hold gradients, function by function (what `Script.gradient_status` answers)
   jax_rules  JAX's own pmap-era patterns          nnx_rules  Flax NNX's (nnx.pmap, split_rngs, StateAxes)
   key_rules  per-device randomness (keys split per local device, draws inside the step)
+  process_zero_rules  work on process 0 only (a collective, a step's outputs, a save)
   host_read_rules  a step's results read on the host (numpy of a global output, a pmap across hosts)
   findings   `Finding`, `LESSONS` and `findings(source)`, every rule applied
   rewriter   `rewrite(source)`: what `--diff` can rewrite safely
