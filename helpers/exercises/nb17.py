@@ -274,6 +274,10 @@ register(ProgramExercise(
             f"{case.devices} x too large (the gradient trap, notebook 06). step_body is pmap's body: run it "
             "as pmap did, check_vma=False"),
         _step(axis="'batch'"): axis_message("batch", DATA),
+        _step().replace("nnx.RngState: P(DATA)", "nnx.RngState: P()"): (
+            "every device drew the same masks: the random state's spec P() gives every device all the split "
+            "keys, and each takes the first. The keys go one per device, as Seen's rows do: nnx.RngState: "
+            "P(DATA)"),
         _step(seen="P('device')"): (
             "Seen's spec names 'device' alone, so each host's devices got the same rows of Seen: its rows are "
             "one per device of every host, P(DATA)"),
@@ -281,7 +285,13 @@ register(ProgramExercise(
     errors=(
         ErrorRule(lambda text: _KEYS_UNEVEN.search(text) is not None, example=_step(splits="mesh.shape['device']"),
                   say=_uneven_keys),
-        ErrorRule(lambda text: "which has length 1, but" in text and "rank 0" in text, example=_step(put_back=False),
+        ErrorRule(lambda text: "in_specs entry which is too long" in text and "rank 0" in text,
+                  example=_step().replace("    @nnx.split_rngs(splits=mesh.size)\n", ""),
+                  say="the random state reached shard_map as one key of shape (), and its spec P(DATA) splits "
+                      "an axis it does not have: split the keys first, one per device of the mesh, with "
+                      "nnx.split_rngs(splits=mesh.size) around the step"),
+        ErrorRule(lambda text: "out_specs entry which is too long" in text and "rank 0" in text,
+                  example=_step(put_back=False),
                   say="your body dropped each block's device axis but never put it back: shard_map joins the "
                       "devices' blocks along the axis out_specs splits, so every output and every per-device "
                       "variable needs it: return loss[None], kept[None], and update the model with a[None] of "
