@@ -121,7 +121,9 @@ def to_global(model, mesh):
             f"P(('device', 'host')) numbers the devices 'device' first: on {case.mesh[0]} hosts of {case.mesh[1]} "
             f"devices, host 0's devices hold global rows {[row for row, _ in case.got[0][1]]}, not "
             f"{list(range(case.mesh[1]))}, so device k no longer holds row k and the hosts' rows are interleaved. "
-            "Name the mesh's axes in its own order, 'host' first: P(DATA)"),
+            "Name the mesh's axes in its own order, 'host' first: P(DATA). (16.1 passes this spec: a loss "
+            "averaged over every row does not care which global row a device holds, but Seen's rows are each "
+            "device's own state)"),
         _REPLICATED: lambda case: (
             f"P() says Seen is replicated, the whole array on every device, so JAX takes each host's "
             f"{case.mesh[1]} rows as its copy of one {case.got[0][0][0]}-row array: your global Seen has "
