@@ -141,14 +141,24 @@ def _flax_collective(s: Script, call: ast.Call, op: str, axis: ast.AST | None) -
     said = (f"common_utils.{op}({code_of(call.args[0]) if call.args else ''}) of old Flax (gone from flax.training: "
             f"AttributeError) is jax.lax.{op} over pmap's axis {axis_code}")
     status = s.gradient_status(call.args[0]) if call.args else "no"
+    return _by_gradient_status(
+        call, status, said,
+        trap=(f"here of the gradients; {_TRAP}", f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and drop "
+              f"this {op}; renaming the axis is not enough"),
+        rename=(", which shard_map does not have",
+                f"jax.lax.{op}(..., {MESH_AXES}) inside shard_map: it reaches every device of every host"))
+
+
+def _by_gradient_status(node: ast.AST, status: str, said: str, *, trap: tuple[str, str],
+                        rename: tuple[str, str]) -> tuple[ast.AST, str, str, str]:
+    """A pmap-collective finding by what the collective reduces: gradients ('yes': the trap), maybe ('unknown':
+    both outcomes), or not ('no': a rename); `trap` is (what it does, after `said, `; what to write), `rename`
+    (what follows `said`, with its own separator; what to write)."""
     if status == "yes":
-        return (call, "pmap-collective", f"{said}, here of the gradients; {_TRAP}",
-                f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and drop this {op}; renaming the axis is "
-                "not enough")
+        return node, "pmap-collective", f"{said}, {trap[0]}", trap[1]
     if status == "unknown":
-        return call, "pmap-collective", f"{said}, and {_MAYBE}", _EITHER
-    return (call, "pmap-collective", f"{said}, which shard_map does not have",
-            f"jax.lax.{op}(..., {MESH_AXES}) inside shard_map: it reaches every device of every host")
+        return node, "pmap-collective", f"{said}, and {_MAYBE}", _EITHER
+    return node, "pmap-collective", f"{said}{rename[0]}", rename[1]
 
 
 def _handed_axis(s: Script, call: ast.Call, axis: ast.AST) -> tuple[ast.AST, str, str, str]:
@@ -161,15 +171,12 @@ def _handed_axis(s: Script, call: ast.Call, axis: ast.AST) -> tuple[ast.AST, str
     status = max((s.gradient_status(a) for a in handed), key=["no", "unknown", "yes"].index, default="no")
     said = f"{code_of(call.func)}(..., axis_name={code_of(axis)}) hands pmap's axis name to code that runs " \
            "collectives over it"
-    if status == "yes":
-        return (axis, "pmap-collective", f"{said}, on gradients; {_TRAP}",
-                f"no collective here: take the gradient of jax.lax.pmean(loss, {MESH_AXES}); renaming the axis "
-                "is not enough")
-    if status == "unknown":
-        return axis, "pmap-collective", f"{said}, and {_MAYBE}", _EITHER
-    return (axis, "pmap-collective",
-            f"{said} (a key bound to each device, statistics synced), and shard_map has no such axis",
-            f"axis_name={MESH_AXES}: the mesh axes reach every device of every host")
+    return _by_gradient_status(
+        axis, status, said,
+        trap=(f"on gradients; {_TRAP}", f"no collective here: take the gradient of jax.lax.pmean(loss, {MESH_AXES}); "
+              "renaming the axis is not enough"),
+        rename=(" (a key bound to each device, statistics synced), and shard_map has no such axis",
+                f"axis_name={MESH_AXES}: the mesh axes reach every device of every host"))
 
 
 # calls that no longer exist, or only stack copies for pmap: -> (rule, what it does, instead)
