@@ -73,13 +73,15 @@ def _record(run, slow_host, block):
     if not block:
         # The loop is already running when the recording starts: the fast hosts' devices still wait
         # in step 0's all-reduce when they dispatch steps 1-3, so those run after their annotations.
-        # The hosts start step 0 together, and the slow one takes 1 s in it, time enough for the fast
-        # ones to start their traces and dispatch steps 1-3 however loaded the machine. (Without
+        # The hosts start step 0 together, and the slow one takes 2.5 s in it, time enough for the fast
+        # ones to start their traces and dispatch steps 1-3 however loaded the machine (1 s was not:
+        # a fresh clone's make test at 07f3817, 3 workers on 2 cores, once judged the annotation-only
+        # answer right, as if a fast host's start_trace had taken that long). (Without
         # it, under load, the fast host's devices were sometimes idle at step 1, its all-reduce
         # started inside its step, and in CI an answer that reads only the annotations passed. The
         # 0.1 s above keeps the slow host's own all-reduces inside its steps, so the two cannot tie.)
         multihost_utils.sync_global_devices("run b starts")
-        _train(0, slow_host, block, slow_s=1.0)
+        _train(0, slow_host, block, slow_s=2.5)
     jax.profiler.start_trace(f"{_root}/{run}/host{_host}", create_perfetto_trace=True)
     for number in (1, 2, 3):
         _train(number, slow_host, block)
