@@ -70,6 +70,8 @@ def _train(number, slow_host, block, slow_s=0.3):
 
 
 def _record(run, slow_host, block):
+    # a line before each recording: its sleeps and waits are idle, and a silent idle run is a hang to the launcher
+    print(f"[check] recording run {run}", flush=True)
     if not block:
         # The loop is already running when the recording starts: the fast hosts' devices still wait
         # in step 0's all-reduce when they dispatch steps 1-3, so those run after their annotations.
@@ -92,6 +94,7 @@ def _record(run, slow_host, block):
 _record("a", 1, block=True)
 _record("b", 0, block=False)
 multihost_utils.sync_global_devices("traces written")
+print("[check] reading the traces", flush=True)
 _runs = [_traces.read_hosts(f"{_root}/{run}") for run in ("a", "b")]
 multihost_utils.sync_global_devices("traces read")
 
