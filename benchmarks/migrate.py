@@ -14,11 +14,14 @@ is the script ported. A finding's kind is its rule, `:trap` or `:rename` for pma
   rename where the gradient trap is);
 - the ported script must get no finding.
 
-Held-out published scripts (`HELDOUT=/path make bench-migrate`): a folder of published pmap-era scripts
-(.py, or a notebook as .md/.ipynb) that the course does not ship, each with NAME.labels beside it whose first
-line is `# REPO PATH @ COMMIT`, labelled by hand before the tool was run on them. They are scored the same way,
-without ports; with `HELDOUT_BEFORE=REV[,REV...]`, also by the tool as it was at each of those git revisions. Their code
-stays out of the repository; without the folder, the section says so.
+Held-out published scripts (`HELDOUT=set4=/path[:set3=/path ...] make bench-migrate`): folders of published
+pmap-era scripts (.py, or a notebook as .md/.ipynb) that the course does not ship, each with NAME.labels beside it
+whose first line is `# REPO PATH @ COMMIT`, labelled by hand before the tool was run on them. They are scored the
+same way, without ports; with `HELDOUT_BEFORE=REV[,REV...]`, also by the tool as it was at each of those git
+revisions. Their code stays out of the repository; their scores do not: each set measured is kept as
+`benchmarks/heldout/NAME.json` (lines, kinds and sources, no code), and the section shows every kept set, with the
+words written about it in `NAME.md` (before and after the line `<!-- table -->`), so a machine without the folders
+re-renders them all.
 """
 from __future__ import annotations
 
@@ -33,12 +36,23 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.measure import ROOT, log
+from benchmarks.runs import source_commit
 from benchmarks.tables import md_table
 from helpers.migrate import migrate
 
 KEY = "migrate"
 TITLE = "The migration assistant on pmap-era scripts in published styles"
 CORPUS = ROOT / "tests" / "migrate_corpus"
+HELDOUT_KEPT = ROOT / "benchmarks" / "heldout"  # each held-out set's scores: NAME.json, and NAME.md about it
+TABLE_MARK = "<!-- table -->"
+HELDOUT_INTRO = (
+    "**Held-out published scripts**: folders outside the repository (published code is never committed), each "
+    "script labelled by hand before the tool was run on it. Right advice is a labelled (line, kind) the tool "
+    "found; wrong advice a finding of another kind on a labelled line; a both-outcomes finding (\"if this is a "
+    "gradient ... otherwise rename\") counts as right against a trap or a rename label. Column unseen: the score "
+    "by the tool of the revision the script was labelled after (its labels' `fresh at`), before any rule it led "
+    "to; blank for the scripts the first rules were written from. Each set's scores are kept in "
+    "`benchmarks/heldout/`, so this section shows them on any machine.")
 
 
 def scripts() -> list[Path]:
@@ -143,14 +157,25 @@ def score_heldout(folder: Path, before: tuple[str, ...] = ()) -> dict:
 def measure(results, opts) -> None:
     log(f"migrate: {len(scripts())} labelled scripts of {CORPUS.relative_to(ROOT)}")
     results.sections[KEY] = {"scripts": [score(s) for s in scripts()]}
-    folder = Path(os.environ.get("HELDOUT", "")) if os.environ.get("HELDOUT") else None
-    if folder is None or not heldout_scripts(folder):
-        log("migrate: no held-out scripts (HELDOUT=folder of published scripts with labels); skipped")
-        results.sections[KEY]["heldout"] = None
-        return
-    log(f"migrate: {len(heldout_scripts(folder))} held-out scripts in {folder}")
     before = tuple(r for r in os.environ.get("HELDOUT_BEFORE", "").split(",") if r)
-    results.sections[KEY]["heldout"] = score_heldout(folder, before)
+    measured = []
+    for name, folder in heldout_sets(os.environ.get("HELDOUT", "")):
+        if not heldout_scripts(folder):
+            log(f"migrate: no labelled scripts in {folder}; held-out set {name} kept as it was")
+            continue
+        log(f"migrate: held-out set {name}: {len(heldout_scripts(folder))} scripts in {folder}")
+        record = score_heldout(folder, before) | {"name": name or folder.name, "commit": source_commit()}
+        if name:  # a named set is kept: the section shows it on any machine from now on
+            HELDOUT_KEPT.mkdir(exist_ok=True)
+            (HELDOUT_KEPT / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        measured.append(record)
+    results.sections[KEY]["heldout"] = measured
+
+
+def heldout_sets(spec: str) -> list[tuple[str, Path]]:
+    """`NAME=FOLDER[:NAME=FOLDER ...]` as (name, folder) pairs; a bare folder's name is "" (measured, not kept)."""
+    return [(name, Path(folder)) for name, _, folder in
+            (entry.rpartition("=") for entry in filter(None, spec.split(os.pathsep)))]
 
 
 def render(results) -> str:
@@ -167,7 +192,23 @@ def render(results) -> str:
             + "The scripts, their labels and their ports are in `tests/migrate_corpus/`; "
             "`tests/test_migrate.py` holds recall at 95% or more, no wrong advice and no finding on a port. "
             "The corpus was written together with the rules it measures: published scripts the rules have "
-            "not seen are the fairer test.\n\n" + render_heldout(results.sections[KEY].get("heldout")))
+            "not seen are the fairer test.\n\n" + render_heldout_sets(results.sections[KEY].get("heldout")))
+
+
+def render_heldout_sets(measured) -> str:
+    """Every held-out set kept in benchmarks/heldout/, and those this run measured (a list of records; older
+    runs kept one dict or None), each with the words written about it around its table."""
+    records = {path.stem: json.loads(path.read_text(encoding="utf-8")) for path in HELDOUT_KEPT.glob("*.json")}
+    records |= {r["name"]: r for r in measured if "name" in r} if isinstance(measured, list) else {}
+    if not records:
+        return ("**Held-out published scripts**: none measured yet (`HELDOUT=NAME=folder make bench-migrate` "
+                "scores a folder of labelled published scripts; their code is never committed).")
+    parts = [HELDOUT_INTRO]
+    for name, record in sorted(records.items()):
+        notes = HELDOUT_KEPT / f"{name}.md"
+        intro, _, after = (notes.read_text(encoding="utf-8") if notes.exists() else "").partition(TABLE_MARK)
+        parts += [part.strip() for part in (intro, render_heldout(record), after) if part.strip()]
+    return "\n\n".join(parts)
 
 
 def _tally(scored: list[dict]) -> str:
@@ -187,10 +228,7 @@ def _unseen(row: dict, before: list[str]) -> dict | None:
 
 
 def render_heldout(heldout: dict | None) -> str:
-    """The held-out published scripts: one row each, before and after, and what is still missed."""
-    if not heldout:
-        return ("**Held-out published scripts**: not measured in this run (`HELDOUT=folder make bench-migrate` "
-                "scores a folder of labelled published scripts; their code is never committed).")
+    """One held-out set: a row per script, before and after, and what is still missed."""
     rows = heldout["scripts"]
     before = heldout["before"]
 
@@ -208,17 +246,14 @@ def render_heldout(heldout: dict | None) -> str:
                        both(r, "recall", lambda v: f"{v:.0%}"), both(r, "precision", lambda v: f"{v:.0%}"),
                        both(r, "wrong", lambda v: str(len(v))), unseen(r)] for r in rows], align="llrrrrrr")
     tallies = [(f"the tool of `{revision}`", [r["before"][i] for r in rows]) for i, revision in enumerate(before)]
-    total = "; ".join(f"{who}: {_tally(scored)}" for who, scored in [*tallies, ("now", rows)])
+    total = "; ".join(f"{who}: {_tally(scored)}" for who, scored in [*tallies, (f"the tool of `{heldout['commit']}`", rows)])
     if fresh := [scored for r in rows if (scored := _unseen(r, before))]:
         total += (f". The {len(fresh)} scripts labelled after a revision's rules were written, each scored by that "
                   f"revision's tool before any rule it led to (column unseen): {_tally(fresh)}")
     missed = [f"`{r['script']}` line {line} ({k})" for r in rows for line, k in r["missed"]]
     extra = [f"`{r['script']}` line {line} ({k})" for r in rows for line, k in r["extra"]]
-    return ("**Held-out published scripts** (the folder `HELDOUT` names, outside the repository: published code "
-            "is never committed; each labelled by hand before the tool was run on it"
-            + (f"; cells: the tool of `{before[0]}` → now" if before else "")
-            + "; unseen: the score by the tool of the revision the script was labelled after, before any rule it led "
-            "to; blank for the scripts the first rules were written from):\n\n"
-            + table + f"\n\nAll together: {total}. "
+    return (f"Held-out set `{heldout['name']}`, measured at `{heldout['commit']}`"
+            + (f"; cells: the tool of `{before[0]}` → the tool of `{heldout['commit']}`" if before else "")
+            + ":\n\n" + table + f"\n\nAll together: {total}. "
             + (f"Still missed: {', '.join(missed)}. " if missed else "Nothing missed. ")
             + (f"Findings on lines not labelled so: {', '.join(extra)}." if extra else ""))

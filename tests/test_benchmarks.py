@@ -1,6 +1,9 @@
 """The benchmarks cannot rot: their smallest pieces run here, fast and without timed assertions."""
+import json
+import os
 import re
 import types
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +14,7 @@ use_fake_devices(8)
 from benchmarks import (checkpoints, collectives, compare, course, explorer, tables,  # noqa: E402
                         learner, loaders, measure, report, restarts, run, runs, testsuite,
                         train_step)
+from benchmarks import migrate as migrate_bench  # noqa: E402
 from tools import course_table  # noqa: E402
 
 
@@ -504,3 +508,21 @@ def test_floor_envs_names_a_commit_the_clone_lacks():
     except Exception:
         pytest.skip("a shallow clone: the commit before the jax 0.12 pins is not in it")
     assert "\njax==0.10.2\n" in lock and "\njaxlib==0.10.2\n" in lock
+
+
+def test_held_out_sets_are_named_kept_and_shown_without_their_folders(tmp_path, monkeypatch):
+    """A named set's scores are kept in benchmarks/heldout/ and shown with the words written about them,
+    on a machine without the folders; a bare folder is measured and shown, never kept."""
+    assert migrate_bench.heldout_sets(f"set9=/a/b{os.pathsep}/c/d") == [("set9", Path("/a/b")), ("", Path("/c/d"))]
+    kept = tmp_path / "heldout"
+    kept.mkdir()
+    monkeypatch.setattr(migrate_bench, "HELDOUT_KEPT", kept)
+    row = {"script": "s.py", "source": "o/r s.py @ abc", "labelled": 2, "found": 1, "recall": 0.5, "precision": 1.0,
+           "missed": [[3, "pmap"]], "extra": [], "wrong": [], "either": 0, "fresh_at": None, "before": []}
+    (kept / "set9.json").write_text(json.dumps({"name": "set9", "commit": "abc1234", "before": [], "scripts": [row]}))
+    (kept / "set9.md").write_text("Before the table.\n\n<!-- table -->\n\nAfter the table.\n")
+    text = migrate_bench.render_heldout_sets(None)
+    assert text.index("Before the table.") < text.index("| `s.py` |") < text.index("After the table.")
+    assert "`s.py` line 3 (pmap)" in text
+    bare = {"name": "heldout", "commit": "def5678", "before": [], "scripts": [row | {"script": "t.py"}]}
+    assert "| `t.py` |" in migrate_bench.render_heldout_sets([bare]) and len(list(kept.iterdir())) == 2
