@@ -100,7 +100,7 @@ lab: $(STAMP)
 		--ServerApp.default_url=/lab/tree/notebooks/00_fake_devices.ipynb $(LAB_ARGS)
 
 test: $(STAMP) $(SITE_STAMP) $(HUB_STAMP) $(HUB_PROXY)
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder -rs
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder -rs --durations=12
 
 notebook: $(STAMP)
 	@test -n "$(NB)" || { echo "usage: make notebook NB=02"; exit 2; }
