@@ -26,9 +26,16 @@ _MOVED = {  # removed in jax 0.4.11 (deprecated in 0.4.1)
     "jax.experimental.maps.Mesh": "jax.make_mesh(shape, names) or jax.sharding.Mesh",
     "jax.experimental.pjit.with_sharding_constraint": "jax.lax.with_sharding_constraint(x, NamedSharding(mesh, "
                                                       "spec)); and pjit itself is jax.jit",
+    "jax.interpreters.pxla.PartitionSpec": "jax.sharding.PartitionSpec (jax.P)",
+    "jax.interpreters.pxla.Mesh": "jax.make_mesh(shape, names) or jax.sharding.Mesh",
+    "jax.interpreters.sharded_jit.PartitionSpec": "jax.sharding.PartitionSpec (jax.P)",
 }
+_FROM_INTERNALS = "a jax 0.4 release from JAX's internals (ImportError on jax 0.12: it lives in jax.sharding)"
 _GONE_FROM = {"jax.experimental.pjit.with_sharding_constraint": "jax 0.4.x (ImportError on jax 0.12: it moved "
-                                                                "to jax.lax)"}
+                                                                "to jax.lax)",
+              "jax.interpreters.pxla.PartitionSpec": _FROM_INTERNALS, "jax.interpreters.pxla.Mesh": _FROM_INTERNALS,
+              "jax.interpreters.sharded_jit.PartitionSpec": _FROM_INTERNALS}
+_THREAD_RESOURCES = "jax.experimental.maps.thread_resources"  # the mesh entered with `with mesh:`, read back
 # JAX internals that pmap-era libraries imported: gone, so the import fails before any line runs
 _INTERNALS = {
     "jax.interpreters.pxla.xla_pmap_p": "pmap's primitive, removed in jax 0.10 with pmap's own implementation "
@@ -68,13 +75,45 @@ def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             yield (node, "host-count",
                    f"{name} is the old name of {_RENAMED[name].split('(')[0]}; jax 0.12 still has it and "
                    "warns that it will be removed", _RENAMED[name])
+        elif _reads_the_mesh(name) and not _uses_xmap(s):
+            yield _mesh_read(s, node, name, imported)
         elif (name == "jax.experimental.maps" or name.startswith("jax.experimental.maps.")) \
-                and name not in _MOVED:
+                and name not in _MOVED and not (imported and _imports_only_mesh_reads(s, node)):
             yield (node, "xmap",
                    f"{name}: xmap and jax.experimental.maps (xmap, mesh, thread_resources) were deleted in "
                    "jax 0.4.31 (ModuleNotFoundError)",
                    f"jax.shard_map(f, mesh=jax.make_mesh(..., {MESH_AXES}), in_specs=..., out_specs=...): "
                    "xmap's named axes become mesh axes, its axis resources the specs")
+
+
+def _reads_the_mesh(name: str) -> bool:
+    return name == _THREAD_RESOURCES or name.startswith(_THREAD_RESOURCES + ".")
+
+
+def _uses_xmap(s: Script) -> bool:
+    """The script uses xmap, whose resource environment thread_resources is: the port replaces the two together."""
+    return any(name == "jax.experimental.maps.xmap" for _, name, _ in s.used_names())
+
+
+def _imports_only_mesh_reads(s: Script, node: ast.AST) -> bool:
+    """`from jax.experimental.maps import thread_resources` in a script without xmap: the name's own finding says it."""
+    return isinstance(node, ast.ImportFrom) and not _uses_xmap(s) \
+        and all(_reads_the_mesh(f"{node.module}.{a.name}") for a in node.names)
+
+
+def _mesh_read(s: Script, node: ast.AST, name: str, imported: bool) -> tuple[ast.AST, str, str, str]:
+    """thread_resources (the mesh a `with mesh:` entered) or a read of it (`.env.shape['dp']`): the mesh you build."""
+    read = s.parent.get(node)
+    axis = code_of(read.slice) if isinstance(read, ast.Subscript) and read.value is node else ""
+    mesh_size = f"mesh.shape[{axis}]" if axis else "mesh.shape"
+    return (node, "experimental-sharding-names",
+            f"{name}: jax.experimental.maps, which held the mesh entered with `with mesh:` (thread_resources.env), "
+            "was deleted in jax 0.4.31 (ModuleNotFoundError)"
+            + ("" if imported else f"; this reads the {'size of the old mesh axis ' + axis if axis else 'old mesh shape'}"),
+            f"read the mesh you build: mesh = jax.make_mesh(shape, names), {mesh_size} (an axis name -> its size); "
+            "inside a function traced under jax.set_mesh(mesh), jax.sharding.get_abstract_mesh()"
+            + (f".shape[{axis}]" if axis else ".shape")
+            + f"; a data axis split over the course's {MESH_AXES} mesh has size jax.device_count()")
 
 
 def _module_attribute(s: Script, node: ast.AST, name: str) -> bool:
@@ -96,18 +135,88 @@ def _hand_grid(s: Script, node: ast.AST) -> str:
 
 
 def pjit(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    for call in s.calls:
-        if not is_name(s.name(call.func), "jax.experimental.pjit.pjit"):
-            continue
-        old = [k.arg for k in call.keywords if k.arg in ("in_axis_resources", "out_axis_resources")]
+    for call in _pjit_calls(s):
+        keywords = _keywords(s, call)
+        old = [k.arg for k in keywords if k.arg in _OLD_KEYWORDS]
+        axes = _spec_axes(s, keywords)
+        data = next((a for a in axes if any(w in a.lower() for w in ("dp", "data", "batch"))), None)
+        fed = _fed_in_loops(s, call)
         yield (call, "pjit",
                ("pjit's " + " and ".join(old) + " were deleted in jax 0.4.14 (TypeError); " if old else "")
                + "pjit before jax 0.4.1 (jax.Array) took each host's numpy batch as that host's part; "
                "jax.experimental.pjit.pjit now takes jax.jit's arguments, and a numpy input is the whole "
-               "global value on every host",
+               "global value on every host"
+               + (f" (the step is fed in a loop at line{'s' * (len(fed) > 1)} {', '.join(map(str, fed))}: each "
+                  "host's own rows, which "
+                  "jax.jit takes for the whole batch)" if fed else "")
+               + (f"; its specs name the old mesh's axes ({', '.join(axes)})" if axes else ""),
                "jax.jit(f, in_shardings=..., out_shardings=...) with NamedSharding(mesh, spec), and "
                f"global inputs: jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), "
-               "rows) for each host's rows")
+               "rows) for each host's rows"
+               + (f"; on the course's {MESH_AXES} mesh a batch spec over the data axis"
+                  + (f", P({data})," if data else "") + f" becomes P({MESH_AXES}) (an axis that splits the model "
+                  "needs a mesh axis of that name: jax.make_mesh(shape, names))" if axes else ""))
+
+
+_OLD_KEYWORDS = ("in_axis_resources", "out_axis_resources")  # pjit's own: no other API took them
+
+
+def _pjit_calls(s: Script) -> Iterator[ast.Call]:
+    """Calls of pjit: by its name, through a name bound to it (`maybe_pjit = pjit`, `p = partial(pjit, ...)`), a
+    `@partial(pjit, ...)` decorator, or any call with pjit's own keywords (a pjit handed in as an argument)."""
+    for call in s.calls:
+        partial = is_name(s.name(call.func), "functools.partial")
+        if partial and not isinstance(s.parent.get(call), ast.FunctionDef):
+            continue  # `p = partial(pjit, ...)`: its calls are the pjit calls
+        target = call.args[0] if partial and call.args else call.func
+        if _is_pjit(s, target) or any(k.arg in _OLD_KEYWORDS for k in call.keywords):
+            yield call
+
+
+def _is_pjit(s: Script, node: ast.AST) -> bool:
+    """The node stands for pjit: its name, or a name bound to it or to a partial of it."""
+    bound = s.value(node) if isinstance(node, ast.Name) else node
+    if isinstance(bound, ast.Call) and is_name(s.name(bound.func), "functools.partial") and bound.args:
+        bound = bound.args[0]
+    return is_name(s.name(bound), "jax.experimental.pjit.pjit")
+
+
+def _keywords(s: Script, call: ast.Call) -> list[ast.keyword]:
+    """A pjit call's keywords, and those of the partial its callee is bound to (`p = partial(pjit, ...)`)."""
+    bound = s.value(call.func) if isinstance(call.func, ast.Name) else None
+    given = bound.keywords if isinstance(bound, ast.Call) and is_name(s.name(bound.func), "functools.partial") else []
+    return [*given, *call.keywords]
+
+
+def _spec_axes(s: Script, keywords: list[ast.keyword]) -> list[str]:
+    """The mesh axes the PartitionSpecs of a pjit call's in_axis_resources name (as written: 'dp',
+    ResourceAxis.DATA), through the names that hold them; the course's own axes left out."""
+    todo, axes = [k.value for k in keywords if k.arg in ("in_axis_resources", "in_shardings")], []
+    for _ in range(3):  # a spec held in a name, held in a name
+        held = []
+        for node in (n for t in todo for n in ast.walk(t)):
+            if isinstance(node, ast.Call) and s.name(node.func).endswith("PartitionSpec"):
+                axes += [code_of(a) for e in node.args for a in (e.elts if isinstance(e, ast.Tuple) else [e])
+                         if not (isinstance(a, ast.Constant) and a.value is None)]
+            elif isinstance(node, ast.Name) and s.value(node) is not node:
+                held.append(s.value(node))
+        todo = held
+    return [a for a in dict.fromkeys(axes) if a.strip("'\"") not in ("host", "device")]
+
+
+def _fed_in_loops(s: Script, call: ast.Call) -> list[int]:
+    """The lines that call what a pjit call made (`step = pjit(...)`, `self.step = pjit(...)`) inside a loop."""
+    bound = {code_of(t) for node in ast.walk(s.tree) if isinstance(node, ast.Assign) and node.value is call
+             for t in node.targets}
+    return sorted({c.lineno for c in s.calls if code_of(c.func) in bound and _in_loop(s, c)})
+
+
+def _in_loop(s: Script, node: ast.AST) -> bool:
+    while node in s.parent and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        node = s.parent[node]
+        if isinstance(node, (ast.For, ast.While)):
+            return True
+    return False
 
 
 READS = {*_MOVED, *_INTERNALS, "jax.experimental.pjit.pjit"}  # and all of jax.experimental.maps (old_names)

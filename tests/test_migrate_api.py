@@ -1,0 +1,90 @@
+"""helpers.migrate on API-level patterns of pmap-era and pjit-era code that held-out set 3 showed: pjit through an
+alias, old import paths of PartitionSpec, the mesh read back from thread_resources, a project's wrapper that pmaps,
+device 0's copy read by hand, device_get of pmap's rows, and gradients applied with no reduction over pmap's axis.
+Every snippet here is written for the course."""
+from __future__ import annotations
+
+from helpers.migrate import findings
+from helpers.migrate.cli import migrate
+
+
+def _rules(source: str) -> list[tuple[int, str]]:
+    return [(f.line, f.rule) for f in findings(source, "t.py")]
+
+
+def _said(source: str, line: int, rule: str) -> str:
+    """What the finding of `rule` on `line` says and advises."""
+    return next(f"{f.does} -> {f.instead}" for f in findings(source, "t.py") if (f.line, f.rule) == (line, rule))
+
+
+# ------------------------------------------------------------------ pjit-era names and calls
+
+PJIT_ALIAS = """\
+from functools import partial
+from jax.experimental.pjit import pjit
+from jax.experimental import PartitionSpec as P
+
+fast_pjit = pjit
+shard = partial(pjit, in_axis_resources=None, out_axis_resources=None)
+step = fast_pjit(train_step, in_shardings=None)
+init = shard(init_params)
+
+class Trainer:
+    def __init__(self, wrap):
+        self.step = wrap(train_step, in_axis_resources=(None, P('data', None)), out_axis_resources=None)
+
+    def fit(self, loader):
+        for rows in loader:
+            self.state = self.step(self.state, rows)
+"""
+
+
+def test_pjit_called_through_an_alias_a_partial_or_a_parameter_is_pjit():
+    found = _rules(PJIT_ALIAS)
+    assert {(7, "pjit"), (8, "pjit"), (12, "pjit")} <= set(found), found
+    assert (6, "pjit") not in found  # the partial is said at its calls
+    assert "in_axis_resources and out_axis_resources were deleted" in _said(PJIT_ALIAS, 8, "pjit")
+
+
+def test_a_pjit_with_old_mesh_axes_and_fed_in_a_loop_names_the_course_axes_and_the_feeding_line():
+    said = _said(PJIT_ALIAS, 12, "pjit")
+    assert "its specs name the old mesh's axes ('data')" in said
+    assert "P('data'), becomes P(('host', 'device'))" in said
+    assert "fed in a loop at line 16" in said and "make_array_from_process_local_data" in said
+
+
+def test_a_pjit_on_the_course_axes_names_no_old_axes():
+    source = "from jax.experimental.pjit import pjit\nfrom jax.sharding import PartitionSpec as P\n" \
+             "step = pjit(f, in_shardings=P(('host', 'device')))\n"
+    assert "old mesh's axes" not in _said(source, 3, "pjit")
+
+
+def test_partition_spec_from_an_old_internal_path_moved_to_jax_sharding_and_its_uses_are_read():
+    source = ("from jax.interpreters.pxla import PartitionSpec\nfrom jax.interpreters import pxla\n"
+              "spec = PartitionSpec('data', None)\nmesh = pxla.Mesh(devices, ('data',))\n")
+    found = _rules(source)
+    assert (1, "experimental-sharding-names") in found and (4, "experimental-sharding-names") in found, found
+    assert not [r for _, r in found if r == "not-read"], found
+    assert "jax.sharding.PartitionSpec (jax.P)" in _said(source, 1, "experimental-sharding-names")
+
+
+THREAD_RESOURCES = """\
+from jax.experimental.maps import thread_resources
+
+def sizes():
+    data = thread_resources.env.shape['data']
+    return data
+"""
+
+
+def test_the_mesh_read_from_thread_resources_is_the_mesh_you_build_not_xmap():
+    found = _rules(THREAD_RESOURCES)
+    assert found == [(1, "experimental-sharding-names"), (4, "experimental-sharding-names")], found
+    said = _said(THREAD_RESOURCES, 4, "experimental-sharding-names")
+    assert "mesh.shape['data']" in said and "jax.sharding.get_abstract_mesh().shape['data']" in said
+
+
+def test_thread_resources_in_a_script_that_uses_xmap_stays_with_xmap():
+    source = "from jax.experimental import maps\nf = maps.xmap(g, in_axes=['b', ...], out_axes=['b', ...])\n" \
+             "n = maps.thread_resources.env.shape['b']\n"
+    assert (3, "xmap") in _rules(source)
