@@ -88,3 +88,40 @@ def test_thread_resources_in_a_script_that_uses_xmap_stays_with_xmap():
     source = "from jax.experimental import maps\nf = maps.xmap(g, in_axes=['b', ...], out_axes=['b', ...])\n" \
              "n = maps.thread_resources.env.shape['b']\n"
     assert (3, "xmap") in _rules(source)
+
+
+# ------------------------------------------------------------------ a project's wrapper that pmaps
+
+def test_a_wrapper_in_another_file_of_the_folder_that_calls_pmap_is_a_pmap(tmp_path):
+    (tmp_path / "tools.py").write_text("import jax\n\ndef spread(fn, reduce='mean'):\n"
+                                       "    return jax.pmap(fn, axis_name='dev')\n")
+    (tmp_path / "run.py").write_text("import jax\nimport tools\n\ndef sample(params, x):\n    return x\n\n"
+                                     "sampler = tools.spread(sample)\n")
+    found = [(f.path.rsplit("/", 1)[-1], f.line, f.rule) for f in migrate(tmp_path, show=False)]
+    assert ("run.py", 7, "pmap") in found, found
+    assert "defined in another file of this folder, calls jax.pmap" in next(
+        f.does for f in migrate(tmp_path, show=False) if f.path.endswith("run.py"))
+
+
+WRAPPED = """\
+import functools
+import jax
+import lib
+
+class Experiment:
+    def __init__(self):
+        self.step = jax.pmap(self.train, 'batch')
+        self.draw = functools.partial(self.sample, steps=10)
+        self.draw = lib.spread(
+            self.draw, gather='concat', axis_name='batch')
+        self.stats = lib.sync_stats(self.stats, axis_name='batch')
+        self.inner = lib.vmap(self.sample, axis_name='batch')
+"""
+
+
+def test_a_call_out_of_view_handed_a_function_and_pmaps_axis_name_is_a_pmap_said_once():
+    found = _rules(WRAPPED)
+    assert (9, "pmap") in found and (10, "pmap-collective") not in found, found
+    assert (11, "pmap-collective") in found and (11, "pmap") not in found  # a value handed the axis: a rename
+    assert (12, "pmap") not in found  # a vmap of another library is no pmap
+    assert "handed a function and pmap's keyword axis_name='batch'" in _said(WRAPPED, 9, "pmap")

@@ -29,8 +29,9 @@ def _python_files(folder: Path) -> list[Path]:
 
 
 def folder_facts(files: list[Path]) -> Folder:
-    """What the files of a folder tell each other: the functions they hand gradients to, their pmaps' axes."""
-    handed, axes, copies = set(), set(), set()
+    """What the files of a folder tell each other: the functions they hand gradients to, their pmaps' axes, their
+    helpers that replicate or unreplicate, and their functions that pmap."""
+    handed, axes, copies, pmappers = set(), set(), set(), set()
     for file in files:
         try:
             script = Script(ast.parse(file.read_text(encoding="utf-8")))
@@ -39,7 +40,8 @@ def folder_facts(files: list[Path]) -> Folder:
         handed |= set(script.gradients.handed_out())
         axes |= script.pmap_axes
         copies |= set(script.copies().items())
-    return Folder(frozenset(handed), frozenset(axes), frozenset(copies))
+        pmappers |= script.pmapping_functions()
+    return Folder(frozenset(handed), frozenset(axes), frozenset(copies), frozenset(pmappers))
 
 
 def _sources(path: Path, shown: Path, folder: Folder = Folder()

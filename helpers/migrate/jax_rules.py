@@ -62,6 +62,22 @@ def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                + "; or, for a step that needs nothing per device, a plain jax.jit on the global batch")
 
 
+def _pmap_wrapper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """A project's function that pmaps what it is handed: `utils.dist(sample, axis_name='batch')`."""
+    for call in s.wrappers:
+        axis = s.axis_names(pmap_axis(call))
+        where = ("defined in another file of this folder, calls jax.pmap" if s.name(call.func).rsplit(".", 1)[-1]
+                 in s.folder.pmappers else f"handed a function and pmap's keyword axis_name={axis[0]!r}, pmaps it")
+        yield (call, "pmap",
+               f"{code_of(call.func)}(...) is the project's wrapper that {where}: the function it wraps runs under "
+               "pmap over this host's devices, each fed a slice of a per-host stack"
+               + (f" (collectives over {axis[0]!r} inside reach this host's devices only, and the wrapper may "
+                  "gather or unreplicate the result)" if axis else ""),
+               f"port the wrapper itself: jax.jit(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...)) over a "
+               f"{MESH_AXES} mesh with global arrays (P({MESH_AXES}) for what it split, P() for what it replicated), "
+               "or a plain jax.jit of f on the global batch; then its gather over the axis and its [0] go")
+
+
 def _shard_prng_key_argument(s: Script, call: ast.Call) -> int | None:
     """The position of the argument that the pmapped function's callers give from shard_prng_key."""
     callers = {name for name, value in s.assigned.items() if value is call}
@@ -80,7 +96,7 @@ def _is_shard_prng_key(s: Script, node: ast.AST) -> bool:
 
 
 def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    pmaps = {*s.pmaps(), *s.nnx_pmaps()}
+    pmaps = {*s.pmaps(), *s.nnx_pmaps(), *s.wrappers}
     for call in s.calls:
         name = s.name(call.func)
         op = name.rsplit(".", 1)[-1]
@@ -534,5 +550,5 @@ def _stack_attributes(s: Script) -> set[str]:
 
 
 READS = {*_OLD_CALLS, *_FLAX_COLLECTIVES, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap
-RULES = (_pmap, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
+RULES = (_pmap, _pmap_wrapper, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
          _device_only_spec, _copy_zero, _copy_helpers, _stacks_in_a_helper)

@@ -138,8 +138,10 @@ class Folder:
     handed: frozenset[tuple[str, object]] = frozenset()
     pmap_axes: frozenset[str] = frozenset()
     copies: frozenset[tuple[str, str]] = frozenset()  # (function, 'replicate' or 'unreplicate') they define
+    pmappers: frozenset[str] = frozenset()  # their functions that call jax.pmap (a project's `utils.dist(f)`)
 
 
+_LIBRARIES = ("jax.", "flax.", "haiku.", "equinox.", "optax.", "numpy.", "functools.")  # their own calls are known
 # helpers that published pmap-era projects keep in files of their own (jaxline's utils, acme's, kfac's), by name
 KNOWN_COPIES = {"get_first": "unreplicate", "bcast_local_devices": "replicate",
                 "replicate_all_local_devices": "replicate", "replicate_on_devices": "replicate"}
@@ -163,13 +165,14 @@ class Script:
         self._bare_pmaps = [ast.copy_location(ast.Call(func=d, args=[], keywords=[]), d)
                             for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for d in f.decorator_list
                             if isinstance(d, (ast.Name, ast.Attribute)) and is_name(self.name(d), "jax.pmap")]
-        self.pmap_axes = {axis for call in [*self.pmaps(), *self.nnx_pmaps()]
+        self.folder = folder
+        self._defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.wrappers = [call for call in self.calls if self._wraps_pmap(call)]
+        self.pmap_axes = {axis for call in [*self.pmaps(), *self.nnx_pmaps(), *self.wrappers]
                           for axis in self.axis_names(pmap_axis(call))} | folder.pmap_axes
         self.mesh_axes = self._mesh_axes()
         self.gradients = Gradients(self, folder.handed)
-        self.folder = folder
         self._own_copies = self.copies()
-        self._defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
     def name(self, node: ast.AST) -> str:
         return self.names.of(node)
@@ -212,6 +215,44 @@ class Script:
             if isinstance(node, ast.Call) and is_name(self.name(node.func), "jax.device_get") and first(node, own):
                 return "unreplicate"  # jax.device_get(x[0])
         return None
+
+    def pmapping_functions(self) -> set[str]:
+        """The script's functions whose body calls jax.pmap: what other files of its folder learn."""
+        return {f.name for call in self.pmaps() for f in self._enclosing_defs(call)}
+
+    def _enclosing_defs(self, node: ast.AST) -> Iterator[ast.AST]:
+        while node in self.parent:
+            node = self.parent[node]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield node
+
+    def _wraps_pmap(self, call: ast.Call) -> bool:
+        """A project's wrapper that pmaps the function it is handed (`utils.dist(f, axis_name='batch')`): a
+        function of another file of the folder that calls jax.pmap, or, defined out of view, any call of the
+        project's (not JAX's or a known library's) that takes a function first and pmap's keyword axis_name."""
+        name = self.name(call.func)
+        short = name.rsplit(".", 1)[-1]
+        if not name or name.startswith(_LIBRARIES) or short in self._defined or short in ("grad", "value_and_grad") \
+                or "map" in short.lower() or "scan" in short.lower():  # vmap, scan: transforms of other libraries
+            return False
+        if short in self.folder.pmappers:
+            return True
+        return bool(call.args) and self._is_function(call.args[0]) and bool(strings(keyword(call, "axis_name")))
+
+    def _is_function(self, node: ast.AST, depth: int = 0) -> bool:
+        """A lambda, a partial, or a name or `self.` attribute bound to one or to a function of the script."""
+        if depth > 4:
+            return False
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            spelled = code_of(node)
+            return node.attr in self._defined or any(
+                self._is_function(a.value, depth + 1) for a in ast.walk(self.tree) if isinstance(a, ast.Assign)
+                and any(isinstance(t, ast.Attribute) and code_of(t) == spelled for t in a.targets))
+        bound = self.value(node) if isinstance(node, ast.Name) else node
+        if isinstance(bound, ast.Name):
+            return bound.id in self._defined
+        return isinstance(bound, ast.Lambda) or (
+            isinstance(bound, ast.Call) and is_name(self.name(bound.func), "functools.partial"))
 
     def copy_helper(self, call: ast.Call) -> str | None:
         """What a call of a project helper does to pmap's copies: 'replicate', 'unreplicate' or None. Read from
