@@ -125,3 +125,34 @@ def test_a_call_out_of_view_handed_a_function_and_pmaps_axis_name_is_a_pmap_said
     assert (11, "pmap-collective") in found and (11, "pmap") not in found  # a value handed the axis: a rename
     assert (12, "pmap") not in found  # a vmap of another library is no pmap
     assert "handed a function and pmap's keyword axis_name='batch'" in _said(WRAPPED, 9, "pmap")
+
+
+# ------------------------------------------------------------------ device 0's copy, read by hand
+
+COPY_ZERO = """\
+import jax
+import helpers
+
+step = jax.pmap(train_step, axis_name='batch')
+for batch in batches:
+    state, metrics = step(state, batch)
+    done = int(state.step[0])
+    loss = metrics['loss'][0]
+    summary = helpers.get_metrics(history)
+    rows = batch.x[0]
+    scores = self.get_metrics(history)
+"""
+
+
+def test_a_field_or_entry_of_a_pmap_output_indexed_0_is_device_0s_copy():
+    found = _rules(COPY_ZERO)
+    assert (7, "jax-utils-replicate") in found and (8, "jax-utils-replicate") in found, found
+    assert (10, "jax-utils-replicate") not in found  # the batch is no pmap output
+
+
+def test_a_projects_get_metrics_in_a_pmap_script_is_flaxs_get_metrics():
+    found = _rules(COPY_ZERO)
+    assert (9, "flax-get-metrics") in found and (9, "jax-utils-replicate") not in found, found
+    assert (11, "flax-get-metrics") not in found  # a method of the script's own object
+    assert "helpers.get_metrics is the project's get_metrics" in _said(COPY_ZERO, 9, "flax-get-metrics")
+    assert (9, "flax-get-metrics") not in _rules(COPY_ZERO.replace("jax.pmap(", "jax.jit("))

@@ -60,6 +60,22 @@ def flax_calls(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     return s.calls_in(_CALLS)
 
 
+def project_get_metrics(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`utils.get_metrics(metrics)` in a pmap-era script: the project's copy of Flax's get_metrics, defined out of this
+    script (x[0] of pmap's per-device stacks, then device_get)."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps(), *s.wrappers]):
+        return
+    for call in s.calls:
+        name = s.name(call.func)
+        if name.rsplit(".", 1)[-1] == "get_metrics" and "." in name and call.args and not name.startswith(
+                ("flax.", "self.")):
+            yield (call, "flax-get-metrics",
+                   f"{code_of(call.func)} is the project's get_metrics, as Flax's common_utils.get_metrics: it takes "
+                   "copy [0] of pmap's per-device stacks of metrics and device_gets them; after the port [0] would "
+                   "take the first row of each global value",
+                   _CALLS["flax.training.common_utils.get_metrics"][2])
+
+
 def replicate_method(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
         if isinstance(call.func, ast.Attribute) and call.func.attr == "replicate" and not call.args \
@@ -136,4 +152,4 @@ def stateful_state(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 
 READS = {*_CALLS, "flax.jax_utils.replicate", "flax.jax_utils.unreplicate"}
-RULES = (flax_calls, replicate_method, flax_checkpoints, per_device_state, stateful_state)
+RULES = (flax_calls, project_get_metrics, replicate_method, flax_checkpoints, per_device_state, stateful_state)

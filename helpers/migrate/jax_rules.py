@@ -435,9 +435,14 @@ def _feeds_global_array(s: Script, spec: ast.Call, used: set[str]) -> bool:
 
 
 def _first_of(node: ast.AST, names: set[str]) -> bool:
-    """`name[0]` for one of `names`."""
-    return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id in names \
-        and isinstance(node.slice, ast.Constant) and node.slice.value == 0
+    """`name[0]` for one of `names`, or [0] of a field or entry of one (`state.step[0]`, `metrics['loss'][0]`)."""
+    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0):
+        return False
+    held = node.value
+    while isinstance(held, ast.Attribute) or (isinstance(held, ast.Subscript) and isinstance(held.slice, ast.Constant)
+                                              and isinstance(held.slice.value, str)):
+        held = held.value
+    return isinstance(held, ast.Name) and held.id in names
 
 
 def _entries_of(s: Script, stacks: set[str]) -> set[str]:

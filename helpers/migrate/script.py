@@ -262,7 +262,7 @@ class Script:
         if name.startswith(("flax.", "jax.")) or not name:
             return None
         short = name.rsplit(".", 1)[-1]
-        if short in ("replicate", "unreplicate"):  # flax's own, or a `.replicate()` method: rules of their own
+        if short in ("replicate", "unreplicate", "get_metrics"):  # flax's own or their copies: rules of their own
             return None
         if short in self._defined:  # the script's own function: the finding in its body says it, once; but a
             own = self._own_copies.get(short)  # checkpoint helper's call is where the save is decided
