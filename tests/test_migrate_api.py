@@ -156,3 +156,28 @@ def test_a_projects_get_metrics_in_a_pmap_script_is_flaxs_get_metrics():
     assert (11, "flax-get-metrics") not in found  # a method of the script's own object
     assert "helpers.get_metrics is the project's get_metrics" in _said(COPY_ZERO, 9, "flax-get-metrics")
     assert (9, "flax-get-metrics") not in _rules(COPY_ZERO.replace("jax.pmap(", "jax.jit("))
+
+
+# ------------------------------------------------------------------ pmap's rows read on the host
+
+DEVICE_GET_ROWS = """\
+import jax
+from flax.jax_utils import pad_shard_unpad
+
+generate = jax.pmap(generate_step, 'batch')
+for batch in loader:
+    tokens = pad_shard_unpad(generate)(params, batch)
+    kept.extend(jax.device_get(
+        tokens.reshape(-1, beams, length)))
+    ids = generate(params, batch)
+    flat = jax.device_get(ids.reshape((-1, length)))
+    whole = jax.device_get(loss)
+"""
+
+
+def test_device_get_of_a_pmap_output_reshaped_to_rows_reads_a_global_array_on_one_host():
+    found = _rules(DEVICE_GET_ROWS)
+    assert (7, "numpy-of-global") in found and (10, "numpy-of-global") in found, found
+    assert (8, "numpy-of-global") not in found  # one finding, where the rows are read
+    assert (11, "numpy-of-global") not in found  # a value that is no pmap output
+    assert "process_allgather" in _said(DEVICE_GET_ROWS, 10, "numpy-of-global")

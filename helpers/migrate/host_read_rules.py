@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from helpers.migrate.script import MESH_AXES, Script, code_of, keyword
+from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -38,8 +38,8 @@ def _pmap_outputs_by_scope(s: Script) -> set[tuple[ast.AST, str]]:
     parameter of the script's functions that a call passes such a name to (`tohost(predicted)`)."""
     pmapped = s.pmapped_names()
     found = {(s.enclosing_function(node), n.id) for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
-             and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
-             and node.value.func.id in pmapped for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+             and isinstance(node.value, ast.Call) and _calls_pmapped(s, node.value.func, pmapped)
+             for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
     defs = {n.name: n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)}
     for call in s.calls:
         target = defs.get(call.func.id) if isinstance(call.func, ast.Name) else None
@@ -48,6 +48,13 @@ def _pmap_outputs_by_scope(s: Script) -> set[tuple[ast.AST, str]]:
             found |= {(target, params[i]) for i, arg in enumerate(call.args[:len(params)])
                       if isinstance(arg, ast.Name) and (s.enclosing_function(call), arg.id) in found}
     return found
+
+
+def _calls_pmapped(s: Script, func: ast.AST, pmapped: set[str]) -> bool:
+    """`step(...)` of a pmapped name, or `pad_shard_unpad(step)(...)`: Flax's wrapper, whose output is pmap's rows."""
+    if isinstance(func, ast.Call) and s.name(func.func).endswith("pad_shard_unpad") and func.args:
+        func = func.args[0]
+    return isinstance(func, ast.Name) and func.id in pmapped
 
 
 def numpy_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -80,13 +87,27 @@ def host_rows_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     outputs = _pmap_outputs_by_scope(s)
     for call in s.calls:
         owner = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "reshape" else None
-        if isinstance(owner, ast.Name) and (s.enclosing_function(call), owner.id) in outputs and _flattens_devices(call):
+        if not (isinstance(owner, ast.Name) and (s.enclosing_function(call), owner.id) in outputs
+                and _flattens_devices(call)):
+            continue
+        reader = s.parent.get(call)
+        if isinstance(reader, ast.Call) and reader.args[:1] == [call] and (
+                _numpy_call(s, reader) or is_name(s.name(reader.func), "jax.device_get")):
+            yield (reader, "numpy-of-global",
+                   f"{code_of(reader.func)}({code_of(owner)}.reshape(...)) reads pmap's per-example output as this "
+                   "host's rows; after the port the output is one global array over every host's rows, and "
+                   f"{code_of(reader.func)} of it raises on several hosts (other hosts hold part of it)",
+                   f"{_THIS_HOSTS_ROWS}; every host's: multihost_utils.process_allgather(out)")
+        else:
             yield (call, "numpy-of-global",
                    f"{code_of(call)} merges pmap's per-device stack into this host's rows; after the port the output "
                    "is one global array over every host's rows, so this host's positions (a permutation, an index) "
                    "no longer pick its own rows",
-                   "this host's rows: jax.experimental.multihost_utils.global_array_to_host_local_array(out, mesh, "
-                   f"P({MESH_AXES})); or keep the computation global and index with global positions")
+                   f"{_THIS_HOSTS_ROWS}; or keep the computation global and index with global positions")
+
+
+_THIS_HOSTS_ROWS = ("this host's rows: jax.experimental.multihost_utils.global_array_to_host_local_array(out, mesh, "
+                    f"P({MESH_AXES}))")
 
 
 RULES = (pmap_over_hosts, numpy_of_global, host_rows_of_global)
