@@ -181,3 +181,75 @@ def test_device_get_of_a_pmap_output_reshaped_to_rows_reads_a_global_array_on_on
     assert (8, "numpy-of-global") not in found  # one finding, where the rows are read
     assert (11, "numpy-of-global") not in found  # a value that is no pmap output
     assert "process_allgather" in _said(DEVICE_GET_ROWS, 10, "numpy-of-global")
+
+
+# ------------------------------------------------------------------ gradients no collective reduces
+
+def _step(body: str, head: str = "") -> str:
+    """A pmapped step whose gradients come from jax.value_and_grad, then `body` (indented by the caller)."""
+    return ("import jax\nimport optax\nfrom flax.training import common_utils\n" + head
+            + "def step(state, opt_state, batch):\n"
+            "    loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)\n" + body
+            + "p_step = jax.pmap(step, axis_name='batch')\n")
+
+
+UNREDUCED = {
+    "optax": "    updates, opt_state = tx.update(grads, opt_state)\n    return optax.apply_updates(state, updates)\n",
+    "state": "    return state.apply_gradients(grads=grads)\n",
+    "by hand": "    return jax.tree.map(lambda p, g: p - 0.1 * g, state.params, grads)\n",
+}
+REDUCED = {
+    "pmean": "    grads = jax.lax.pmean(grads, 'batch')\n    return state.apply_gradients(grads=grads)\n",
+    "psum": "    grads = jax.lax.psum(grads, axis_name='batch')\n    return state.apply_gradients(grads=grads)\n",
+    "old flax": "    grads = common_utils.pmean(grads)\n    return state.apply_gradients(grads=grads)\n",
+    "a tuple": "    loss, grads = jax.lax.pmean((loss, grads), 'batch')\n    return state.apply_gradients(grads=grads)\n",
+    "a helper": "    grads = average(grads)\n    return state.apply_gradients(grads=grads)\n",
+    "the axis handed on": "    grads = sync(grads, axis_name='batch')\n    return state.apply_gradients(grads=grads)\n",
+    "a tree map": "    grads = jax.tree.map(lambda g: jax.lax.pmean(g, 'batch'), grads)\n"
+                  "    return state.apply_gradients(grads=grads)\n",
+}
+HELPER = "def average(g):\n    return jax.lax.pmean(g, axis_name='batch')\n"
+
+
+def test_a_pmapped_step_that_applies_each_devices_own_gradient_is_unreduced_gradients():
+    for name, body in UNREDUCED.items():
+        source = _step(body)
+        assert (6, "unreduced-gradients") in _rules(source), (name, _rules(source))
+        assert "the gradient is the mean over every device of every host" in _said(source, 6, "unreduced-gradients")
+
+
+def test_gradients_reduced_over_pmaps_axis_anywhere_in_the_step_are_not_unreduced():
+    for name, body in REDUCED.items():
+        rules = {r for _, r in _rules(_step(body, HELPER))}
+        assert "unreduced-gradients" not in rules, name
+
+
+def test_gradients_applied_outside_pmap_or_reduced_through_the_loss_are_not_unreduced():
+    jitted = _step(UNREDUCED["state"]).replace("jax.pmap(step, axis_name='batch')", "jax.jit(step)")
+    assert "unreduced-gradients" not in {r for _, r in _rules(jitted)}
+    loss = "def loss_fn(params, batch):\n    return jax.lax.pmean(jnp.mean(params * batch), 'batch')\n"
+    assert "unreduced-gradients" not in {r for _, r in _rules(_step(UNREDUCED["state"], loss))}
+
+
+def test_an_nnx_pmapped_step_and_old_flax_optimize_apply_their_own_gradients():
+    nnx_step = ("from flax import nnx\n\ndef train(model, optimizer, batch):\n"
+                "    loss, grads = nnx.value_and_grad(lambda m: ((m(batch) - batch) ** 2).mean())(model)\n"
+                "    optimizer.update(grads)\n    return loss\n\n"
+                "step = nnx.pmap(train, axis_name='data', in_axes=(None, None, 0))\n")
+    assert (5, "unreduced-gradients") in _rules(nnx_step), _rules(nnx_step)
+    optimize = ("import jax\n\ndef train(optimizer, batch):\n    def loss_fn(model):\n"
+                "        return ((model(batch) - batch) ** 2).mean()\n"
+                "    optimizer, loss = optimizer.optimize(loss_fn, learning_rate=0.1)\n    return optimizer\n\n"
+                "step = jax.pmap(train, axis_name='batch')\n")
+    assert (6, "unreduced-gradients") in _rules(optimize), _rules(optimize)
+    assert "of old flax.optim takes this device's own gradient" in _said(optimize, 6, "unreduced-gradients")
+
+
+def test_the_new_rule_names_a_section_the_notebook_has():
+    import re
+    from pathlib import Path
+
+    from helpers.migrate import LESSONS
+    notebook, section = LESSONS["unreduced-gradients"]
+    source = next((Path(__file__).resolve().parents[1] / "notebooks" / "src").glob(f"{notebook}_*.md")).read_text()
+    assert section in {re.sub(r"^#+ (\d+\. )?", "", line) for line in source.splitlines() if line.startswith("#")}
