@@ -253,3 +253,15 @@ def test_the_new_rule_names_a_section_the_notebook_has():
     notebook, section = LESSONS["unreduced-gradients"]
     source = next((Path(__file__).resolve().parents[1] / "notebooks" / "src").glob(f"{notebook}_*.md")).read_text()
     assert section in {re.sub(r"^#+ (\d+\. )?", "", line) for line in source.splitlines() if line.startswith("#")}
+
+
+def test_a_wrapper_is_a_call_through_a_module_never_a_name_the_script_binds(tmp_path):
+    (tmp_path / "tools.py").write_text("import jax\n\ndef step(f):\n    return jax.pmap(f)\n")
+    (tmp_path / "run.py").write_text("import tools\nstep = make_step(mesh)\nloss = step(model, x)\n")
+    assert not [f for f in migrate(tmp_path, show=False) if f.path.endswith("run.py") and f.rule == "pmap"]
+
+
+def test_spec_axes_held_in_constants_are_named_by_their_strings():
+    source = "from jax.experimental.pjit import pjit\nfrom jax.experimental import PartitionSpec as P\n" \
+             "DATA = 'dp'\nstep = pjit(f, in_axis_resources=P(DATA), out_axis_resources=None)\n"
+    assert "its specs name the old mesh's axes ('dp')" in _said(source, 4, "pjit")

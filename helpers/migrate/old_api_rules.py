@@ -109,7 +109,7 @@ def _mesh_read(s: Script, node: ast.AST, name: str, imported: bool) -> tuple[ast
     return (node, "experimental-sharding-names",
             f"{name}: jax.experimental.maps, which held the mesh entered with `with mesh:` (thread_resources.env), "
             "was deleted in jax 0.4.31 (ModuleNotFoundError)"
-            + ("" if imported else f"; this reads the {'size of the old mesh axis ' + axis if axis else 'old mesh shape'}"),
+            + ("" if imported else "; this reads the " + (f"size of the old mesh axis {axis}" if axis else "old mesh shape")),
             f"read the mesh you build: mesh = jax.make_mesh(shape, names), {mesh_size} (an axis name -> its size); "
             "inside a function traced under jax.set_mesh(mesh), jax.sharding.get_abstract_mesh()"
             + (f".shape[{axis}]" if axis else ".shape")
@@ -189,15 +189,16 @@ def _keywords(s: Script, call: ast.Call) -> list[ast.keyword]:
 
 
 def _spec_axes(s: Script, keywords: list[ast.keyword]) -> list[str]:
-    """The mesh axes the PartitionSpecs of a pjit call's in_axis_resources name (as written: 'dp',
-    ResourceAxis.DATA), through the names that hold them; the course's own axes left out."""
+    """The mesh axes the PartitionSpecs of a pjit call's in_axis_resources name ('dp' for DP = 'dp'; as written when
+    no string: ResourceAxis.DATA), through the names that hold them; the course's own axes left out."""
     todo, axes = [k.value for k in keywords if k.arg in ("in_axis_resources", "in_shardings")], []
     for _ in range(3):  # a spec held in a name, held in a name
         held = []
         for node in (n for t in todo for n in ast.walk(t)):
             if isinstance(node, ast.Call) and s.name(node.func).endswith("PartitionSpec"):
-                axes += [code_of(a) for e in node.args for a in (e.elts if isinstance(e, ast.Tuple) else [e])
-                         if not (isinstance(a, ast.Constant) and a.value is None)]
+                axes += [spelled for e in node.args for a in (e.elts if isinstance(e, ast.Tuple) else [e])
+                         if not (isinstance(a, ast.Constant) and a.value is None)
+                         for spelled in (map(repr, s.axis_names(a)) if s.axis_names(a) else [code_of(a)])]
             elif isinstance(node, ast.Name) and s.value(node) is not node:
                 held.append(s.value(node))
         todo = held

@@ -141,7 +141,7 @@ class Folder:
     pmappers: frozenset[str] = frozenset()  # their functions that call jax.pmap (a project's `utils.dist(f)`)
 
 
-_LIBRARIES = ("jax.", "flax.", "haiku.", "equinox.", "optax.", "numpy.", "functools.")  # their own calls are known
+_LIBRARIES = ("jax.", "flax.", "haiku.", "equinox.", "optax.", "numpy.", "functools.", "self.")  # not a project's
 # helpers that published pmap-era projects keep in files of their own (jaxline's utils, acme's, kfac's), by name
 KNOWN_COPIES = {"get_first": "unreplicate", "bcast_local_devices": "replicate",
                 "replicate_all_local_devices": "replicate", "replicate_on_devices": "replicate"}
@@ -229,11 +229,12 @@ class Script:
     def _wraps_pmap(self, call: ast.Call) -> bool:
         """A project's wrapper that pmaps the function it is handed (`utils.dist(f, axis_name='batch')`): a
         function of another file of the folder that calls jax.pmap, or, defined out of view, any call of the
-        project's (not JAX's or a known library's) that takes a function first and pmap's keyword axis_name."""
+        project's (not JAX's or a known library's) that takes a function first and pmap's keyword axis_name. Either
+        is reached through its module (`utils.dist`, or imported from it), never a name the script binds itself."""
         name = self.name(call.func)
         short = name.rsplit(".", 1)[-1]
-        if not name or name.startswith(_LIBRARIES) or short in self._defined or short in ("grad", "value_and_grad") \
-                or "map" in short.lower() or "scan" in short.lower():  # vmap, scan: transforms of other libraries
+        if "." not in name or name.startswith(_LIBRARIES) or short in self._defined \
+                or short in ("grad", "value_and_grad") or "map" in short.lower() or "scan" in short.lower():
             return False
         if short in self.folder.pmappers:
             return True
