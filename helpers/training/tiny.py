@@ -20,8 +20,8 @@ import numpy as np
 
 __all__ = [
     "IN_DIM", "HIDDEN", "OUT_DIM", "DATASET_SIZE", "GLOBAL_BATCH", "STEPS", "LEARNING_RATE",
-    "dataset", "init_params", "predict", "loss_fn", "dropout_loss_fn", "host_batch", "global_batch_at",
-    "host_rows",
+    "dataset", "init_params", "predict", "loss_fn", "dropout_predict", "dropout_loss_fn", "host_batch",
+    "global_batch_at", "host_rows",
 ]
 
 IN_DIM, HIDDEN, OUT_DIM = 4, 16, 1
@@ -72,8 +72,8 @@ def loss_fn(params, x, y):
     return jnp.mean((predict(params, x) - y) ** 2)
 
 
-def dropout_loss_fn(params, x, y, key, rate: float = 0.25):
-    """loss_fn with dropout on the hidden layer: each hidden unit of each example is dropped with
+def dropout_predict(params, x, key, rate: float = 0.25):
+    """predict with dropout on the hidden layer: each hidden unit of each example is dropped with
     probability `rate` (drawn from `key`), the kept ones scaled by 1 / (1 - rate)."""
     import jax
     import jax.numpy as jnp
@@ -81,7 +81,14 @@ def dropout_loss_fn(params, x, y, key, rate: float = 0.25):
     hidden = jnp.tanh(x @ params["w1"] + params["b1"])
     kept = jax.random.bernoulli(key, 1 - rate, hidden.shape)
     hidden = jnp.where(kept, hidden / (1 - rate), 0)
-    return jnp.mean((hidden @ params["w2"] + params["b2"] - y) ** 2)
+    return hidden @ params["w2"] + params["b2"]
+
+
+def dropout_loss_fn(params, x, y, key, rate: float = 0.25):
+    """loss_fn with dropout on the hidden layer: the mean squared error of dropout_predict."""
+    import jax.numpy as jnp
+
+    return jnp.mean((dropout_predict(params, x, key, rate) - y) ** 2)
 
 
 def _check_split(step: int, host: int, num_hosts: int, global_batch: int) -> int:
