@@ -2,8 +2,8 @@
 
 `way_one` keeps pmap's body: in the form NNX's tree mode keeps, `nnx.split` the model into its per-device
 state and the rest, hand each group to `jax.shard_map` with its own spec, and `nnx.merge` it back inside.
-`way_three` has no per-device body: `nnx.jit` on the global batch. `nnx_shard_map.py` runs both on real
-hosts; the notebook shows this source.
+`tree_body` is pmap's body written for NNX's tree mode. `way_three` has no per-device body: `nnx.jit` on the
+global batch. `nnx_shard_map.py` runs way one and way three on real hosts; the notebook shows this source.
 """
 from __future__ import annotations
 
@@ -44,6 +44,21 @@ def way_one(mesh, body=step_body, splits=None, place_keys=lambda keys: keys, che
         nnx.update(model, seen, rest)
         return loss, kept
     return train_step
+
+
+def tree_body(model, x, y, axis):
+    """step_body, written for tree mode: the gradient with respect to the parameters only."""
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss_fn(params, rest):
+        prediction, kept = nnx.merge(graphdef, params, rest)(x)
+        return jnp.mean((prediction - y) ** 2), kept
+
+    (loss, kept), grads = nnx.value_and_grad(loss_fn, has_aux=True)(params, rest)
+    grads = jax.lax.pmean(grads, axis)
+    nnx.update(model, jax.tree.map(lambda p, g: p - LEARNING_RATE * g, params, grads))
+    model.seen[...] += jnp.stack([x.shape[0], x.sum()])
+    return jax.lax.pmean(loss, axis), kept
 
 
 @nnx.jit
