@@ -1,11 +1,16 @@
 """The rules for host-local data in a pmap-era script: a loader that shuffles with a key or seed
-every host shares (and never looks at its process index), and a per-host batch sized with
-`jax.device_count()`, which counts every host's devices."""
+every host shares (and never looks at its process index), or data drawn with a leading device axis from such a key;
+a per-host batch sized with `jax.device_count()`, which counts every host's devices, or collated in full from an
+index list of that size; and batches a project's own loader stacks per local device (its batches go to pmap as they
+come)."""
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from typing import Iterator
 
+from helpers.migrate.bindings import bound_value, host_index_in, loop_items, reaches
 from helpers.migrate.script import Script, code_of, is_name
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
@@ -20,7 +25,7 @@ _HOST_NUMBERS = ("jax.process_index", "jax.process_count", "jax.host_id", "jax.h
 def _pmap_era(s: Script) -> bool:
     """The script feeds pmap or an older parallel API (xmap's jax.experimental.maps, old pjit, which took each
     host's batch as its part): it calls one, or stacks batches per local device."""
-    return any(True for _ in s.pmaps()) or any(
+    return any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]) or any(
         is_name(s.name(c.func), "flax.training.common_utils.shard", "jax.local_device_count") for c in s.calls) or any(
         name.startswith(("jax.experimental.maps", "jax.experimental.pjit")) for _, name, _ in s.used_names())
 
@@ -57,11 +62,17 @@ def shared_shuffle(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 def _unseeded(s: Script, call: ast.Call) -> bool:
     """`ds.map(f).shuffle(10_000)`: a dataset's shuffle of a buffer size with no seed, a different order on each host
-    (not a shuffle every host shares); numpy's and jax.random's always take the array or key they shuffle."""
+    (not a shuffle every host shares); numpy's and jax.random's always take the array or key they shuffle, and a
+    loader's `shuffle(jax.random.key(0))` is seeded."""
     if is_name(s.name(call.func), *_SHUFFLES) or getattr(call.func, "attr", "") != "shuffle" \
-            or any(k.arg == "seed" for k in call.keywords) or len(call.args) != 1:
+            or any(k.arg == "seed" for k in call.keywords) or len(call.args) != 1 or _makes_a_key(s, call.args[0]):
         return False
     return isinstance(call.args[0], ast.Constant) or isinstance(getattr(call.func, "value", None), ast.Call)
+
+
+def _makes_a_key(s: Script, node: ast.AST) -> bool:
+    """`jax.random.key(0)`, `jax.random.PRNGKey(seed)`: a shuffle handed one is seeded."""
+    return isinstance(node, ast.Call) and is_name(s.name(node.func), "jax.random.key", "jax.random.PRNGKey")
 
 
 def _only_counted_with(s: Script, product: ast.BinOp) -> bool:
@@ -80,8 +91,18 @@ def _only_counted_with(s: Script, product: ast.BinOp) -> bool:
 def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     if not _pmap_era(s) or any(is_name(s.name(c.func), "jax.process_count") for c in s.calls):
         return  # a script that divides by the process count splits the global batch itself
+    collated = set()
+    for read, size in _collations(s):
+        collated.add(size)
+        yield (read, "global-batch-per-host",
+               f"{code_of(read)} collates a batch by an index list of {size} rows, the global batch "
+               "(jax.device_count() counts every host's devices): every host collates the whole global batch",
+               "each host collates its own part of each index list, [process_index() * per_host:(process_index() + 1) "
+               "* per_host] with per_host = global_batch // jax.process_count(), and "
+               "jax.make_array_from_process_local_data assembles the global batch")
     for node in ast.walk(s.tree):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and not _only_counted_with(s, node):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and not _only_counted_with(s, node) \
+                and _assigned_name(s, node) not in collated:  # said where the rows are collated
             for side in (node.left, node.right):
                 count = s.value(side)  # `tpu_size = jax.device_count()` counts every device too
                 if isinstance(count, ast.Call) and is_name(s.name(count.func), "jax.device_count"):
@@ -106,4 +127,176 @@ def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                        "the global batch")
 
 
-RULES = (shared_shuffle, global_batch_per_host)
+def _assigned_name(s: Script, node: ast.AST) -> str | None:
+    """The name `size = <node>` assigns the expression to, alone or in a product (`size = <node> * steps`)."""
+    holder = s.parent.get(node)
+    while isinstance(holder, ast.BinOp):
+        holder = s.parent.get(holder)
+    if isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name):
+        return holder.targets[0].id
+    return None
+
+
+def _global_sizes(s: Script) -> set[str]:
+    """Names that hold a global batch size: `bs = per_device * jax.device_count()`, and products of those
+    (`per_update = bs * accumulation_steps`)."""
+    sizes: set[str] = set()
+    while True:
+        more = {name for name, value in s.assigned.items() if name not in sizes and isinstance(value, ast.BinOp)
+                and isinstance(value.op, ast.Mult) and any(
+                    _counts_devices(s, n, "jax.device_count") or (isinstance(n, ast.Name) and n.id in sizes)
+                    for n in ast.walk(value))}
+        if not more:
+            return sizes
+        sizes |= more
+
+
+def _collations(s: Script) -> Iterator[tuple[ast.AST, str]]:
+    """(the first read by index, the size) of each loop over index lists made with a global batch size
+    (`for idx in generate_batch_splits(order, bs): rows = [ds[int(i)] for i in idx]`): a host collating the rows
+    of a whole global batch."""
+    sizes = _global_sizes(s)
+    for loop in (n for n in ast.walk(s.tree) if isinstance(n, (ast.For, ast.AsyncFor))):
+        for target, iterated in loop_items(loop):
+            sized = reaches(s, iterated, lambda n: isinstance(n, ast.Call) and any(
+                isinstance(a, ast.Name) and a.id in sizes for a in n.args), depth=3)
+            if isinstance(target, ast.Name) and sized is not None:
+                size = next(a.id for a in sized.args if isinstance(a, ast.Name) and a.id in sizes)
+                reads = sorted(_reads_by_index(loop, target.id), key=lambda n: (n.lineno, n.col_offset))
+                if reads:
+                    yield reads[0], size
+
+
+def _reads_by_index(loop: ast.AST, index: str) -> list[ast.Subscript]:
+    """Subscripts in a loop's body whose index reads `index` or a comprehension's name that runs over it
+    (`ds[int(i)] for i in index`)."""
+    names = {index} | {n.id for c in ast.walk(loop) if isinstance(c, ast.comprehension)
+                       and isinstance(c.iter, ast.Name) and c.iter.id == index
+                       for n in ast.walk(c.target) if isinstance(n, ast.Name)}
+    return [n for statement in loop.body for n in ast.walk(statement) if isinstance(n, ast.Subscript)
+            and any(isinstance(i, ast.Name) and i.id in names for i in ast.walk(n.slice))]
+
+
+def _pmapped_calls(s: Script) -> list[ast.Call]:
+    """Calls of a pmapped function: `p_step(...)`, or `self.p_step(...)` where the script binds `self.p_step =
+    jax.pmap(...)`."""
+    names = s.pmapped_names()
+    pmaps = {*s.pmaps(), *s.nnx_pmaps()}
+    attributes = {t.attr for node in ast.walk(s.tree) if isinstance(node, ast.Assign) and node.value in pmaps
+                  for t in node.targets if isinstance(t, ast.Attribute)}
+    return [c for c in s.calls if isinstance(c.func, ast.Name) and c.func.id in names
+            or isinstance(c.func, ast.Attribute) and c.func.attr in attributes]
+
+
+def _fed_to_pmap(s: Script) -> list[ast.AST]:
+    """The arguments of every call of a pmapped function."""
+    return [a for c in _pmapped_calls(s) for a in [*c.args, *(k.value for k in c.keywords)]]
+
+
+_NOT_DRAWS = ("split", "fold_in", "key", "PRNGKey", "key_data", "wrap_key_data", "clone", "permutation", "shuffle")
+
+
+def _draws_a_device_stack(s: Script, call: ast.Call) -> bool:
+    """`jax.random.normal(key, (jax.device_count(), ...))`: a draw whose shape leads with a count of devices."""
+    name = s.name(call.func)
+    if not name.startswith("jax.random.") or is_name(name, *_NOT_DRAWS):
+        return False
+    shapes = [a for a in [*call.args[1:], *(k.value for k in call.keywords)] if isinstance(a, (ast.Tuple, ast.List))]
+    return any(shape.elts and _counts_devices(s, shape.elts[0]) for shape in shapes)
+
+
+def _counts_devices(s: Script, node: ast.AST, *counts: str) -> bool:
+    """A call of one of `counts` (default `jax.device_count()` or `jax.local_device_count()`), or a name assigned
+    from one (`tpu_size = jax.device_count()`)."""
+    count = s.value(node)
+    return isinstance(count, ast.Call) and is_name(s.name(count.func),
+                                                   *(counts or ("jax.device_count", "jax.local_device_count")))
+
+
+def shared_draws(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """Data drawn with a leading device axis from a key every host shares, and fed to pmap as it is."""
+    if not _pmap_era(s):
+        return
+    fed = {bound_value(s, a) for a in _fed_to_pmap(s) if isinstance(a, ast.Name)}
+    for call in s.calls:
+        if call in fed and _draws_a_device_stack(s, call) and host_index_in(s, call.args[0]) is None \
+                and not _reads_host_number(s, s.enclosing_function(call)):
+            yield (call, "shared-shuffle",
+                   f"{code_of(call.func)}({code_of(call.args[0])}, ...) draws the data pmap is fed from a key every "
+                   "host shares (nothing here reads jax.process_index()): every host feeds the same rows",
+                   "draw the global batch from the shared key (the same numbers on every host) and let each host "
+                   "pass its own rows, [process_index() * per_host, ...), to jax.make_array_from_process_local_data; "
+                   "or fold jax.process_index() into the key for rows of each host's own")
+
+
+# the roots of libraries whose loaders the other rules read (or that load no batches): not a project's own library
+_LIBRARIES = frozenset({"jax", "jaxlib", "flax", "numpy", "tensorflow", "tensorflow_datasets", "torch", "datasets",
+                        "transformers", "grain", "optax", "orbax", "haiku", "chex", "clu", "ml_collections", "absl",
+                        "tqdm", "einops", "equinox", "pandas", "wandb"}) | frozenset(sys.stdlib_module_names)
+_DATA_WORDS = re.compile(r"data|batch|load|iter|pipeline|preprocess|input|stream|sampler", re.I)
+
+
+def _project_loader(s: Script, call: ast.Call) -> bool:
+    """A call into the project's own library (`Preprocessor(...)`, `dataset.create_dataset(config, rng)`) named
+    for data: an imported name whose module is neither jax's nor a known library's."""
+    root = call.func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    module = s.names.alias.get(root.id, "") if isinstance(root, ast.Name) else ""
+    return bool(module) and module.split(".")[0] not in _LIBRARIES and bool(_DATA_WORDS.search(code_of(call.func)))
+
+
+_AS_IS = ("next", "iter", "tqdm", "jax.numpy.asarray", "numpy.asarray", "jax.numpy.array")
+
+
+def _loader_of(s: Script, batch: ast.AST, depth: int = 0) -> ast.Call | None:
+    """The project loader call a value comes from as it is, no reshape or shard on the way: `next(it)`,
+    `it.next()`, a loop over it, `jnp.asarray` or a tree map of it, an item (`batch.src`, `batch["x"]`)."""
+    if depth > 10:
+        return None
+    if isinstance(batch, ast.Call):
+        if _project_loader(s, batch):
+            return batch
+        name = s.name(batch.func)
+        if is_name(name, *_AS_IS) and batch.args:
+            return _loader_of(s, batch.args[0], depth + 1)
+        if s.is_tree_map(batch) and len(batch.args) == 2 and is_name(s.name(batch.args[0]), *_AS_IS):
+            return _loader_of(s, batch.args[1], depth + 1)
+        if isinstance(batch.func, ast.Attribute) and batch.func.attr in ("next", "__next__") and not batch.args:
+            return _loader_of(s, batch.func.value, depth + 1)
+        return None
+    if isinstance(batch, (ast.Name, ast.Attribute)):
+        bound = bound_value(s, batch)
+        if bound is not None:
+            return _loader_of(s, bound, depth + 1)
+    if isinstance(batch, ast.Attribute) or isinstance(batch, ast.Subscript) and isinstance(batch.slice, ast.Constant) \
+            and isinstance(batch.slice.value, str):
+        return _loader_of(s, batch.value, depth + 1)
+    return None
+
+
+def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """A project library's loader whose batches go to pmap as they come: the library stacked them per local
+    device; and `[0]` of such a batch, device 0's slice."""
+    stacked = {}
+    for argument in _fed_to_pmap(s):
+        loader = _loader_of(s, argument)
+        if loader is not None:
+            stacked.setdefault(loader, argument)
+    for loader, argument in stacked.items():
+        sized = [k.arg for k in loader.keywords if k.arg and "device" in k.arg]
+        yield (loader, "local-batch",
+               f"{code_of(loader.func)}(...) builds this host's batches stacked per local device (its "
+               f"{code_of(argument)} goes to pmap as it comes, so the library made pmap's leading axis"
+               + (f"; {sized[0]}= sizes them per device" if sized else "") + ")",
+               "have the loader give this host's rows unstacked (global_batch // jax.process_count() of them) and pass "
+               "them to jax.make_array_from_process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows)")
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0 \
+                and _loader_of(s, node.value) in stacked:
+            yield (node, "local-batch",
+                   f"{code_of(node)} takes device 0's slice of a batch the project's loader stacks per local device",
+                   "after the port a batch has no device axis: take the rows you need (batch[:n]), or the batch itself")
+
+
+RULES = (shared_shuffle, global_batch_per_host, shared_draws, project_stacked_batches)

@@ -10,6 +10,7 @@ import ast
 import re
 from typing import Iterator
 
+from helpers.migrate.bindings import host_index_in, reaches
 from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
@@ -20,23 +21,39 @@ LESSONS: dict[str, tuple[str, str]] = {
 
 
 def _splits_per_device(s: Script, call: ast.AST) -> bool:
-    """`jax.random.split(key, jax.local_device_count())` (or a count named for the devices)."""
-    if not (isinstance(call, ast.Call) and is_name(s.name(call.func), "jax.random.split") and len(call.args) > 1):
-        return False
-    count = call.args[1]
-    return any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.local_device_count", "jax.device_count")
-               for n in ast.walk(count)) or bool(re.search(r"dev", code_of(count)))
+    """`jax.random.split(key, jax.local_device_count())` (or a count named for the devices), or a project's wrapper
+    of it (`split_key(key, num=n_local_devices)`)."""
+    count = _split_count(s, call) if isinstance(call, ast.Call) else None
+    return count is not None and (any(
+        isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.local_device_count", "jax.device_count")
+        for n in ast.walk(count)) or bool(re.search(r"dev", code_of(count))))
+
+
+def _split_count(s: Script, call: ast.Call) -> ast.AST | None:
+    """How many keys a split makes: jax.random.split's second argument, or the count handed to a project's
+    `split_key(key, num=...)` / `split_rng(rng, n)` (a function named for splitting keys); None for other calls."""
+    name = s.name(call.func)
+    short = name.rsplit(".", 1)[-1].lower()
+    wrapper = not name.startswith(("jax.", "flax.")) and "split" in short and re.search(r"key|rng", short)
+    if not (is_name(name, "jax.random.split") or wrapper):
+        return None
+    if len(call.args) > 1:
+        return call.args[1]
+    return next((k.value for k in call.keywords if k.arg in ("num", "n", "count", "num_keys")), None)
 
 
 def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
         if _splits_per_device(s, call):
-            count = call.args[1]
+            count = _split_count(s, call)
             every = any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.device_count")
                         for n in ast.walk(s.value(count)))
-            split = f"jax.random.split(key, {code_of(count)})"
+            split = f"{_split_name(s, call)}(key, {code_of(count)})"
             if _folds_in_the_host(s, call.args[0]):
                 said = "; the key folds in jax.process_index(), so each host's keys differ, but the port keeps one key"
+            elif host_index_in(s, call.args[0]) is not None:
+                said = ("; the key is made from jax.process_index(), so each host's keys differ, but the port keeps "
+                        "one key")
             elif every:
                 said = (", the same keys on every host: a host that feeds pmap its local_device_count() of them must "
                         "take its own slice, or its devices repeat another host's draws")
@@ -47,6 +64,11 @@ def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                     else f"{split} makes one key per local device for pmap") + said,
                    "one key, and inside shard_map jax.random.fold_in(key, jax.lax.axis_index("
                    f"{MESH_AXES})): a different stream on every device of every host")
+
+
+def _split_name(s: Script, call: ast.Call) -> str:
+    """`jax.random.split` however the script spells it; a project's wrapper as written."""
+    return "jax.random.split" if is_name(s.name(call.func), "jax.random.split") else code_of(call.func)
 
 
 def _key_per_device_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -65,16 +87,10 @@ def _key_per_device_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
                    f"{MESH_AXES})): a different stream on every device of every host")
 
 
-def _folds_in_the_host(s: Script, key: ast.AST, depth: int = 0) -> bool:
+def _folds_in_the_host(s: Script, key: ast.AST) -> bool:
     """The key is made with jax.process_index() folded in (`fold_in(key, jax.process_index())`), through names."""
-    for node in ast.walk(s.value(key)):
-        if isinstance(node, ast.Call) and is_name(s.name(node.func), "jax.random.fold_in") and any(
-                _reads_the_host(s, a) for a in node.args[1:]):
-            return True
-        if depth < 4 and isinstance(node, ast.Name) and s.value(node) is not node \
-                and _folds_in_the_host(s, node, depth + 1):
-            return True
-    return False
+    return reaches(s, key, lambda n: isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.random.fold_in")
+                   and any(_reads_the_host(s, a) for a in n.args[1:])) is not None
 
 
 def _reads_the_host(s: Script, node: ast.AST) -> bool:

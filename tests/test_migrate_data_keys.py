@@ -1,0 +1,151 @@
+"""The migration assistant's rules for data and keys in pmap-era scripts: batches a project's loader stacks per
+device, keys split per device by a project's wrapper, shuffles and draws every host shares, a global batch each host
+collates in full. The snippets are written for these tests."""
+from __future__ import annotations
+
+import pytest
+
+from helpers.migrate import findings
+
+
+def _rules(source: str) -> set[tuple[int, str]]:
+    return {(f.line, f.rule) for f in findings(source, "t.py")}
+
+
+def _said(source: str, line: int, rule: str) -> str:
+    (finding,) = [f for f in findings(source, "t.py") if (f.line, f.rule) == (line, rule)]
+    return f"{finding.does} -> {finding.instead}"
+
+
+LOADER = """import jax
+from mylib.text import BatchMaker
+
+@jax.pmap
+def step(params, tokens):
+    return params
+
+maker = BatchMaker(corpus, batch_size_per_device=16)
+for i, batch in enumerate(maker):
+    params = step(params, batch.tokens)
+"""
+
+CLASS_LOADER = """import jax
+import jax.numpy as jnp
+import project.input_pipeline as pipeline
+
+class Trainer:
+    def __init__(self, cfg):
+        self.train_it, self.eval_it = pipeline.make_iterators(cfg)
+        self.p_step = jax.pmap(self.step, 'batch')
+        self.example = next(self.eval_it)['image'][0]
+
+    def run(self, state):
+        batch = jax.tree.map(jnp.asarray, next(self.train_it))
+        return self.p_step(state, batch)
+"""
+
+
+def test_a_project_loaders_batches_fed_to_pmap_as_they_come_are_stacked_per_device():
+    assert (8, "local-batch") in _rules(LOADER)
+    assert "batch_size_per_device= sizes them per device" in _said(LOADER, 8, "local-batch")
+    assert {(7, "local-batch"), (9, "local-batch")} <= _rules(CLASS_LOADER)  # the loader, and device 0's slice
+    assert "device 0's slice" in _said(CLASS_LOADER, 9, "local-batch")
+
+
+@pytest.mark.parametrize("source", [
+    LOADER.replace("    params = step(params, batch.tokens)", "    params = step(params, shard(batch.tokens))"),
+    LOADER.replace("@jax.pmap", "@jax.jit"),  # no pmap: nothing says the loader stacks per device
+    LOADER.replace("from mylib.text import BatchMaker", "from tensorflow_datasets import BatchMaker"),
+    LOADER.replace("BatchMaker", "Vocabulary"),  # a project call not named for data
+])
+def test_a_loader_is_not_said_to_stack_when_the_script_stacks_or_no_pmap_takes_its_batches(source):
+    assert "local-batch" not in {rule for _, rule in _rules(source)}
+
+
+WRAPPED_SPLIT = """import jax
+from mylib.random import split_key, seed_key
+
+key = seed_key(1)
+n_local_devices = jax.local_device_count()
+key, sub = split_key(key)
+keys = split_key(sub, num=n_local_devices)
+"""
+
+
+def test_a_project_wrapper_that_splits_a_key_per_local_device_makes_per_device_keys():
+    assert (7, "per-device-keys") in _rules(WRAPPED_SPLIT)
+    assert "every host splits the same key" in _said(WRAPPED_SPLIT, 7, "per-device-keys")
+    per_host = WRAPPED_SPLIT.replace("seed_key(1)", "seed_key(1 + jax.process_index())")
+    assert "the key is made from jax.process_index()" in _said(per_host, 7, "per-device-keys")
+    assert (6, "per-device-keys") not in _rules(WRAPPED_SPLIT)  # a split in two is no split per device
+    assert not _rules(WRAPPED_SPLIT.replace("num=n_local_devices", "num=3"))
+
+
+NNX_SHUFFLE = """import jax
+from flax import nnx
+from mylib.data import Table
+
+table = Table(rows).shuffle(jax.random.key(0))
+train = nnx.pmap(step, axis_name='data')
+"""
+
+DRAWN = """import jax
+from functools import partial
+
+n = jax.device_count()
+
+@partial(jax.pmap, axis_name='d')
+def step(w, x):
+    return w
+
+key = jax.random.key(0)
+for _ in range(3):
+    key, sub = jax.random.split(key)
+    x = jax.random.normal(sub, (n, 8, 2))
+    w = step(w, x)
+"""
+
+
+def test_a_shuffle_or_a_device_stack_drawn_from_a_key_every_host_shares_is_a_shared_shuffle():
+    assert (5, "shared-shuffle") in _rules(NNX_SHUFFLE)  # nnx.pmap is pmap era too
+    assert (13, "shared-shuffle") in _rules(DRAWN)
+    assert "every host feeds the same rows" in _said(DRAWN, 13, "shared-shuffle")
+
+
+@pytest.mark.parametrize("source", [
+    DRAWN.replace("key = jax.random.key(0)", "key = jax.random.fold_in(jax.random.key(0), jax.process_index())"),
+    DRAWN.replace("(n, 8, 2)", "(8, n, 2)"),  # no leading device axis
+    DRAWN.replace("w = step(w, x)", "w = step(w, x.mean(0))"),  # not what pmap is fed
+    NNX_SHUFFLE.replace("jax.random.key(0)", "jax.random.fold_in(jax.random.key(0), jax.process_index())"),
+])
+def test_keys_with_the_host_folded_in_or_draws_pmap_is_not_fed_are_no_shared_shuffle(source):
+    assert "shared-shuffle" not in {rule for _, rule in _rules(source)}
+
+
+COLLATED = """import jax
+import numpy as np
+
+step = jax.pmap(f, 'batch')
+per_update = per_device * jax.device_count() * accumulation
+order = np.arange(len(rows))
+splits = make_splits(order, per_update)
+for i, idx in enumerate(splits):
+    picked = [rows[int(j)] for j in idx]
+    state = step(state, shard(collate(picked)))
+"""
+
+
+def test_each_host_collating_a_whole_global_batch_by_indices_is_said_where_it_collates():
+    found = _rules(COLLATED)
+    assert (9, "global-batch-per-host") in found
+    assert (5, "global-batch-per-host") not in found  # said once, where the rows are read
+    assert "every host collates the whole global batch" in _said(COLLATED, 9, "global-batch-per-host")
+
+
+@pytest.mark.parametrize("source", [
+    COLLATED.replace("jax.device_count()", "jax.local_device_count()"),  # a host's own batch
+    COLLATED.replace("splits = make_splits(order, per_update)",
+                     "splits = make_splits(order, per_update // jax.process_count())"),
+])
+def test_a_host_that_collates_its_own_part_is_not_said_to_collate_the_global_batch(source):
+    assert (9, "global-batch-per-host") not in _rules(source)
