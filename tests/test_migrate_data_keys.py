@@ -1,11 +1,17 @@
 """The migration assistant's rules for data and keys in pmap-era scripts: batches a project's loader stacks per
 device, keys split per device by a project's wrapper, shuffles and draws every host shares, a global batch each host
-collates in full. The snippets are written for these tests."""
+collates in full, and parameters each host initialises from a key of its own. The snippets are written for these
+tests."""
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import pytest
 
-from helpers.migrate import findings
+from helpers.migrate import LESSONS, findings
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _rules(source: str) -> set[tuple[int, str]]:
@@ -149,3 +155,49 @@ def test_each_host_collating_a_whole_global_batch_by_indices_is_said_where_it_co
 ])
 def test_a_host_that_collates_its_own_part_is_not_said_to_collate_the_global_batch(source):
     assert (9, "global-batch-per-host") not in _rules(source)
+
+
+HOST_INIT = """import jax
+
+rng = jax.random.PRNGKey(0)
+rng = jax.random.fold_in(rng, jax.process_index())
+rng, init_rng = jax.random.split(rng)
+params = model.init(init_rng, x)
+dropout_rng = jax.random.fold_in(rng, 1)
+y = model.apply(params, x, rngs={'dropout': dropout_rng})
+"""
+
+SEEDED_INIT = """import jax
+from mylib.random import seed_key, split_key
+from mylib.model import create_weights
+
+host = jax.process_index()
+key = seed_key(7 + host)
+key, sub = split_key(key)
+weights = create_weights(shape, param_key=sub)
+"""
+
+
+def test_parameters_initialised_from_a_key_with_the_process_index_are_per_host():
+    assert (6, "per-host-init") in _rules(HOST_INIT)
+    said = _said(HOST_INIT, 6, "per-host-init")
+    assert "(line 4)" in said and "the same on every host" in said
+    assert (8, "per-host-init") in _rules(SEEDED_INIT)  # through a project's key wrappers and a name
+    assert "(line 6)" in _said(SEEDED_INIT, 8, "per-host-init")
+
+
+@pytest.mark.parametrize("source", [
+    HOST_INIT.replace("rng = jax.random.fold_in(rng, jax.process_index())\nrng, init_rng = jax.random.split(rng)\n",
+                      "rng, init_rng = jax.random.split(rng)\nrng = jax.random.fold_in(rng, jax.process_index())\n"),
+    "import jax\nkey = jax.random.fold_in(key, jax.process_index())\nopt_state = optimizer.init(params)\n"
+    "y = model.apply(params, x, rngs={'dropout': key})\n",  # dropout folded with the host: fine
+    SEEDED_INIT.replace("7 + host", "7"),
+])
+def test_an_init_key_split_off_before_the_host_is_folded_in_is_no_per_host_init(source):
+    assert "per-host-init" not in {rule for _, rule in _rules(source)}
+
+
+def test_the_new_kind_names_a_section_its_notebook_has():
+    notebook, section = LESSONS["per-host-init"]
+    source = next((ROOT / "notebooks" / "src").glob(f"{notebook}_*.md")).read_text()
+    assert section in {re.sub(r"^#+ (\d+\. )?", "", line) for line in source.splitlines() if line.startswith("#")}

@@ -17,6 +17,7 @@ from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, keyword
 LESSONS: dict[str, tuple[str, str]] = {
     "per-device-keys": ("06", "Per-device randomness: `fold_in(key, axis_index)`"),
     "pmap-body-keys": ("06", "Per-device randomness: `fold_in(key, axis_index)`"),
+    "per-host-init": ("10", "Initialisation across hosts, in real processes"),
 }
 
 
@@ -166,4 +167,33 @@ def _uses_of_per_device_keys(s: Script, function: ast.FunctionDef) -> list[ast.N
                    and isinstance(n.ctx, ast.Load)), key=lambda n: (n.lineno, n.col_offset))
 
 
-RULES = (_per_device_keys, _pmap_body_keys, _key_per_device_helpers)
+def _per_host_init(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """An initialisation whose key has jax.process_index() in its history: each host draws its own weights, which
+    pmap's per-host replicate kept apart; a port's P() parameters must be the same on every host."""
+    for call in s.calls:
+        for key in _init_keys(s, call):
+            host = host_index_in(s, key)
+            if host is not None:
+                yield (call, "per-host-init",
+                       f"{code_of(call.func)}(...) initialises from {code_of(key)}, a key made with "
+                       f"jax.process_index() (line {host.lineno}): each host starts from weights of its own (pmap's "
+                       "replicate copied each host's own to its local devices)",
+                       "initialise from a key without the process index (split the init key off before folding the "
+                       "host in, or a seed every host shares), so that the P() parameters are the same on every "
+                       "host; keep the per-host key for data order or dropout")
+                break
+
+
+def _init_keys(s: Script, call: ast.Call) -> list[ast.AST]:
+    """The keys an initialisation is handed: `model.init(rng, x)`, `init_params(key=k)`, `get_model(..., init_rng)`
+    (a call named for init, or a key named for it); none for jax's own calls and an optimizer's `init(params)`."""
+    name = s.name(call.func)
+    if not name or name.startswith("jax."):
+        return []
+    keys = [(code_of(a), a) for a in call.args] + [(f"{k.arg}={code_of(k.value)}", k.value) for k in call.keywords]
+    named = re.search(r"init", name.rsplit(".", 1)[-1], re.I)
+    return [key for said, key in keys if re.search(r"key|rng", said, re.I)
+            and (named or re.search(r"init|param", said, re.I))]
+
+
+RULES = (_per_device_keys, _pmap_body_keys, _key_per_device_helpers, _per_host_init)
