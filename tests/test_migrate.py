@@ -345,6 +345,19 @@ CASES = {
          "import jax\nkey, sub = jax.random.split(key)\n"),
         ("from jax import random\nrngs = random.split(rng, n_devices)\n", 2, "from jax import random\nrngs = random.split(rng, 3)\n"),
     ],
+    "unreduced-gradients": [
+        ("import jax\ndef step(state, batch):\n    loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)\n"
+         "    return state.apply_gradients(grads=grads)\np = jax.pmap(step, axis_name='batch')\n", 4,
+         "import jax\ndef step(state, batch):\n    loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)\n"
+         "    grads = jax.lax.pmean(grads, 'batch')\n    return state.apply_gradients(grads=grads)\n"
+         "p = jax.pmap(step, axis_name='batch')\n"),
+    ],
+    "per-host-init": [
+        ("import jax\nkey = jax.random.PRNGKey(jax.process_index())\nparams = model.init(key, x)\n"
+         "p = jax.pmap(step, axis_name='b')\n", 3,
+         "import jax\nkey = jax.random.PRNGKey(0)\ndrop = jax.random.fold_in(key, jax.process_index())\n"
+         "params = model.init(key, x)\np = jax.pmap(step, axis_name='b')\n"),
+    ],
 }
 
 
