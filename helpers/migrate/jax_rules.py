@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, is_name, keyword,
-                                    only_process_zero, pmap_axis, strings)
+from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, first_copy, is_name,
+                                    keyword, only_process_zero, pmap_axis, strings)
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -434,17 +434,6 @@ def _feeds_global_array(s: Script, spec: ast.Call, used: set[str]) -> bool:
     return False
 
 
-def _first_of(node: ast.AST, names: set[str]) -> bool:
-    """`name[0]` for one of `names`, or [0] of a field or entry of one (`state.step[0]`, `metrics['loss'][0]`)."""
-    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0):
-        return False
-    held = node.value
-    while isinstance(held, ast.Attribute) or (isinstance(held, ast.Subscript) and isinstance(held.slice, ast.Constant)
-                                              and isinstance(held.slice.value, str)):
-        held = held.value
-    return isinstance(held, ast.Name) and held.id in names
-
-
 def _entries_of(s: Script, stacks: set[str]) -> set[str]:
     """The loop names that take a pmap output's entries: `value` in `for name, value in metrics.items():`."""
     found = set()
@@ -458,12 +447,13 @@ def _entries_of(s: Script, stacks: set[str]) -> set[str]:
 
 
 def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """`jax.tree.map(lambda x: x[0], state)` and `loss[0]` of a pmap output: pmap's unreplicate, by hand."""
+    """`jax.tree.map(lambda x: x[0], state)`, `loss[0]` or `np.asarray(loss)[0]` of a pmap output: pmap's
+    unreplicate, by hand (said where the [0] is)."""
     if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
         return
     stacks = s.pmap_outputs() | _entries_of(s, s.pmap_outputs())
     for node in ast.walk(s.tree):
-        if _first_of(node, stacks) and not s.in_pmap_over_hosts(node):
+        if first_copy(node, stacks) and not s.in_pmap_over_hosts(node):
             yield (node, "jax-utils-replicate",
                    f"{code_of(node)} takes device 0's entry of pmap's per-device output; after the port it is "
                    "one global value, and [0] would index into it",
@@ -473,11 +463,13 @@ def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             continue
         lam = call.args[0]
         params = {a.arg for a in lam.args.args}
-        if any(_first_of(n, params) for n in ast.walk(lam.body)) and not s.in_pmap_over_hosts(call):
-            yield (call, "jax-utils-replicate",
-                   f"{code_of(call)} takes copy [0] of pmap's stack by hand; after the port each leaf is one "
-                   "global value, and [0] would take its first row",
-                   "nothing: a P() array already is the value (read it on any host)")
+        first = next((n for n in ast.walk(lam.body) if first_copy(n, params)), None)
+        if first is not None and not s.in_pmap_over_hosts(call):
+            yield (first, "jax-utils-replicate",
+                   f"{code_of(call)} takes device 0's copy of pmap's stack by hand ({code_of(first)} of each leaf); "
+                   "after the port each leaf is one global value, and [0] would take its first row",
+                   "nothing: a P() array already is the value (read it on any host, device_get it to save or print); "
+                   "a leaf sharded over the hosts is read with multihost_utils.process_allgather on every host")
 
 
 def _copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -505,6 +497,11 @@ def _copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{code_of(call.func)}(...) copies one value to every local device (a project helper: "
                    "device_put_sharded of len(devices) * [x], pmap's replicate): one value replicated, not a "
                    "batch split",
+                   "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
+        elif s.stacks_per_device(call):
+            yield (call, "jax-utils-replicate",
+                   f"{code_of(call)} stacks a copy of one value per device by hand (pmap's replicate; put on a "
+                   "sharding over the devices' axis, it is device_put_sharded of the copies)",
                    "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
         elif _repeats_over_local_devices(s, call):
             yield (call, "jax-utils-replicate",

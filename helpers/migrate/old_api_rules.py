@@ -78,7 +78,7 @@ def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         elif _reads_the_mesh(name) and not _uses_xmap(s):
             yield _mesh_read(s, node, name, imported)
         elif (name == "jax.experimental.maps" or name.startswith("jax.experimental.maps.")) \
-                and name not in _MOVED and not (imported and _imports_only_mesh_reads(s, node)):
+                and name not in _MOVED and not (imported and _imports_only_named(s, node)):
             yield (node, "xmap",
                    f"{name}: xmap and jax.experimental.maps (xmap, mesh, thread_resources) were deleted in "
                    "jax 0.4.31 (ModuleNotFoundError)",
@@ -95,10 +95,12 @@ def _uses_xmap(s: Script) -> bool:
     return any(name == "jax.experimental.maps.xmap" for _, name, _ in s.used_names())
 
 
-def _imports_only_mesh_reads(s: Script, node: ast.AST) -> bool:
-    """`from jax.experimental.maps import thread_resources` in a script without xmap: the name's own finding says it."""
-    return isinstance(node, ast.ImportFrom) and not _uses_xmap(s) \
-        and all(_reads_the_mesh(f"{node.module}.{a.name}") for a in node.names)
+def _imports_only_named(s: Script, node: ast.AST) -> bool:
+    """`from jax.experimental.maps import Mesh` (or thread_resources, in a script without xmap): each imported name
+    has a finding of its own (the mesh), so the module's xmap finding would be wrong advice."""
+    return isinstance(node, ast.ImportFrom) and all(
+        f"{node.module}.{a.name}" in _MOVED or (_reads_the_mesh(f"{node.module}.{a.name}") and not _uses_xmap(s))
+        for a in node.names)
 
 
 def _mesh_read(s: Script, node: ast.AST, name: str, imported: bool) -> tuple[ast.AST, str, str, str]:

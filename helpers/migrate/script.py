@@ -112,9 +112,28 @@ def _assignments(tree: ast.AST) -> Iterator[tuple[str, ast.AST]]:
                 yield from ((t.id, v) for t, v in zip(target.elts, node.value.elts) if isinstance(t, ast.Name))
 
 
+def first_copy(node: ast.AST, names: set[str]) -> bool:
+    """Device 0's copy of one of `names`, taken by hand: `x[0]`, `x.addressable_shards[0]`, `np.asarray(x)[0]`, also
+    of a field or entry of one (`state.step[0]`, `metrics['loss'][0]`)."""
+    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0):
+        return False
+    held = node.value
+    if isinstance(held, ast.Attribute) and held.attr == "addressable_shards":
+        held = held.value
+    elif isinstance(held, ast.Call) and isinstance(held.func, ast.Attribute) and held.func.attr in ("asarray", "array") \
+            and len(held.args) == 1:
+        held = held.args[0]
+    while isinstance(held, ast.Attribute) or (isinstance(held, ast.Subscript) and isinstance(held.slice, ast.Constant)
+                                              and isinstance(held.slice.value, str)):
+        held = held.value
+    return isinstance(held, ast.Name) and held.id in names
+
+
 def _returned_expressions(function: ast.AST) -> list[ast.AST]:
     """What a function returns, and the values of the names it returns assigned in its own body (`x = f(); return
     x`), nested functions left out: a helper whose result is the copy, not a long function that makes one."""
+    if isinstance(function, ast.Lambda):
+        return [function.body]
     returns, assigned, todo = [], {}, list(ast.iter_child_nodes(function))
     while todo:
         node = todo.pop()
@@ -181,30 +200,31 @@ class Script:
         """The script's own functions that make or undo pmap's stack of copies: name -> 'replicate' (copy one
         value to every local device) or 'unreplicate' (take copy [0] of each leaf)."""
         found = {}
-        for function in (n for n in ast.walk(self.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        for name, function in self._functions():
             kind = self._copies_in(function)
             if kind:
-                found[function.name] = kind
+                found[name] = kind
         return found
 
+    def _functions(self) -> Iterator[tuple[str, ast.AST]]:
+        """(name, function) for each def of the script and each name it binds to a lambda (`unpmap = lambda v: ...`)."""
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield node.name, node
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
+                yield from ((t.id, node.value) for t in node.targets if isinstance(t, ast.Name))
+
     def _copies_in(self, function: ast.AST) -> str | None:
-        """'unreplicate' for a body that indexes [0] into a parameter (`tree_map(lambda x: x[0], xs)`,
-        `device_get(x[0])`), 'replicate' for one that stacks copies (`device_put_sharded(len(devices) * [x],
-        devices)`, `device_put_replicated`, `jax_utils.replicate`, a repeat or broadcast_to over the local
-        device count); None for anything else."""
+        """'unreplicate' for a body that takes device 0's copy of a parameter (`tree_map(lambda x: x[0], xs)`,
+        `x.addressable_shards[0]` in such a lambda, `device_get(x[0])`), 'replicate' for one that stacks copies
+        (`device_put_sharded(len(devices) * [x], devices)`, `device_put_replicated`, `jax_utils.replicate`, a repeat
+        or broadcast_to over the local device count, `jnp.stack([x] * len(devices))`); None for anything else."""
         returned = _returned_expressions(function)
         for node in (n for r in returned for n in ast.walk(r)):
-            if isinstance(node, ast.Call):
-                name = self.name(node.func)
-                if is_name(name, "device_put_sharded", "device_put_replicated", "flax.jax_utils.replicate"):
-                    return "replicate"
-                if is_name(name, "repeat", "broadcast_to", "tile") and any(
-                        isinstance(n, ast.Call) and is_name(self.name(n.func), "local_device_count", "local_devices")
-                        for a in node.args[1:] for n in ast.walk(a)):
-                    return "replicate"
-        def first(node: ast.AST, params: set[str]) -> bool:  # `x[0]` of a parameter
-            return any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id in params
-                       and isinstance(n.slice, ast.Constant) and n.slice.value == 0 for n in ast.walk(node))
+            if isinstance(node, ast.Call) and self.stacks_copies(node):
+                return "replicate"
+        def first(node: ast.AST, params: set[str]) -> bool:  # device 0's copy of a parameter
+            return any(first_copy(n, params) for n in ast.walk(node))
 
         own = {a.arg for a in function.args.args}
         for node in (n for r in returned for n in ast.walk(r)):
@@ -215,6 +235,51 @@ class Script:
             if isinstance(node, ast.Call) and is_name(self.name(node.func), "jax.device_get") and first(node, own):
                 return "unreplicate"  # jax.device_get(x[0])
         return None
+
+    def copy_zero_by_hand(self, expr: ast.AST) -> bool:
+        """An expression that is device 0's copy of pmap's stacks, taken by hand or by a project's helper:
+        `tree_map(lambda x: x[0], state)`, `loss[0]` of a pmap output, a helper whose body does that (not flax's
+        unreplicate, which --diff removes, leaving what it was handed)."""
+        if first_copy(expr, self.pmap_outputs()):
+            return True
+        if not isinstance(expr, ast.Call):
+            return False
+        if self.is_tree_map(expr) and expr.args and isinstance(expr.args[0], ast.Lambda):
+            params = {a.arg for a in expr.args[0].args.args}
+            return any(first_copy(n, params) for n in ast.walk(expr.args[0].body))
+        return self.copy_helper(expr) == "unreplicate"
+
+    def stacks_copies(self, call: ast.Call) -> bool:
+        """A call that stacks copies of one value, one a device: `device_put_sharded`, `device_put_replicated`,
+        `jax_utils.replicate`, a repeat or broadcast_to over the local devices, `np.stack([x] * len(devices))`."""
+        name = self.name(call.func)
+        if is_name(name, "device_put_sharded", "device_put_replicated", "flax.jax_utils.replicate"):
+            return True
+        if is_name(name, "repeat", "broadcast_to", "tile") and any(
+                isinstance(n, ast.Call) and is_name(self.name(n.func), "local_device_count", "local_devices")
+                for a in call.args[1:] for n in ast.walk(a)):
+            return True
+        return self.stacks_per_device(call)
+
+    def stacks_per_device(self, call: ast.Call) -> bool:
+        """`jnp.stack([x] * len(devices))` or `np.stack(n_devices * [x])`: copies of one value, one a device."""
+        return is_name(self.name(call.func), "numpy.stack", "jax.numpy.stack") and bool(call.args) \
+            and self.copy_per_device(call.args[0])
+
+    def copy_per_device(self, node: ast.AST) -> bool:
+        """`[x] * len(devices)` or `n_devices * [x]`: a list of copies of one value, one a device (the count read
+        through the names that hold the devices or their number)."""
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
+            return False
+        sides = (node.left, node.right)
+        count = next((b for a, b in (sides, sides[::-1]) if isinstance(a, ast.List) and len(a.elts) == 1), None)
+        if count is None:
+            return False
+        for _ in range(4):  # `len(devices)` -> `devices` -> `jax.local_devices()[:n]`
+            count = count.args[0] if isinstance(count, ast.Call) and self.name(count.func) == "len" and count.args \
+                else self.value(count) if isinstance(count, ast.Name) else count
+        return any(isinstance(n, ast.Call) and is_name(self.name(n.func), "local_devices", "devices",
+                                                       "local_device_count", "device_count") for n in ast.walk(count))
 
     def pmapping_functions(self) -> set[str]:
         """The script's functions whose body calls jax.pmap: what other files of its folder learn."""
@@ -265,9 +330,10 @@ class Script:
         short = name.rsplit(".", 1)[-1]
         if short in ("replicate", "unreplicate", "get_metrics"):  # flax's own or their copies: rules of their own
             return None
-        if short in self._defined:  # the script's own function: the finding in its body says it, once; but a
-            own = self._own_copies.get(short)  # checkpoint helper's call is where the save is decided
-            return own if own and ("save" in short.lower() or "checkpoint" in short.lower()) else None
+        if short in self._own_copies or short in self._defined:  # the script's own function: a replicate's body
+            own = self._own_copies.get(short)  # says it, once; device 0's copy is read (or saved) where it is called
+            return own if own == "unreplicate" or own and ("save" in short.lower() or "checkpoint" in short.lower()) \
+                else None
         if short in dict(self.folder.copies):  # a function of another file of its folder
             return dict(self.folder.copies)[short]
         if short in KNOWN_COPIES and any(True for _ in [*self.pmaps(), *self.nnx_pmaps()]):

@@ -1,0 +1,102 @@
+"""helpers.migrate on API-level patterns of pmap-era and pjit-era code that held-out set 4 showed: Mesh imported from
+jax.experimental.maps, device 0's copy read by hand (a script's own unreplicate helper, addressable_shards[0],
+np.asarray(out)[0]), copies stacked by hand, pmap's axis handed on under another keyword, the outputs of functions
+pmapped out of view read as numpy, and libraries' own pmap helpers. Every snippet here is written for the course."""
+from __future__ import annotations
+
+from helpers.migrate import findings
+
+
+def _rules(source: str) -> list[tuple[int, str]]:
+    return [(f.line, f.rule) for f in findings(source, "t.py")]
+
+
+def _said(source: str, line: int, rule: str) -> str:
+    """What the finding of `rule` on `line` says and advises."""
+    return next(f"{f.does} -> {f.instead}" for f in findings(source, "t.py") if (f.line, f.rule) == (line, rule))
+
+
+# ------------------------------------------------------------------ the old mesh's import
+
+def test_mesh_imported_from_maps_is_the_mesh_not_xmap():
+    source = "from jax.experimental.maps import Mesh\nmesh = Mesh(devices, ('dp', 'mp'))\n"
+    assert _rules(source) == [(1, "experimental-sharding-names")]
+
+
+def test_xmap_imported_beside_the_mesh_is_still_xmap():
+    found = _rules("from jax.experimental.maps import Mesh, xmap\n")
+    assert (1, "xmap") in found and (1, "experimental-sharding-names") in found
+
+
+# ------------------------------------------------------------------ device 0's copy, and copies stacked, by hand
+
+OWN_UNREPLICATE = """\
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+first = lambda tree: jax.tree_util.tree_map(
+    lambda leaf: leaf.addressable_shards[0].data.squeeze(0), tree)
+
+
+def host_copy(tree):
+    return jax.tree_util.tree_map(lambda leaf: leaf[0], tree)
+
+
+def stacked(value, sharding):
+    devices = jax.local_devices()[:2]
+    if isinstance(value, jax.Array):
+        return jax.device_put(jnp.stack([value] * len(devices)), sharding)
+    return jax.device_put(np.stack(len(devices) * [value]), sharding)
+
+
+devices = jax.local_devices()
+step = jax.pmap(update, axis_name='d')
+state = step(state, batch)
+count = int(first(state.count))
+weights = host_copy(
+    state.weights)
+loss = float(np.asarray(state.loss)[0])
+row = np.stack([value] * 3)
+"""
+
+
+def test_a_scripts_own_unreplicate_helper_is_said_in_its_body_and_at_each_call():
+    found = _rules(OWN_UNREPLICATE)
+    assert {(6, "jax-utils-replicate"), (10, "jax-utils-replicate"), (23, "jax-utils-replicate"),
+            (24, "jax-utils-replicate")} <= set(found), found  # the call's line, where a call spans two
+    assert "device 0's copy" in _said(OWN_UNREPLICATE, 6, "jax-utils-replicate")
+    assert "addressable_shards[0]" in _said(OWN_UNREPLICATE, 6, "jax-utils-replicate")
+
+
+def test_copies_stacked_one_a_device_by_hand_are_pmaps_replicate():
+    found = _rules(OWN_UNREPLICATE)
+    assert {(16, "jax-utils-replicate"), (17, "jax-utils-replicate")} <= set(found), found
+    assert "P()" in _said(OWN_UNREPLICATE, 16, "jax-utils-replicate")
+    assert 27 not in {line for line, _ in found}  # three copies, not one a device
+
+
+def test_numpy_of_a_pmap_output_indexed_at_zero_is_device_zeros_copy():
+    assert (26, "jax-utils-replicate") in _rules(OWN_UNREPLICATE)
+
+
+SAVE_DEVICE_ZERO = """\
+import jax
+from flax.training import checkpoints
+
+step = jax.pmap(update, axis_name='d')
+
+
+def save(state, path):
+    if jax.process_index() == 0:
+        host_state = jax.device_get(jax.tree_util.tree_map(lambda x: x[0], state))
+        checkpoints.save_checkpoint(path, host_state, 0)
+        everything = jax.device_get(state)
+"""
+
+
+def test_device_zeros_copy_read_on_process_zero_is_the_copy_not_a_collective():
+    found = _rules(SAVE_DEVICE_ZERO)
+    assert (9, "jax-utils-replicate") in found and (9, "process-zero-collective") not in found, found
+    assert "process_allgather" in _said(SAVE_DEVICE_ZERO, 9, "jax-utils-replicate")
+    assert (11, "process-zero-collective") in found  # the whole state, split over the hosts after the port
