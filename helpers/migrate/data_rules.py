@@ -11,7 +11,7 @@ import sys
 from typing import Iterator
 
 from helpers.migrate.bindings import bound_value, host_index_in, loop_items, reaches
-from helpers.migrate.script import Script, code_of, is_name
+from helpers.migrate.script import Script, code_of, is_name, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -52,7 +52,8 @@ def shared_shuffle(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         shuffles = is_name(name, *_SHUFFLES) or (
             isinstance(call.func, ast.Attribute) and call.func.attr in ("permutation", "shuffle")
             and not name.startswith("jax.random."))
-        if shuffles and not _reads_host_number(s, s.enclosing_function(call)) and not _unseeded(s, call):
+        if shuffles and not _reads_host_number(s, s.enclosing_function(call)) and not _unseeded(s, call) \
+                and not _traced(s, call) and not _subset(s, call):
             yield (call, "shared-shuffle",
                    f"{code_of(call.func)}(...) shuffles with a key or seed every host shares, and this loader "
                    "never reads jax.process_index(): every host reads the same rows",
@@ -60,14 +61,108 @@ def shared_shuffle(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "part of each global batch: rows [process_index() * per_host, ...) of it")
 
 
+_SHARED_ORDER_FIX = ("keep the shared seed (the same order on every host) and let each host read its own part of each "
+                     "global batch: rows [process_index() * per_host, ...) of it (a DistributedSampler with "
+                     "num_replicas=jax.process_count(), rank=jax.process_index() for a torch DataLoader)")
+
+
+def shared_loader_order(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """A loader asked to shuffle with a seed every host shares, nothing on its path reading the process index:
+    `iter_batches(..., shuffle=True, seed=config.seed + epoch)`, a torch `DataLoader(shuffle=True)` under a seed
+    set for the whole program (`set_seed(args.seed)`)."""
+    if not _pmap_era(s):
+        return
+    for call in s.calls:
+        seed = keyword(call, "seed")
+        if _is_true(keyword(call, "shuffle")) and seed is not None and not _splits_by_host(s, call):
+            yield (call, "shared-shuffle",
+                   f"{code_of(call.func)}(..., shuffle=True, seed={code_of(seed)}) shuffles with a seed every host "
+                   "shares, and nothing on the loader's path reads jax.process_index(): every host reads the same "
+                   "rows", _SHARED_ORDER_FIX)
+    seeded = _global_seeds(s)
+    for call in s.calls:
+        if is_name(s.name(call.func), "torch.utils.data.DataLoader") and _is_true(keyword(call, "shuffle")) \
+                and (seeded or keyword(call, "generator") is not None) and not _splits_by_host(s, call):
+            said = f"{code_of(seeded[0])} seeds" if seeded else "its generator= seeds"
+            yield (call, "shared-shuffle",
+                   f"{code_of(call.func)}(..., shuffle=True) with no sampler: {said} its shuffle alike on every "
+                   "host, and nothing reads jax.process_index(): every host reads the same rows", _SHARED_ORDER_FIX)
+
+
+def _is_true(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+def _global_seeds(s: Script) -> list[ast.Call]:
+    """Calls that seed the whole program (`transformers.set_seed(args.seed)`, `torch.manual_seed(0)`,
+    `seed_everything(seed)`) with a seed that has no process index in it."""
+    return [c for c in s.calls if s.name(c.func).rsplit(".", 1)[-1] in ("set_seed", "manual_seed", "seed_everything")
+            and c.args and host_index_in(s, c) is None]
+
+
+_SPLITS_THE_DATA = re.compile(r"shard|process|host|rank|replica|sampler", re.I)
+
+
+def _splits_by_host(s: Script, call: ast.Call) -> bool:
+    """Something on the loader's path gives each host its part: a keyword for it (`shard_index=`, `sampler=`), the
+    process index in an argument's history, or a host number read as data where it is called or in the script's
+    own loader function it calls."""
+    defs = {f.name: f for f in ast.walk(s.tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    callee = defs.get(call.func.id) if isinstance(call.func, ast.Name) else None
+    return any(k.arg and _SPLITS_THE_DATA.search(k.arg) for k in call.keywords) \
+        or host_index_in(s, call) is not None or _reads_host_number(s, s.enclosing_function(call)) \
+        or (callee is not None and _reads_host_number(s, callee))
+
+
 def _unseeded(s: Script, call: ast.Call) -> bool:
     """`ds.map(f).shuffle(10_000)`: a dataset's shuffle of a buffer size with no seed, a different order on each host
     (not a shuffle every host shares); numpy's and jax.random's always take the array or key they shuffle, and a
     loader's `shuffle(jax.random.key(0))` is seeded."""
     if is_name(s.name(call.func), *_SHUFFLES) or getattr(call.func, "attr", "") != "shuffle" \
-            or any(k.arg == "seed" for k in call.keywords) or len(call.args) != 1 or _makes_a_key(s, call.args[0]):
+            or any(k.arg == "seed" for k in call.keywords):
+        return False
+    if any(k.arg == "buffer_size" for k in call.keywords):  # tf.data's `ds.shuffle(buffer_size=1000)`
+        return True
+    if len(call.args) != 1 or _makes_a_key(s, call.args[0]):
         return False
     return isinstance(call.args[0], ast.Constant) or isinstance(getattr(call.func, "value", None), ast.Call)
+
+
+_TRANSFORMS = ("jax.jit", "jax.pmap", "jax.vmap", "jax.grad", "jax.value_and_grad", "jax.checkpoint", "jax.remat",
+               "jax.shard_map", "jax.experimental.shard_map.shard_map")
+
+
+def _traced(s: Script, node: ast.AST) -> bool:
+    """The node is in a function JAX traces: pmapped or jitted (called or as a decorator), or handed to a
+    transform or a jax.lax loop (`jax.lax.scan(_update_epoch, ...)`), or nested in such a function. A shuffle
+    there permutes arrays on the device (a PPO minibatch), not a loader's rows."""
+    handed = {a.id for c in s.calls if s.name(c.func).startswith(("jax.lax.", "flax.nnx."))
+              or is_name(s.name(c.func), *_TRANSFORMS) for a in c.args if isinstance(a, ast.Name)}
+    pmapped = set(s.pmapped_functions())
+    while node in s.parent:
+        node = s.parent[node]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                node.name in handed or node in pmapped or any(_transforms(s, d) for d in node.decorator_list)):
+            return True
+    return False
+
+
+def _transforms(s: Script, decorator: ast.AST) -> bool:
+    """`@jax.jit`, `@jax.jit(...)`'s kind, `@partial(jax.jit, static_argnums=...)`."""
+    head = decorator.func if isinstance(decorator, ast.Call) else decorator
+    if isinstance(decorator, ast.Call) and is_name(s.name(head), "functools.partial") and decorator.args:
+        head = decorator.args[0]
+    return is_name(s.name(head), *_TRANSFORMS)
+
+
+def _subset(s: Script, call: ast.Call) -> bool:
+    """`ds.shuffle(seed=seed).select(range(n))`, `.take(n)`, `[:n]`: a shuffle that picks a sample of the data, the
+    same on every host (as it should be), not the order batches are read in."""
+    holder = s.parent.get(call)
+    if isinstance(holder, ast.Subscript) and holder.value is call and isinstance(holder.slice, ast.Slice):
+        return True
+    return isinstance(holder, ast.Attribute) and holder.attr in ("select", "take") \
+        and isinstance(s.parent.get(holder), ast.Call)
 
 
 def _makes_a_key(s: Script, node: ast.AST) -> bool:
@@ -299,4 +394,4 @@ def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
                    "after the port a batch has no device axis: take the rows you need (batch[:n]), or the batch itself")
 
 
-RULES = (shared_shuffle, global_batch_per_host, shared_draws, project_stacked_batches)
+RULES = (shared_shuffle, shared_loader_order, global_batch_per_host, shared_draws, project_stacked_batches)

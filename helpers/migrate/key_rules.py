@@ -24,10 +24,20 @@ LESSONS: dict[str, tuple[str, str]] = {
 def _splits_per_device(s: Script, call: ast.AST) -> bool:
     """`jax.random.split(key, jax.local_device_count())` (or a count named for the devices), or a project's wrapper
     of it (`split_key(key, num=n_local_devices)`)."""
-    count = _split_count(s, call) if isinstance(call, ast.Call) else None
-    return count is not None and (any(
-        isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.local_device_count", "jax.device_count")
-        for n in ast.walk(count)) or bool(re.search(r"dev", code_of(count))))
+    count = _less_a_constant(_split_count(s, call)) if isinstance(call, ast.Call) else None
+    if count is None or isinstance(count, ast.BinOp):
+        return False  # `n_devices * num_envs + 1`, `num_envs // n_devices`: keys per environment or row
+    return any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.local_device_count", "jax.device_count")
+               for n in ast.walk(count)) or bool(re.search(r"dev", code_of(count)))
+
+
+def _less_a_constant(count: ast.AST | None) -> ast.AST | None:
+    """A split's count without a constant added or taken (`jax.local_device_count() + 1`: a key per device and
+    one to keep)."""
+    while isinstance(count, ast.BinOp) and isinstance(count.op, (ast.Add, ast.Sub)) \
+            and isinstance(count.right, ast.Constant):
+        count = count.left
+    return count
 
 
 def _split_count(s: Script, call: ast.Call) -> ast.AST | None:
