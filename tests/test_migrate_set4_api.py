@@ -100,3 +100,50 @@ def test_device_zeros_copy_read_on_process_zero_is_the_copy_not_a_collective():
     assert (9, "jax-utils-replicate") in found and (9, "process-zero-collective") not in found, found
     assert "process_allgather" in _said(SAVE_DEVICE_ZERO, 9, "jax-utils-replicate")
     assert (11, "process-zero-collective") in found  # the whole state, split over the hosts after the port
+
+
+# ------------------------------------------------------------------ pmap's axis handed on under another keyword
+
+HANDED_AXIS = """\
+import jax
+from mylib import grads, stats
+
+AXIS = 'dev'
+
+
+def build(loss_fn, optimizer):
+    update = grads.make_update(
+        loss_fn, optimizer, pmap_axis_name=AXIS)
+    norm = stats.update_moments(moments, rows,
+                                pmap_axis_name=AXIS)
+    other = stats.update_moments(moments, rows, group_axis_name='model')
+    return jax.pmap(step, axis_name=AXIS)
+"""
+
+
+def test_pmaps_axis_handed_under_a_keyword_named_for_an_axis_is_a_pmap_collective_on_its_line():
+    found = _rules(HANDED_AXIS)
+    assert {(9, "pmap-collective"), (11, "pmap-collective")} <= set(found), found
+    assert 12 not in {line for line, _ in found}  # an axis that is not pmap's
+    assert "pmap_axis_name=('host', 'device')" in _said(HANDED_AXIS, 11, "pmap-collective")
+
+
+def test_pmaps_axis_handed_to_a_function_named_for_gradients_gets_both_outcomes():
+    said = _said(HANDED_AXIS.replace("make_update", "make_gradient_update"), 9, "pmap-collective")
+    assert "named for gradients" in said and "if this is a gradient" in said
+    assert "if this is a gradient" not in _said(HANDED_AXIS, 9, "pmap-collective")
+
+
+# ------------------------------------------------------------------ libraries' own pmap helpers
+
+def test_brax_pmap_helpers_are_pmaps_with_their_replacements():
+    source = "from brax.training import pmap\n\npmap.assert_is_replicated(state)\npmap.synchronize_hosts()\n"
+    assert _rules(source) == [(3, "pmap"), (4, "pmap")]
+    assert "assert_equal" in _said(source, 3, "pmap")
+    assert "sync_global_devices" in _said(source, 4, "pmap")
+
+
+def test_a_save_under_a_process_index_held_in_a_name_is_on_process_zero_only():
+    source = ("import jax\nfrom mylib import checkpoint\n\nprocess_id = jax.process_index()\nif process_id == 0:\n"
+              "    checkpoint.save(path, step, params)\n")
+    assert (6, "process-zero-save") in _rules(source)

@@ -78,6 +78,25 @@ def _pmap_wrapper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                "or a plain jax.jit of f on the global batch; then its gather over the axis and its [0] go")
 
 
+# published libraries' own helpers that run a jax.pmap: -> (rule, what it does, instead)
+_LIBRARY_PMAPS = {
+    "brax.training.pmap.assert_is_replicated": (
+        "pmap",
+        "brax's pmap.assert_is_replicated runs a jax.pmap over this host's devices that checks pmap's stacked copies "
+        "agree (a pmin and a pmax of each leaf)",
+        "nothing: a P() global array is one value, replicated by construction; to check that hosts agree, "
+        "jax.experimental.multihost_utils.assert_equal(x)"),
+    "brax.training.pmap.synchronize_hosts": (
+        "pmap",
+        "brax's pmap.synchronize_hosts is a barrier made of a jax.pmap psum over every device (on several hosts)",
+        "jax.experimental.multihost_utils.sync_global_devices(name) on every host"),
+}
+
+
+def _library_pmaps(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    yield from s.calls_in(_LIBRARY_PMAPS)
+
+
 def _shard_prng_key_argument(s: Script, call: ast.Call) -> int | None:
     """The position of the argument that the pmapped function's callers give from shard_prng_key."""
     callers = {name for name, value in s.assigned.items() if value is call}
@@ -100,7 +119,7 @@ def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
         name = s.name(call.func)
         op = name.rsplit(".", 1)[-1]
-        axis = keyword(call, "axis_name")
+        axis = _axis_keyword(s, call)
         if op == "value_and_grad" and set(s.axis_names(axis)) & s.pmap_axes:
             yield (call, "pmap-collective",
                    f"{code_of(call.func)}(..., axis_name={code_of(axis)}) averages the gradients over pmap's axis "
@@ -166,33 +185,51 @@ def _flax_collective(s: Script, call: ast.Call, op: str, axis: ast.AST | None) -
 
 
 def _by_gradient_status(node: ast.AST, status: str, said: str, *, trap: tuple[str, str],
-                        rename: tuple[str, str]) -> tuple[ast.AST, str, str, str]:
+                        rename: tuple[str, str], maybe: str = _MAYBE) -> tuple[ast.AST, str, str, str]:
     """A pmap-collective finding by what the collective reduces: gradients ('yes': the trap), maybe ('unknown':
-    both outcomes), or not ('no': a rename); `trap` is (what it does, after `said, `; what to write), `rename`
-    (what follows `said`, with its own separator; what to write)."""
+    both outcomes, `maybe` saying why), or not ('no': a rename); `trap` is (what it does, after `said, `; what to
+    write), `rename` (what follows `said`, with its own separator; what to write)."""
     if status == "yes":
         return node, "pmap-collective", f"{said}, {trap[0]}", trap[1]
     if status == "unknown":
-        return node, "pmap-collective", f"{said}, and {_MAYBE}", _EITHER
+        return node, "pmap-collective", f"{said}, and {maybe}", _EITHER
     return node, "pmap-collective", f"{said}{rename[0]}", rename[1]
 
 
+def _axis_keyword(s: Script, call: ast.Call) -> ast.AST | None:
+    """The value of a call's `axis_name=`, or of another keyword named for an axis name (`pmap_axis_name=`) that
+    holds one of pmap's axes."""
+    named = [k for k in call.keywords if k.arg and k.arg.endswith("axis_name")]
+    return next((k.value for k in named if set(s.axis_names(k.value)) & s.pmap_axes), keyword(call, "axis_name"))
+
+
+_STATUSES = ["no", "unknown", "yes"]
+
+
 def _handed_axis(s: Script, call: ast.Call, axis: ast.AST) -> tuple[ast.AST, str, str, str]:
-    """pmap's axis name handed to code that runs collectives over it: `sync(grads, axis_name='batch')`, or
-    `jax.tree.map(partial(jax.lax.pmean, axis_name='batch'), grads)`."""
+    """pmap's axis name handed to code that runs collectives over it: `sync(grads, axis_name='batch')`,
+    `jax.tree.map(partial(jax.lax.pmean, axis_name='batch'), grads)`, or a function named for gradients
+    (`make_gradient_update(loss_fn, opt, pmap_axis_name=AXIS)`), which may reduce the gradients it takes."""
     mapping = s.parent.get(call)
     handed = [*call.args, *(k.value for k in call.keywords if k.value is not axis)]
     if isinstance(mapping, ast.Call) and s.is_tree_map(mapping) and mapping.args[:1] == [call]:
         handed += mapping.args[1:]
-    status = max((s.gradient_status(a) for a in handed), key=["no", "unknown", "yes"].index, default="no")
-    said = f"{code_of(call.func)}(..., axis_name={code_of(axis)}) hands pmap's axis name to code that runs " \
+    status = max((s.gradient_status(a) for a in handed), key=_STATUSES.index, default="no")
+    held = next(k.arg for k in call.keywords if k.value is axis)
+    for_gradients = status == "no" and "grad" in (s.name(call.func) or code_of(call.func)).rsplit(".", 1)[-1].lower()
+    said = f"{code_of(call.func)}(..., {held}={code_of(axis)}) hands pmap's axis name to code that runs " \
            "collectives over it"
     return _by_gradient_status(
-        axis, status, said,
+        axis, "unknown" if for_gradients else status, said,
         trap=(f"on gradients; {_TRAP}", f"no collective here: take the gradient of jax.lax.pmean(loss, {MESH_AXES}); "
               "renaming the axis is not enough"),
         rename=(" (a key bound to each device, statistics synced), and shard_map has no such axis",
-                f"axis_name={MESH_AXES}: the mesh axes reach every device of every host"))
+                f"{held}={MESH_AXES}: the mesh axes reach every device of every host"),
+        maybe=_NAMED_FOR_GRADIENTS if for_gradients else _MAYBE)
+
+
+_NAMED_FOR_GRADIENTS = ("the function is named for gradients, so it may take gradients and reduce them over this "
+                        f"axis (the tool cannot see its body): if it does, {_TRAP}")
 
 
 # calls that no longer exist, or only stack copies for pmap: -> (rule, what it does, instead)
@@ -552,5 +589,5 @@ def _stack_attributes(s: Script) -> set[str]:
 
 
 READS = {*_OLD_CALLS, *_FLAX_COLLECTIVES, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap
-RULES = (_pmap, _pmap_wrapper, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
+RULES = (_pmap, _pmap_wrapper, _library_pmaps, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
          _device_only_spec, _copy_zero, _copy_helpers, _stacks_in_a_helper)

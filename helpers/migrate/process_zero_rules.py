@@ -34,7 +34,7 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                          for c in ast.walk(node))}
     global_outputs = _compiled_outputs(s, compiled - s.pmapped_names())
     for node in ast.walk(s.tree):
-        if not (isinstance(node, ast.If) and only_process_zero(node.test, s.names)):
+        if not (isinstance(node, ast.If) and only_process_zero(node.test, s.names, s.value)):
             continue
         for inner in (n for stmt in node.body for n in ast.walk(stmt)):
             if not isinstance(inner, ast.Call):

@@ -66,9 +66,11 @@ def argument(call: ast.Call, position: int, name: str) -> ast.AST | None:
     return call.args[position] if len(call.args) > position else keyword(call, name)
 
 
-def only_process_zero(test: ast.AST, names: Names) -> bool:
-    """`jax.process_index() == 0`, `0 == ...`, `not jax.process_index()`, `... < 1` (or `jax.host_id()`)."""
+def only_process_zero(test: ast.AST, names: Names, value=lambda node: node) -> bool:
+    """`jax.process_index() == 0`, `0 == ...`, `not jax.process_index()`, `... < 1` (or `jax.host_id()`), also
+    through a name `value` follows to the call (`process_id = jax.process_index()`)."""
     def is_index(n):
+        n = value(n) if isinstance(n, ast.Name) else n
         return isinstance(n, ast.Call) and is_name(names.of(n.func), "process_index", "host_id")
 
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -78,7 +80,7 @@ def only_process_zero(test: ast.AST, names: Names) -> bool:
         zero = [s for s in (left, right) if isinstance(s, ast.Constant) and s.value == 0]
         return bool(zero) and isinstance(test.ops[0], ast.Eq) and (is_index(left) or is_index(right))
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return any(only_process_zero(v, names) for v in test.values)
+        return any(only_process_zero(v, names, value) for v in test.values)
     return False
 
 
