@@ -86,7 +86,7 @@ def raising_port(mesh):
 # ----------------------------------------------------------------------------- dropout keys
 
 @partial(jax.pmap, axis_name="batch")
-def old_dropout_step(params, x, y, key):  # hf_style_train.py's step
+def old_dropout_step(params, x, y, key):  # a parameters-only step with dropout, in hf_style_train.py's style
     loss, grads = jax.value_and_grad(tiny.dropout_loss_fn)(params, x, y, key)
     grads = jax.lax.pmean(grads, "batch")
     return _sgd(params, grads), jax.lax.pmean(loss, "batch")
@@ -159,7 +159,7 @@ def unstacked_inputs(host, hosts, local_devices):
     return jax.tree.map(lambda p: p[0], params), x, y
 
 
-def _hf_train_step(params, batch, dropout_rng):  # hf_style_train.py's step, pmapped by call with donation
+def _hf_train_step(params, batch, dropout_rng):  # HF style, parameters only: pmapped by call with donation
     def loss_fn(params):
         return tiny.dropout_loss_fn(params, batch["x"], batch["y"], dropout_rng)
 
@@ -177,7 +177,7 @@ def hf_inputs(host, hosts, local_devices, step):  # one_host_keys: what a port w
     return params, {"x": x, "y": y}, keys
 
 
-def hf_port(mesh):  # exercise 16.1's answer, on global arrays, with donation on the enclosing jit
+def hf_port(mesh):  # its port, on global arrays, with donation on the enclosing jit
     def body(params, batch, keys):
         def loss(p):
             return jax.lax.pmean(tiny.dropout_loss_fn(p, batch["x"], batch["y"], keys[0]), DATA)
