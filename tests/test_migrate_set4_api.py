@@ -147,3 +147,64 @@ def test_a_save_under_a_process_index_held_in_a_name_is_on_process_zero_only():
     source = ("import jax\nfrom mylib import checkpoint\n\nprocess_id = jax.process_index()\nif process_id == 0:\n"
               "    checkpoint.save(path, step, params)\n")
     assert (6, "process-zero-save") in _rules(source)
+
+
+def test_a_projects_unreplicate_variant_named_so_is_device_zeros_copy():
+    source = ("import jax\nfrom mylib.utils import unreplicate_leading_dims\n\nstep = jax.pmap(f, axis_name='d')\n"
+              "state = step(state)\nsaved = unreplicate_leading_dims(state)\n")
+    assert (6, "jax-utils-replicate") in _rules(source)
+    assert (6, "jax-utils-replicate") not in _rules(source.replace("jax.pmap(f, axis_name='d')", "jax.jit(f)"))
+
+
+def test_numpy_of_an_nnx_pmapped_steps_output_at_zero_is_device_zeros_copy():
+    source = ("import numpy as np\nfrom flax import nnx\n\n\ndef fit(model, rows):\n"
+              "    @nnx.pmap(axis_name='d', in_axes=(None, 0))\n    def step(model, rows):\n        return loss(model, rows)\n\n"
+              "    out = step(model, rows)\n    return float(np.asarray(out)[0])\n")
+    assert (11, "jax-utils-replicate") in _rules(source)
+
+
+# ------------------------------------------------------------------ functions the project pmaps out of view
+
+OUT_OF_VIEW = """\
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import jax_utils
+from mylib import sampling, scoring
+
+train = jax.pmap(step, axis_name='batch')
+pstate = jax_utils.replicate(state)
+sampler = sampling.make_sampler(config, model)
+scorer = scoring.make_scorer(model)
+plain = scoring.make_plain(model)
+for i in range(steps):
+    pstate, loss = train(pstate, batch)
+    rng, *keys = jax.random.split(rng, jax.local_device_count() + 1)
+    keys = jnp.asarray(keys)
+    images, count = sampler(keys, pstate)
+    grid = images.reshape((-1, *images.shape[2:]))
+    images = np.clip(images * 255, 0, 255)
+    images = images.reshape((-1, 32, 32, 3))
+    bits = scorer(keys, pstate, batch)[0]
+    bits = bits.reshape(-1)
+    words = plain(batch)
+"""
+
+
+def test_a_function_the_project_pmaps_out_of_view_is_a_pmap_where_it_is_made():
+    found = _rules(OUT_OF_VIEW)
+    assert {(9, "pmap"), (10, "pmap")} <= set(found), found
+    assert 11 not in {line for line, _ in found}  # called with the host's batch only: nothing says it pmaps
+    assert "sampler" in _said(OUT_OF_VIEW, 9, "pmap") and "out of view" in _said(OUT_OF_VIEW, 9, "pmap")
+
+
+def test_its_outputs_reshaped_to_rows_or_read_as_numpy_are_this_hosts_rows():
+    found = _rules(OUT_OF_VIEW)
+    assert {(17, "numpy-of-global"), (18, "numpy-of-global"), (21, "numpy-of-global")} <= set(found), found
+    assert (19, "numpy-of-global") not in found  # numpy's array by then, reshaped on the host
+
+
+def test_numpy_of_a_pmap_output_at_zero_is_said_once_as_device_zeros_copy():
+    source = ("import jax\nimport numpy as np\n\nstep = jax.pmap(f, axis_name='d')\nout = step(rows)\n"
+              "loss = float(np.asarray(out)[0])\n")
+    assert [rule for line, rule in _rules(source) if line == 6] == ["jax-utils-replicate"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
+from helpers.migrate.bindings import bound_value
+from helpers.migrate.jax_rules import pmapped_out_of_view
 from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
@@ -33,12 +35,24 @@ def _numpy_call(s: Script, call: ast.Call) -> bool:
     return name.startswith("numpy.") and not name.startswith("numpy.random.")
 
 
+def _pmapped(s: Script) -> set[str]:
+    """The names of pmapped functions: the script's own pmaps and those the project pmaps out of view."""
+    return s.pmapped_names() | {name for names in pmapped_out_of_view(s).values() for name in names}
+
+
+def _pmap_output_call(s: Script, value: ast.AST | None, pmapped: set[str]) -> bool:
+    """`step(...)` of a pmapped function, or an item of its output (`step(...)[0]`)."""
+    while isinstance(value, ast.Subscript):
+        value = value.value
+    return isinstance(value, ast.Call) and _calls_pmapped(s, value.func, pmapped)
+
+
 def _pmap_outputs_by_scope(s: Script) -> set[tuple[ast.AST, str]]:
     """(function, name) for each name a function assigns from a call of a pmapped function, and for each
     parameter of the script's functions that a call passes such a name to (`tohost(predicted)`)."""
-    pmapped = s.pmapped_names()
+    pmapped = _pmapped(s)
     found = {(s.enclosing_function(node), n.id) for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
-             and isinstance(node.value, ast.Call) and _calls_pmapped(s, node.value.func, pmapped)
+             and _pmap_output_call(s, node.value, pmapped)
              for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
     defs = {n.name: n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)}
     for call in s.calls:
@@ -57,13 +71,38 @@ def _calls_pmapped(s: Script, func: ast.AST, pmapped: set[str]) -> bool:
     return isinstance(func, ast.Name) and func.id in pmapped
 
 
+def _is_pmap_output(s: Script, name: ast.AST, outputs: set[tuple[ast.AST, str]], pmapped: set[str]) -> bool:
+    """A name read where it holds a pmap output: bound last to a pmapped call (or an item of it), or a parameter its
+    function's callers pass one to."""
+    if not isinstance(name, ast.Name):
+        return False
+    value = bound_value(s, name)
+    if value is None:
+        return (s.enclosing_function(name), name.id) in outputs
+    return _pmap_output_call(s, value, pmapped)
+
+
+def _read_output(s: Script, read: ast.AST | None, outputs: set[tuple[ast.AST, str]], pmapped: set[str]) -> bool:
+    """A pmap output as numpy's argument: the name, arithmetic on it (`samples * 255`), or the pmapped call."""
+    if isinstance(read, ast.BinOp):
+        return any(_is_pmap_output(s, side, outputs, pmapped) for side in (read.left, read.right))
+    return _is_pmap_output(s, read, outputs, pmapped) or (
+        isinstance(read, ast.Call) and isinstance(read.func, ast.Name) and read.func.id in pmapped)
+
+
+def _indexed_at_zero(s: Script, call: ast.Call) -> bool:
+    """`np.asarray(out)[0]`: device 0's copy, which jax_rules says (jax-utils-replicate)."""
+    held = s.parent.get(call)
+    return isinstance(held, ast.Subscript) and held.value is call and isinstance(held.slice, ast.Constant) \
+        and held.slice.value == 0
+
+
 def numpy_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    pmapped = s.pmapped_names()
+    pmapped = _pmapped(s)
     outputs = _pmap_outputs_by_scope(s)
     for call in s.calls:
         read = call.args[0] if call.args and _numpy_call(s, call) else None
-        if (isinstance(read, ast.Name) and (s.enclosing_function(call), read.id) in outputs) or (
-                isinstance(read, ast.Call) and isinstance(read.func, ast.Name) and read.func.id in pmapped):
+        if _read_output(s, read, outputs, pmapped) and not _indexed_at_zero(s, call):
             yield (call, "numpy-of-global",
                    f"{code_of(call.func)}({code_of(read)}, ...) reads a pmap output as this host's numpy array; "
                    "after the port a per-example output is one global array over every host's devices, and numpy "
@@ -84,11 +123,11 @@ def _flattens_devices(call: ast.Call) -> bool:
 def host_rows_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`emb = emb.reshape((-1, d))` of a pmap output: its per-device stack merged into this host's rows, which the
     host then indexes with its own (host-local) positions."""
+    pmapped = _pmapped(s)
     outputs = _pmap_outputs_by_scope(s)
     for call in s.calls:
         owner = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "reshape" else None
-        if not (isinstance(owner, ast.Name) and (s.enclosing_function(call), owner.id) in outputs
-                and _flattens_devices(call)):
+        if not (_is_pmap_output(s, owner, outputs, pmapped) and _flattens_devices(call)):
             continue
         reader = s.parent.get(call)
         if isinstance(reader, ast.Call) and reader.args[:1] == [call] and (

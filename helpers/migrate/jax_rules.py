@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
+from helpers.migrate.bindings import bound_value, reaches
 from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, first_copy, is_name,
                                     keyword, only_process_zero, pmap_axis, strings)
 
@@ -60,6 +61,78 @@ def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                   f"fold_in(key, axis_index({MESH_AXES})) for keys of their own"
                   if (keys := _shard_prng_key_argument(s, call)) is not None else "")
                + "; or, for a step that needs nothing per device, a plain jax.jit on the global batch")
+
+
+def pmapped_out_of_view(s: Script) -> dict[ast.Call, set[str]]:
+    """The project's calls that return a function pmapped out of view (`sampler = sampling.make_sampler(...)` in
+    another module), each with the names bound to it: in a pmap-era script, a function bound to a call of the project
+    (no library's, none the script defines) and called with pmap's stacks (a replicated state, keys split one a
+    device, a pmap output)."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+        return {}
+    pmapped, found = s.pmapped_names(), {}
+    for call in s.calls:
+        if not isinstance(call.func, ast.Name) or call.func.id in pmapped or call.func.id in s.defined:
+            continue
+        factory = bound_value(s, call.func)
+        if isinstance(factory, ast.Call) and _projects_call(s, factory) and any(
+                _holds_pmap_stacks(s, a, pmapped) for a in call.args):
+            found.setdefault(factory, set()).add(call.func.id)
+    return found
+
+
+def _projects_call(s: Script, call: ast.Call) -> bool:
+    """A call of the project's own code out of view: neither a library's, nor the script's, nor a pmap wrapper."""
+    name = s.name(call.func)
+    return bool(name) and not name.startswith(_NOT_PROJECTS) and name.rsplit(".", 1)[-1] not in s.defined \
+        and call not in s.wrappers and not any(isinstance(n, ast.Call) and n in set(s.pmaps()) for n in ast.walk(call))
+
+
+_NOT_PROJECTS = ("jax.", "flax.", "optax.", "numpy.", "functools.", "haiku.", "equinox.", "self.", "tensorflow.",
+                 "torch.")
+
+
+def _holds_pmap_stacks(s: Script, arg: ast.AST, pmapped: set[str]) -> bool:
+    """An argument that is one of pmap's stacks, by its own history of names: a replicated value (flax's
+    replicate), keys split one a device (`split(key, jax.local_device_count() + 1)`, then jnp.asarray or a
+    reshape), or a pmapped function's output."""
+    node = arg
+    for _ in range(8):
+        while isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+            node = node.value
+        if isinstance(node, ast.Name):
+            node = bound_value(s, node)
+        if not isinstance(node, ast.Call):
+            return False
+        if s.replicates(node) or _splits_per_device(s, node) or (
+                isinstance(node.func, ast.Name) and node.func.id in pmapped):
+            return True
+        if is_name(s.name(node.func), "asarray", "array", "stack") and node.args:
+            node = node.args[0]
+        elif isinstance(node.func, ast.Attribute) and node.func.attr == "reshape":
+            node = node.func.value
+        else:
+            return False
+    return False
+
+
+def _splits_per_device(s: Script, call: ast.Call) -> bool:
+    """`jax.random.split(key, n)` with n a count of the devices (`jax.local_device_count() + 1`, `len(jax.devices())`)."""
+    count = argument(call, 1, "num")
+    return is_name(s.name(call.func), "jax.random.split") and count is not None and reaches(
+        s, count, lambda n: isinstance(n, ast.Call) and is_name(s.name(n.func), "local_device_count", "device_count",
+                                                                  "local_devices", "devices")) is not None
+
+
+def _pmapped_out_of_view(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for factory, names in pmapped_out_of_view(s).items():
+        yield (factory, "pmap",
+               f"{code_of(factory.func)}(...) returns a function ({', '.join(sorted(names))}) that this script calls "
+               "with pmap's stacks (a replicated state, keys split one a device): the project pmaps it out of view, "
+               "over this host's devices, and its outputs are per-device stacks of this host's rows",
+               f"port the project's function: jax.jit(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...)) over a "
+               f"{MESH_AXES} mesh (P() for the state, P({MESH_AXES}) for what it splits), or a plain jax.jit on global "
+               "arrays; then hand it the state as it is (no replicate) and one key")
 
 
 def _pmap_wrapper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -589,5 +662,5 @@ def _stack_attributes(s: Script) -> set[str]:
 
 
 READS = {*_OLD_CALLS, *_FLAX_COLLECTIVES, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap
-RULES = (_pmap, _pmap_wrapper, _library_pmaps, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
+RULES = (_pmap, _pmap_wrapper, _pmapped_out_of_view, _library_pmaps, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
          _device_only_spec, _copy_zero, _copy_helpers, _stacks_in_a_helper)

@@ -187,7 +187,7 @@ class Script:
                             for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for d in f.decorator_list
                             if isinstance(d, (ast.Name, ast.Attribute)) and is_name(self.name(d), "jax.pmap")]
         self.folder = folder
-        self._defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         self.wrappers = [call for call in self.calls if self._wraps_pmap(call)]
         self.pmap_axes = {axis for call in [*self.pmaps(), *self.nnx_pmaps(), *self.wrappers]
                           for axis in self.axis_names(pmap_axis(call))} | folder.pmap_axes
@@ -300,7 +300,7 @@ class Script:
         is reached through its module (`utils.dist`, or imported from it), never a name the script binds itself."""
         name = self.name(call.func)
         short = name.rsplit(".", 1)[-1]
-        if "." not in name or name.startswith(_LIBRARIES) or short in self._defined \
+        if "." not in name or name.startswith(_LIBRARIES) or short in self.defined \
                 or short in ("grad", "value_and_grad") or "map" in short.lower() or "scan" in short.lower():
             return False
         if short in self.folder.pmappers:
@@ -313,12 +313,12 @@ class Script:
             return False
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
             spelled = code_of(node)
-            return node.attr in self._defined or any(
+            return node.attr in self.defined or any(
                 self._is_function(a.value, depth + 1) for a in ast.walk(self.tree) if isinstance(a, ast.Assign)
                 and any(isinstance(t, ast.Attribute) and code_of(t) == spelled for t in a.targets))
         bound = self.value(node) if isinstance(node, ast.Name) else node
         if isinstance(bound, ast.Name):
-            return bound.id in self._defined
+            return bound.id in self.defined
         return isinstance(bound, ast.Lambda) or (
             isinstance(bound, ast.Call) and is_name(self.name(bound.func), "functools.partial"))
 
@@ -332,14 +332,17 @@ class Script:
         short = name.rsplit(".", 1)[-1]
         if short in ("replicate", "unreplicate", "get_metrics"):  # flax's own or their copies: rules of their own
             return None
-        if short in self._own_copies or short in self._defined:  # the script's own function: a replicate's body
+        if short in self._own_copies or short in self.defined:  # the script's own function: a replicate's body
             own = self._own_copies.get(short)  # says it, once; device 0's copy is read (or saved) where it is called
             return own if own == "unreplicate" or own and ("save" in short.lower() or "checkpoint" in short.lower()) \
                 else None
         if short in dict(self.folder.copies):  # a function of another file of its folder
             return dict(self.folder.copies)[short]
-        if short in KNOWN_COPIES and any(True for _ in [*self.pmaps(), *self.nnx_pmaps()]):
+        pmap_era = any(True for _ in [*self.pmaps(), *self.nnx_pmaps()])
+        if short in KNOWN_COPIES and pmap_era:
             return KNOWN_COPIES[short]
+        if short.startswith(("unreplicate_", "replicate_")) and pmap_era:  # a project's variant: unreplicate_n_dims
+            return short.split("_", 1)[0]
         return None
 
     def value(self, node: ast.AST | None) -> ast.AST | None:
@@ -512,12 +515,14 @@ class Script:
         return target.id if isinstance(target, ast.Name) else None
 
     def pmapped_names(self) -> set[str]:
-        """Names that hold a pmapped function: `f = jax.pmap(g)`, `@jax.pmap def f`, and `f = make()` where
-        `make` returns one of those."""
+        """Names that hold a pmapped function: `f = jax.pmap(g)`, `@jax.pmap def f`, `@nnx.pmap(...) def f`, and
+        `f = make()` where `make` returns one of those."""
         pmaps = [*self.pmaps(), *self.nnx_pmaps()]
         found = {name for name, value in self.assigned.items() if isinstance(value, ast.Call) and any(
             any(n is call for n in ast.walk(value)) for call in pmaps)}
         found |= {f.name for f in self.pmapped_functions()}
+        found |= {f.name for f in ast.walk(self.tree) if isinstance(f, ast.FunctionDef)
+                  and any(d in pmaps for d in f.decorator_list)}
         makers = {node.name for node in ast.walk(self.tree) if isinstance(node, ast.FunctionDef) and any(
             isinstance(r, ast.Return) and isinstance(r.value, ast.Name) and r.value.id in found
             for r in ast.walk(node))}
