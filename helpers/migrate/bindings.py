@@ -1,6 +1,6 @@
 """Where a value read in a script came from: the statement that last bound a name (or an attribute such as
 `self.train_iter`) before the read, whatever the target's form (`key, sub = split(key)`, `for i, x in enumerate(xs)`),
-and whether a value's history reaches some expression (the process index, a loader's call).
+and whether a value's history reaches some expression (the process index, a loader's call) or counts devices.
 
 `Script.value` follows `name = expression` only; the rules of data_rules and key_rules need tuple targets, loop
 targets and attributes too.
@@ -114,3 +114,47 @@ def reaches(s: Script, expr: ast.AST, found: Callable[[ast.AST], bool], depth: i
                 if value is not None:
                     todo.append((value, level + 1))
     return None
+
+
+def device_count_of(s: Script, node: ast.AST, depth: int = 0) -> str | None:
+    """'local' or 'every' when the expression counts devices, through the names that hold the count:
+    jax.local_device_count() or jax.device_count(), the len() of jax.local_devices() or jax.devices() (or of the
+    devices a pmap is handed), either side of min(count, cap) or of `count if ... else 1`; None otherwise."""
+    if depth > 8:
+        return None
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        bound = bound_value(s, node)
+        return device_count_of(s, bound, depth + 1) if bound is not None else None
+    if isinstance(node, ast.IfExp):
+        return device_count_of(s, node.body, depth + 1) or device_count_of(s, node.orelse, depth + 1)
+    if not isinstance(node, ast.Call):
+        return None
+    name = s.name(node.func)
+    if is_name(name, "jax.local_device_count", "jax.device_count"):
+        return "local" if "local" in name else "every"
+    if name in ("min", "max", "int"):
+        return next(filter(None, (device_count_of(s, a, depth + 1) for a in node.args)), None)
+    if name == "len" and len(node.args) == 1:
+        return _devices_of(s, node.args[0], depth + 1)
+    return None
+
+
+def _devices_of(s: Script, node: ast.AST, depth: int) -> str | None:
+    """'local' or 'every' for a list of devices: jax.local_devices() or jax.devices() (through list(), a slice and
+    names), or a parameter the function hands to a pmap as its devices= (pmap's are a host's own)."""
+    if depth > 8:
+        return None
+    while isinstance(node, ast.Subscript) or isinstance(node, ast.Call) and s.name(node.func) == "list" and node.args:
+        node = node.value if isinstance(node, ast.Subscript) else node.args[0]
+    if isinstance(node, ast.Call):
+        name = s.name(node.func)
+        return ("local" if "local" in name else "every") if is_name(name, "jax.local_devices", "jax.devices") else None
+    if not isinstance(node, ast.Name):
+        return None
+    bound = bound_value(s, node)
+    if bound is not None:
+        return _devices_of(s, bound, depth + 1)
+    pmaps = {*s.pmaps(), *s.nnx_pmaps()}
+    handed = any(isinstance(k.value, ast.Name) and k.value.id == node.id and k.arg == "devices"
+                 for c in ast.walk(s.scope(node)) if c in pmaps for k in c.keywords)
+    return "local" if handed else None

@@ -1,8 +1,8 @@
 """The rules for host-local data in a pmap-era script: a loader that shuffles with a key or seed
 every host shares (and never looks at its process index), or data drawn with a leading device axis from such a key;
-a per-host batch sized with `jax.device_count()`, which counts every host's devices, or collated in full from an
-index list of that size; and batches a project's own loader stacks per local device (its batches go to pmap as they
-come)."""
+a per-host batch sized with `jax.device_count()` or `len(jax.devices())`, which count every host's devices, or
+collated in full from an index list of that size; batches a project's own loader stacks per local device (its
+batches go to pmap as they come), and stacks per device through a count held in a name (`len(devices)`)."""
 from __future__ import annotations
 
 import ast
@@ -10,7 +10,8 @@ import re
 import sys
 from typing import Iterator
 
-from helpers.migrate.bindings import bound_value, host_index_in, loop_items, reaches
+from helpers.migrate.bindings import bound_value, device_count_of, host_index_in, loop_items, reaches
+from helpers.migrate.key_rules import splits_per_device
 from helpers.migrate.script import Script, code_of, is_name, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
@@ -170,9 +171,31 @@ def _makes_a_key(s: Script, node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and is_name(s.name(node.func), "jax.random.key", "jax.random.PRNGKey")
 
 
+def _call_handed(s: Script, product: ast.BinOp) -> ast.Call | None:
+    """The call a product is an argument of, through sums, tuples and keywords (`Loader(batch=(steps, n * b))`)."""
+    holder = s.parent.get(product)
+    while isinstance(holder, (ast.BinOp, ast.Tuple, ast.List, ast.keyword)):
+        holder = s.parent.get(holder)
+    return holder if isinstance(holder, ast.Call) else None
+
+
+def _handed_to_jax(s: Script, product: ast.BinOp) -> bool:
+    """A product handed to JAX itself (how many keys a split makes): it sizes what each host builds in JAX, which
+    the name that holds the count is told about, not a loader's size."""
+    call = _call_handed(s, product)
+    return call is not None and s.name(call.func).startswith("jax.")
+
+
+_PROGRESS = ("update", "set_postfix", "print", "log", "info", "debug", "write", "add_scalar")
+
+
 def _only_counted_with(s: Script, product: ast.BinOp) -> bool:
     """`total = per_device * jax.device_count()` that the script only does arithmetic with (steps per epoch, a
-    learning rate) or logs (an f-string): the global batch used as such, not a size handed to a loader."""
+    learning rate) or logs (an f-string), or a product handed to a progress bar or a log (`bar.update(n * b)`): the
+    global batch used as such, not a size handed to a loader."""
+    call = _call_handed(s, product)
+    if call is not None:
+        return (call.func.attr if isinstance(call.func, ast.Attribute) else s.name(call.func)) in _PROGRESS
     holder = s.parent.get(product)
     while isinstance(holder, ast.BinOp):  # `steps * (per_replica * devices // mp)`
         holder = s.parent.get(holder)
@@ -195,18 +218,25 @@ def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                "each host collates its own part of each index list, [process_index() * per_host:(process_index() + 1) "
                "* per_host] with per_host = global_batch // jax.process_count(), and "
                "jax.make_array_from_process_local_data assembles the global batch")
-    for node in ast.walk(s.tree):
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and not _only_counted_with(s, node) \
-                and _assigned_name(s, node) not in collated:  # said where the rows are collated
-            for side in (node.left, node.right):
-                count = s.value(side)  # `tpu_size = jax.device_count()` counts every device too
-                if isinstance(count, ast.Call) and is_name(s.name(count.func), "jax.device_count"):
-                    yield (side, "global-batch-per-host",
-                           f"{code_of(node)} is the global batch (jax.device_count() counts every host's "
-                           "devices), and a per-host loader that reads this many rows reads the whole "
-                           "global batch on every host",
-                           "each host reads its part: global_batch // jax.process_count() rows, and "
-                           "jax.make_array_from_process_local_data assembles the global batch")
+    named: dict[ast.AST, ast.AST] = {}  # a name's count of every device -> what it sizes, a stack before a product
+    for reshape, leading in _device_stacks(s):
+        if device_count_of(s, leading) == "every":
+            named.setdefault(s.value(leading), reshape)
+    for product, side in _every_device_products(s, collated):
+        if isinstance(side, ast.Name) and _handed_to_jax(s, product):  # `split(key, n_devices * num_envs + 1)`
+            named.setdefault(s.value(side), product)
+        else:
+            yield (side, "global-batch-per-host",
+                   f"{code_of(product)} is the global batch ({code_of(side)} counts every host's devices), and a "
+                   "per-host loader that reads this many rows reads the whole global batch on every host",
+                   "each host reads its part: global_batch // jax.process_count() rows, and "
+                   "jax.make_array_from_process_local_data assembles the global batch")
+    for count, sized in sorted(named.items(), key=lambda pair: pair[0].lineno):
+        yield (count, "global-batch-per-host",
+               f"{code_of(count)} counts every host's devices, and sizes what each host builds ({code_of(sized)}, "
+               f"line {sized.lineno}): every host makes the share of every device, its own and the other hosts'",
+               "size each host's part with jax.local_device_count() (global_batch // jax.process_count() rows), or "
+               "build the global value once and let jax.make_array_from_process_local_data take each host's part")
     checked = {n.left.id for n in ast.walk(s.tree) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
                and isinstance(n.left, ast.Name) and isinstance(n.right, ast.Call)
                and is_name(s.name(n.right.func), "jax.device_count")}  # `batch_size % jax.device_count()`
@@ -220,6 +250,101 @@ def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                        "each host reads its part: global_batch // jax.process_count() rows (its own rows: split "
                        "the data by jax.process_index()), and jax.make_array_from_process_local_data assembles "
                        "the global batch")
+
+
+def _every_device_products(s: Script, collated: set[str]) -> Iterator[tuple[ast.BinOp, ast.AST]]:
+    """(product, its factor) for each product with a count of every device (`per_device * jax.device_count()`,
+    `n_devices * num_envs` with `n_devices = len(jax.devices())`) that sizes something: not one only counted with
+    or logged, nor one whose rows are said where they are collated."""
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and not _only_counted_with(s, node) \
+                and _assigned_name(s, node) not in collated and not _only_a_dummy_shape(s, node):
+            for side in (node.left, node.right):
+                if isinstance(side, (ast.Name, ast.Call)) and device_count_of(s, side) == "every" \
+                        and isinstance(s.value(side), ast.Call):
+                    yield node, side
+
+
+def stacked_through_a_count(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """A reshape for pmap whose leading axis is a count of devices held where the plain local-batch rule does not
+    look: `x.reshape(device_count, per_device, ...)` with `device_count = len(devices)`, a count capped by
+    min(count, cap), len(jax.devices()); keys split per device and reshaped are said where they are split."""
+    for reshape, leading in _device_stacks(s):
+        if not _counted_plainly(s, leading):
+            whose = "this host's" if device_count_of(s, leading) == "local" else "every host's"
+            yield (reshape, "local-batch",
+                   f"{code_of(reshape)} gives this host's rows a leading axis of {code_of(leading)}, a count of "
+                   f"{whose} devices: one slice per device, the leading axis pmap strips",
+                   "no stacking: pass the host's rows as they are to jax.make_array_from_process_local_data("
+                   "NamedSharding(mesh, P(('host', 'device'))), rows), and JAX splits them over the devices")
+
+
+def _device_stacks(s: Script) -> Iterator[tuple[ast.Call, ast.AST]]:
+    """(reshape, its leading axis) for each reshape, in a script that pmaps, whose leading axis counts devices
+    (through names), of anything but keys split per device."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+        return
+    for call in s.calls:
+        array, leading = _reshaped(s, call)
+        if isinstance(leading, (ast.Name, ast.Call)) and device_count_of(s, leading) \
+                and not _keys_split_per_device(s, array):
+            yield call, leading
+
+
+def _reshaped(s: Script, call: ast.Call) -> tuple[ast.AST | None, ast.AST | None]:
+    """(the array, the leading axis) of `x.reshape(n, ...)`, `x.reshape((n, -1) + x.shape[1:])` or
+    `jnp.reshape(x, (n, -1) + ...)`; (None, None) for any other call."""
+    if is_name(s.name(call.func), "jax.numpy.reshape", "numpy.reshape") and len(call.args) == 2:
+        array, shape = call.args
+    elif isinstance(call.func, ast.Attribute) and call.func.attr == "reshape" and call.args:
+        array, shape = call.func.value, call.args[0]
+    else:
+        return None, None
+    while isinstance(shape, ast.BinOp):
+        shape = shape.left
+    if isinstance(shape, (ast.Tuple, ast.List)):
+        shape = shape.elts[0] if shape.elts else None
+    return array, shape
+
+
+def _counted_plainly(s: Script, leading: ast.AST) -> bool:
+    """jax.local_device_count() or jax.device_count() as written or in a name assigned from it: the plain
+    local-batch rule (jax_rules) says those."""
+    count = s.value(leading)
+    return isinstance(count, ast.Call) and is_name(s.name(count.func), "jax.local_device_count", "device_count")
+
+
+def _keys_split_per_device(s: Script, array: ast.AST | None, depth: int = 0) -> bool:
+    """The array is keys split per device (`jnp.stack(keys)` with `key, *keys = split(key, n_devices + 1)`)."""
+    if array is None or depth > 6:
+        return False
+    if isinstance(array, ast.Name):
+        return _keys_split_per_device(s, bound_value(s, array), depth + 1)
+    if isinstance(array, ast.Call) and is_name(s.name(array.func), "jax.numpy.stack", "jax.numpy.asarray",
+                                               "numpy.stack", "numpy.asarray") and array.args:
+        return _keys_split_per_device(s, array.args[0], depth + 1)
+    return splits_per_device(s, array)
+
+
+_FILLED = ("jax.numpy.ones", "jax.numpy.zeros", "jax.numpy.empty", "numpy.ones", "numpy.zeros", "numpy.empty")
+
+
+def _only_a_dummy_shape(s: Script, product: ast.BinOp) -> bool:
+    """`input_shape = (jax.device_count() * per_device, length)` read only as the shape of `jnp.ones(input_shape)`
+    (an initialisation's dummy input): a shape, no rows any host reads."""
+    shape = s.parent.get(product)
+    if not isinstance(shape, ast.Tuple):
+        return False
+    holder = s.parent.get(shape)
+    if isinstance(holder, ast.Call):
+        return is_name(s.name(holder.func), *_FILLED)
+    if not (isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name)):
+        return False
+    name = holder.targets[0].id
+    uses = [n for n in ast.walk(s.scope(holder)) if isinstance(n, ast.Name) and n.id == name
+            and isinstance(n.ctx, ast.Load)]
+    return bool(uses) and all(isinstance(s.parent.get(n), ast.Call) and is_name(s.name(s.parent[n].func), *_FILLED)
+                              for n in uses)
 
 
 def _assigned_name(s: Script, node: ast.AST) -> str | None:
@@ -338,7 +463,18 @@ def _project_loader(s: Script, call: ast.Call) -> bool:
     while isinstance(root, ast.Attribute):
         root = root.value
     module = s.names.alias.get(root.id, "") if isinstance(root, ast.Name) else ""
-    return bool(module) and module.split(".")[0] not in _LIBRARIES and bool(_DATA_WORDS.search(code_of(call.func)))
+    if not module or not _DATA_WORDS.search(code_of(call.func)):
+        return False
+    top = module.split(".")[0]
+    entry = s.name(call.func)[len(top) + 1:].split(".")[0]
+    return top not in _LIBRARIES or top in _SHADOWED and entry not in _SHADOWED[top]
+
+
+# a library's name that projects give their own data module too (a research repository's datasets.py): a call of it
+# that is none of the library's entry points is the project's
+_SHADOWED = {"datasets": frozenset({"load_dataset", "load_from_disk", "load_dataset_builder", "Dataset", "DatasetDict",
+                                    "IterableDataset", "IterableDatasetDict", "concatenate_datasets",
+                                    "interleave_datasets"})}
 
 
 _AS_IS = ("next", "iter", "tqdm", "jax.numpy.asarray", "numpy.asarray", "jax.numpy.array")
@@ -355,7 +491,7 @@ def _loader_of(s: Script, batch: ast.AST, depth: int = 0) -> ast.Call | None:
         name = s.name(batch.func)
         if is_name(name, *_AS_IS) and batch.args:
             return _loader_of(s, batch.args[0], depth + 1)
-        if s.is_tree_map(batch) and len(batch.args) == 2 and is_name(s.name(batch.args[0]), *_AS_IS):
+        if s.is_tree_map(batch) and len(batch.args) == 2 and _keeps_the_shape(s, batch.args[0]):
             return _loader_of(s, batch.args[1], depth + 1)
         if isinstance(batch.func, ast.Attribute) and batch.func.attr in ("next", "__next__") and not batch.args:
             return _loader_of(s, batch.func.value, depth + 1)
@@ -368,6 +504,16 @@ def _loader_of(s: Script, batch: ast.AST, depth: int = 0) -> ast.Call | None:
             and isinstance(batch.slice.value, str):
         return _loader_of(s, batch.value, depth + 1)
     return None
+
+
+def _keeps_the_shape(s: Script, function: ast.AST) -> bool:
+    """`jnp.asarray`, or a lambda that neither reshapes, indexes, stacks nor shards its leaf (`lambda x:
+    scaler(x._numpy())`): what a tree map of it gives has the loader's axes."""
+    if not isinstance(function, ast.Lambda):
+        return is_name(s.name(function), *_AS_IS)
+    return not any(isinstance(n, ast.Subscript) or isinstance(n, ast.Attribute) and n.attr == "reshape"
+                   or isinstance(n, ast.Call) and re.search(r"shard|stack|split|concat", s.name(n.func).lower())
+                   for n in ast.walk(function.body))
 
 
 def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -394,4 +540,5 @@ def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
                    "after the port a batch has no device axis: take the rows you need (batch[:n]), or the batch itself")
 
 
-RULES = (shared_shuffle, shared_loader_order, global_batch_per_host, shared_draws, project_stacked_batches)
+RULES = (shared_shuffle, shared_loader_order, global_batch_per_host, shared_draws, project_stacked_batches,
+         stacked_through_a_count)

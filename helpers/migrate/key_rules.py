@@ -21,7 +21,7 @@ LESSONS: dict[str, tuple[str, str]] = {
 }
 
 
-def _splits_per_device(s: Script, call: ast.AST) -> bool:
+def splits_per_device(s: Script, call: ast.AST) -> bool:
     """`jax.random.split(key, jax.local_device_count())` (or a count named for the devices), or a project's wrapper
     of it (`split_key(key, num=n_local_devices)`)."""
     count = _less_a_constant(_split_count(s, call)) if isinstance(call, ast.Call) else None
@@ -55,7 +55,7 @@ def _split_count(s: Script, call: ast.Call) -> ast.AST | None:
 
 def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
-        if _splits_per_device(s, call):
+        if splits_per_device(s, call):
             count = _split_count(s, call)
             every = any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.device_count")
                         for n in ast.walk(s.value(count)))
@@ -159,7 +159,7 @@ def _binds_keys_in_a_helper(s: Script, function: ast.FunctionDef) -> bool:
 def _uses_of_per_device_keys(s: Script, function: ast.FunctionDef) -> list[ast.Name]:
     """Where a pmapped function first reads a parameter its callers pass keys split per local device to
     (`p_step(batch, keys)` with `keys = jax.random.split(key, n_devices)`), handed on to a sampler or a model."""
-    keys = {name for name, value in s.assigned.items() if _splits_per_device(s, value) or (
+    keys = {name for name, value in s.assigned.items() if splits_per_device(s, value) or (
         isinstance(value, ast.Call) and is_name(s.name(value.func), "flax.training.common_utils.shard_prng_key"))}
     params = [a.arg for a in function.args.args]
     callers = {}  # name of the pmapped step -> the parameters its positional arguments fill
