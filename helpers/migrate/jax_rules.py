@@ -85,7 +85,7 @@ def _projects_call(s: Script, call: ast.Call) -> bool:
     """A call of the project's own code out of view: neither a library's, nor the script's, nor a pmap wrapper."""
     name = s.name(call.func)
     return bool(name) and not name.startswith(_NOT_PROJECTS) and name.rsplit(".", 1)[-1] not in s.defined \
-        and call not in s.wrappers and not any(isinstance(n, ast.Call) and n in set(s.pmaps()) for n in ast.walk(call))
+        and call not in s.wrappers and not set(ast.walk(call)) & set(s.pmaps())
 
 
 _NOT_PROJECTS = ("jax.", "flax.", "optax.", "numpy.", "functools.", "haiku.", "equinox.", "self.", "tensorflow.",
