@@ -96,6 +96,25 @@ def bound_value(s: Script, read: ast.AST) -> ast.AST | None:
         scope = s.scope(scope)
 
 
+def arguments_for(s: Script, read: ast.Name) -> list[ast.AST]:
+    """What the script's calls of a function it defines hand the parameter `read` names (`ds` of `def evaluate(state,
+    ds)` at `evaluate(state, val_ds)`: `val_ds`), by position or keyword; [] for a read that is no parameter."""
+    function = s.scope(read)
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return []
+    positional = [a.arg for a in [*function.args.posonlyargs, *function.args.args]]
+    if read.id not in positional and read.id not in {a.arg for a in function.args.kwonlyargs}:
+        return []
+    handed = []
+    for call in s.calls:
+        if isinstance(call.func, ast.Name) and call.func.id == function.name:
+            handed += [k.value for k in call.keywords if k.arg == read.id]
+            at = positional.index(read.id) if read.id in positional else len(call.args)
+            if at < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:at + 1]):
+                handed.append(call.args[at])
+    return handed
+
+
 def reaches(s: Script, expr: ast.AST, found: Callable[[ast.AST], bool], depth: int = 12) -> ast.AST | None:
     """The first node of `expr`, or of the values its names were bound to (and theirs, `depth` deep), for which
     `found` holds; None if none does."""

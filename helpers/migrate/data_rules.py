@@ -10,7 +10,7 @@ import re
 import sys
 from typing import Iterator
 
-from helpers.migrate.bindings import bound_value, device_count_of, host_index_in, loop_items, reaches
+from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, host_index_in, loop_items, reaches
 from helpers.migrate.key_rules import splits_per_device
 from helpers.migrate.script import Script, code_of, is_name, keyword
 
@@ -462,12 +462,23 @@ def _project_loader(s: Script, call: ast.Call) -> bool:
     root = call.func
     while isinstance(root, ast.Attribute):
         root = root.value
-    module = s.names.alias.get(root.id, "") if isinstance(root, ast.Name) else ""
-    if not module or not _DATA_WORDS.search(code_of(call.func)):
+    if not isinstance(root, ast.Name) or not _DATA_WORDS.search(code_of(call.func)):
         return False
+    if root.id not in s.names.alias:
+        return _from_a_project_star(s, root)
+    module = s.names.alias[root.id]
     top = module.split(".")[0]
     entry = s.name(call.func)[len(top) + 1:].split(".")[0]
     return top not in _LIBRARIES or top in _SHADOWED and entry not in _SHADOWED[top]
+
+
+def _from_a_project_star(s: Script, name: ast.Name) -> bool:
+    """A name the script never binds nor imports by name, in a script that imports * from a module of its project
+    (`from train_utils import *`): that module's."""
+    stars = [n.module for n in ast.walk(s.tree) if isinstance(n, ast.ImportFrom) and n.module
+             and any(a.name == "*" for a in n.names)]
+    return any(m.split(".")[0] not in _LIBRARIES for m in stars) and name.id not in s.defined \
+        and name.id not in s.assigned and bound_value(s, name) is None
 
 
 # a library's name that projects give their own data module too (a research repository's datasets.py): a call of it
@@ -478,11 +489,13 @@ _SHADOWED = {"datasets": frozenset({"load_dataset", "load_from_disk", "load_data
 
 
 _AS_IS = ("next", "iter", "tqdm", "jax.numpy.asarray", "numpy.asarray", "jax.numpy.array")
+_AS_IS_METHODS = ("next", "__next__", "numpy", "_numpy", "as_numpy_iterator")  # `next(it)._numpy()`: the same axes
 
 
 def _loader_of(s: Script, batch: ast.AST, depth: int = 0) -> ast.Call | None:
     """The project loader call a value comes from as it is, no reshape or shard on the way: `next(it)`,
-    `it.next()`, a loop over it, `jnp.asarray` or a tree map of it, an item (`batch.src`, `batch["x"]`)."""
+    `it.next()`, `.numpy()`, a loop over it, `jnp.asarray` or a tree map of it, an item (`batch.src`, `batch["x"]`),
+    a parameter of the script's function the callers hand it to."""
     if depth > 10:
         return None
     if isinstance(batch, ast.Call):
@@ -493,13 +506,15 @@ def _loader_of(s: Script, batch: ast.AST, depth: int = 0) -> ast.Call | None:
             return _loader_of(s, batch.args[0], depth + 1)
         if s.is_tree_map(batch) and len(batch.args) == 2 and _keeps_the_shape(s, batch.args[0]):
             return _loader_of(s, batch.args[1], depth + 1)
-        if isinstance(batch.func, ast.Attribute) and batch.func.attr in ("next", "__next__") and not batch.args:
+        if isinstance(batch.func, ast.Attribute) and batch.func.attr in _AS_IS_METHODS and not batch.args:
             return _loader_of(s, batch.func.value, depth + 1)
         return None
     if isinstance(batch, (ast.Name, ast.Attribute)):
         bound = bound_value(s, batch)
         if bound is not None:
             return _loader_of(s, bound, depth + 1)
+        if isinstance(batch, ast.Name):
+            return next(filter(None, (_loader_of(s, a, depth + 1) for a in arguments_for(s, batch))), None)
     if isinstance(batch, ast.Attribute) or isinstance(batch, ast.Subscript) and isinstance(batch.slice, ast.Constant) \
             and isinstance(batch.slice.value, str):
         return _loader_of(s, batch.value, depth + 1)
@@ -534,10 +549,16 @@ def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
                "them to jax.make_array_from_process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows)")
     for node in ast.walk(s.tree):
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0 \
-                and _loader_of(s, node.value) in stacked:
+                and _loader_of(s, node.value) in stacked and not _only_counted(s, node):
             yield (node, "local-batch",
                    f"{code_of(node)} takes device 0's slice of a batch the project's loader stacks per local device",
                    "after the port a batch has no device axis: take the rows you need (batch[:n]), or the batch itself")
+
+
+def _only_counted(s: Script, node: ast.AST) -> bool:
+    """`len(batch['label'][0])`: device 0's slice only counted (the rows per device, a metric's weight)."""
+    holder = s.parent.get(node)
+    return isinstance(holder, ast.Call) and s.name(holder.func) == "len"
 
 
 RULES = (shared_shuffle, shared_loader_order, global_batch_per_host, shared_draws, project_stacked_batches,

@@ -1,0 +1,68 @@
+"""The migration assistant's data and state rules met on a fifth set of published pmap-era scripts: a project's
+loader whose batches reach pmap through `.numpy()`, a function's parameter or a star import, BatchNorm statistics
+kept per device by a jitted step that is pmapped, and stacks split one piece per device. The snippets are written
+for these tests."""
+from __future__ import annotations
+
+from helpers.migrate import findings
+
+
+def _rules(source: str) -> set[tuple[int, str]]:
+    return {(f.line, f.rule) for f in findings(source, "t.py")}
+
+
+def _said(source: str, line: int, rule: str) -> str:
+    (finding,) = [f for f in findings(source, "t.py") if (f.line, f.rule) == (line, rule)]
+    return f"{finding.does} -> {finding.instead}"
+
+
+LOADER_THROUGH_NUMPY_AND_A_PARAMETER = """import jax
+from corpus import make_batches
+
+step = jax.pmap(lambda p, x: p, axis_name='d')
+
+def score(params, batches, n):
+    for _, rows in zip(range(n), batches):
+        rows = rows._numpy()
+        step(params, rows)
+
+def train(params, cfg):
+    train_rows = make_batches(cfg.train, cfg.batch)
+    held_rows = make_batches(cfg.held, cfg.batch)
+    it = iter(train_rows)
+    for _ in range(cfg.steps):
+        params = step(params, next(it).numpy())
+    score(params, held_rows, 4)
+"""
+
+
+def test_a_project_loader_read_through_numpy_or_handed_to_a_function_stacks_per_device():
+    local = {line for line, rule in _rules(LOADER_THROUGH_NUMPY_AND_A_PARAMETER) if rule == "local-batch"}
+    assert local == {12, 13}
+
+
+LOADER_FROM_A_STAR_IMPORT = """import jax
+from flax import jax_utils
+from our_utils import *
+
+step = jax.pmap(lambda s, b: s, axis_name='d')
+
+def main(cfg):
+    train_it, eval_it, n_train = build_loaders(cfg)
+    state = jax_utils.replicate(make_state(cfg))
+    for _ in range(cfg.steps):
+        batch = next(train_it)
+        state = step(state, batch)
+        weight = len(batch['label'][0])
+    first = next(eval_it)['image'][0]
+"""
+
+
+def test_a_loader_from_a_project_star_import_stacks_per_device_and_counting_a_slice_is_no_finding():
+    local = {line for line, rule in _rules(LOADER_FROM_A_STAR_IMPORT) if rule == "local-batch"}
+    assert local == {8, 14}  # the loader of both iterators, device 0's slice of its batch; len(...[0]) only counts
+
+
+def test_a_star_import_of_a_library_is_no_project_loader():
+    source = LOADER_FROM_A_STAR_IMPORT.replace("from our_utils import *", "from numpy import *")
+    assert not {line for line, rule in _rules(source) if rule == "local-batch"}
