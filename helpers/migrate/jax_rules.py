@@ -368,11 +368,17 @@ def with_mesh(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                            + (" on a mesh from jax.make_mesh, and global inputs made with "
                               "jax.make_array_from_process_local_data" if old else ""))
                 elif isinstance(expr, ast.Call) and (s.name(expr.func) in MESH_MAKERS
-                                                     or s.name(expr.func).endswith("maps.Mesh")):
+                                                     or s.name(expr.func).endswith(("maps.Mesh", "maps.mesh"))):
                     yield (node, "with-mesh",
                            f"`with {code_of(expr.func)}(...):` uses a mesh as a context manager, deprecated "
-                           "since jax 0.10.1 (and jax.experimental.maps.Mesh is gone since jax 0.4.11)",
+                           "since jax 0.10.1 (and " + _OLD_MESH_GONE.get(s.name(expr.func).rsplit(".", 1)[-1],
+                                                                        "jax.experimental.maps.Mesh is gone since "
+                                                                        "jax 0.4.11") + ")",
                            "mesh = jax.make_mesh(shape, names), then `with jax.set_mesh(mesh):`")
+
+
+_OLD_MESH_GONE = {"mesh": "jax.experimental.maps.mesh, the old function that made a mesh and entered it, is gone "
+                          "with jax.experimental.maps since jax 0.4.31"}
 
 
 def is_mesh(s: Script, expr: ast.AST) -> bool:

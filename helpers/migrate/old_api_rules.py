@@ -24,6 +24,8 @@ _MOVED = {  # removed in jax 0.4.11 (deprecated in 0.4.1)
     "jax.experimental.pjit.PartitionSpec": "jax.sharding.PartitionSpec (jax.P)",
     "jax.experimental.pjit.NamedSharding": "jax.sharding.NamedSharding",
     "jax.experimental.maps.Mesh": "jax.make_mesh(shape, names) or jax.sharding.Mesh",
+    "jax.experimental.maps.mesh": "mesh = jax.make_mesh(shape, names) (or jax.sharding.Mesh(devices, names)), entered "
+                                  "with `with jax.set_mesh(mesh):`",
     "jax.experimental.pjit.with_sharding_constraint": "jax.lax.with_sharding_constraint(x, NamedSharding(mesh, "
                                                       "spec)); and pjit itself is jax.jit",
     "jax.interpreters.pxla.PartitionSpec": "jax.sharding.PartitionSpec (jax.P)",
@@ -31,7 +33,9 @@ _MOVED = {  # removed in jax 0.4.11 (deprecated in 0.4.1)
     "jax.interpreters.sharded_jit.PartitionSpec": "jax.sharding.PartitionSpec (jax.P)",
 }
 _FROM_INTERNALS = "a jax 0.4 release from JAX's internals (ImportError on jax 0.12: it lives in jax.sharding)"
-_GONE_FROM = {"jax.experimental.pjit.with_sharding_constraint": "jax 0.4.x (ImportError on jax 0.12: it moved "
+_GONE_FROM = {"jax.experimental.maps.mesh": "jax 0.4.31 with jax.experimental.maps (ModuleNotFoundError): the old "
+                                           "context manager that made a mesh and entered it",
+              "jax.experimental.pjit.with_sharding_constraint": "jax 0.4.x (ImportError on jax 0.12: it moved "
                                                                 "to jax.lax)",
               "jax.interpreters.pxla.PartitionSpec": _FROM_INTERNALS, "jax.interpreters.pxla.Mesh": _FROM_INTERNALS,
               "jax.interpreters.sharded_jit.PartitionSpec": _FROM_INTERNALS}
@@ -140,11 +144,15 @@ def pjit(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in _pjit_calls(s):
         keywords = _keywords(s, call)
         old = [k.arg for k in keywords if k.arg in _OLD_KEYWORDS]
-        axes = _spec_axes(s, keywords)
+        handed = _handed_pjit(s, call)
+        axes = _spec_axes(s, [k.value for k in keywords if k.arg in ("in_axis_resources", "in_shardings")]
+                          + _positional_in_spec(s, call, handed))
         data = next((a for a in axes if any(w in a.lower() for w in ("dp", "data", "batch"))), None)
         fed = _fed_in_loops(s, call)
         yield (call, "pjit",
                ("pjit's " + " and ".join(old) + " were deleted in jax 0.4.14 (TypeError); " if old else "")
+               + (f"pjit is handed to {code_of(call.func)} with the function and its in and out axis resources "
+                  "as positional arguments (pjit's old signature); " if handed is not None else "")
                + "pjit before jax 0.4.1 (jax.Array) took each host's numpy batch as that host's part; "
                "jax.experimental.pjit.pjit now takes jax.jit's arguments, and a numpy input is the whole "
                "global value on every host"
@@ -165,14 +173,22 @@ _OLD_KEYWORDS = ("in_axis_resources", "out_axis_resources")  # pjit's own: no ot
 
 def _pjit_calls(s: Script) -> Iterator[ast.Call]:
     """Calls of pjit: by its name, through a name bound to it (`maybe_pjit = pjit`, `p = partial(pjit, ...)`), a
-    `@partial(pjit, ...)` decorator, or any call with pjit's own keywords (a pjit handed in as an argument)."""
+    `@partial(pjit, ...)` decorator, any call with pjit's own keywords (a pjit handed in as an argument), or a call
+    that pjit is handed to with the function and its specs (`timeit("JIT", pjit, f, in_spec, out_spec)`)."""
     for call in s.calls:
         partial = is_name(s.name(call.func), "functools.partial")
         if partial and not isinstance(s.parent.get(call), ast.FunctionDef):
             continue  # `p = partial(pjit, ...)`: its calls are the pjit calls
         target = call.args[0] if partial and call.args else call.func
-        if _is_pjit(s, target) or any(k.arg in _OLD_KEYWORDS for k in call.keywords):
+        if _is_pjit(s, target) or any(k.arg in _OLD_KEYWORDS for k in call.keywords) \
+                or not partial and _handed_pjit(s, call) is not None:
             yield call
+
+
+def _handed_pjit(s: Script, call: ast.Call) -> int | None:
+    """The position of pjit among a call's arguments, when it is handed on with a function after it (`wrap(pjit,
+    f, ...)`): whoever is called calls pjit with what follows."""
+    return next((i for i, a in enumerate(call.args[:-1]) if _is_pjit(s, a)), None)
 
 
 def _is_pjit(s: Script, node: ast.AST) -> bool:
@@ -190,10 +206,16 @@ def _keywords(s: Script, call: ast.Call) -> list[ast.keyword]:
     return [*given, *call.keywords]
 
 
-def _spec_axes(s: Script, keywords: list[ast.keyword]) -> list[str]:
-    """The mesh axes the PartitionSpecs of a pjit call's in_axis_resources name ('dp' for DP = 'dp'; as written when
+def _positional_in_spec(s: Script, call: ast.Call, handed: int | None) -> list[ast.AST]:
+    """The in spec given by position: after the function of a pjit call, or of a call pjit is handed to."""
+    at = 1 if handed is None else handed + 2
+    return call.args[at:at + 1] if handed is not None or _is_pjit(s, call.func) else []
+
+
+def _spec_axes(s: Script, todo: list[ast.AST]) -> list[str]:
+    """The mesh axes the PartitionSpecs of a pjit call's in spec name ('dp' for DP = 'dp'; as written when
     no string: ResourceAxis.DATA), through the names that hold them; the course's own axes left out."""
-    todo, axes = [k.value for k in keywords if k.arg in ("in_axis_resources", "in_shardings")], []
+    axes = []
     for _ in range(3):  # a spec held in a name, held in a name
         held = []
         for node in (n for t in todo for n in ast.walk(t)):

@@ -364,7 +364,7 @@ class Script:
             values = self._scoped.get((scope, name.id), [])
             if values:
                 before = [v for at, v in values if at < (name.lineno, name.col_offset)]
-                return (before or values)[-1]
+                return before[-1] if before else values[-1][1]
             if scope is self.tree:
                 return None
             scope = self.scope(scope)
@@ -543,10 +543,28 @@ class Script:
                 for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
     def pmaps_over_hosts(self) -> list[ast.Call]:
-        """pmaps over devices picked by their process (`devices=[one per host]`): a map across hosts."""
-        return [call for call in self.pmaps() if keyword(call, "devices") is not None and any(
-            isinstance(n, ast.Attribute) and n.attr == "process_index"
-            for n in ast.walk(self.enclosing_function(call)))]
+        """pmaps over devices picked one per host (`devices=[one per host]`): a map across hosts."""
+        return [call for call in self.pmaps() if keyword(call, "devices") is not None
+                and self._one_per_host(keyword(call, "devices"))]
+
+    def _one_per_host(self, devices: ast.AST) -> bool:
+        """The devices are evidently one per host: values of a dict keyed by process_index
+        (`{d.process_index: d for d in jax.devices()}`), or a comprehension with one loop, over the processes."""
+        for node in self._reached(devices):
+            if isinstance(node, ast.DictComp) and "process_index" in code_of(node.key):
+                return True
+            if isinstance(node, (ast.ListComp, ast.GeneratorExp)) and len(node.generators) == 1 \
+                    and "process_count" in code_of(node.generators[0].iter):
+                return True
+        return False
+
+    def _reached(self, expr: ast.AST, depth: int = 3) -> Iterator[ast.AST]:
+        """The nodes of an expression and of what the names it reads hold, a few names deep."""
+        for node in ast.walk(expr):
+            yield node
+            held = self.value(node) if isinstance(node, ast.Name) and depth else node
+            if held is not node:
+                yield from self._reached(held, depth - 1)
 
     def in_pmap_over_hosts(self, node: ast.AST) -> bool:
         """The node is inside a function that builds a pmap across hosts (a port replaces it as a whole)."""

@@ -1,0 +1,104 @@
+"""helpers.migrate on API-level patterns of pmap-era and pjit-era code that held-out set 5 showed: the old lowercase
+`mesh` context manager of jax.experimental.maps, pjit handed on as a function value, pmaps over every host's devices
+picked by hand (not one per host), device copies read at another index, device_get of a model-parallel pjit state on
+process 0, and pmap outputs reshaped to this host's rows. Every snippet here is written for the course."""
+from __future__ import annotations
+
+from helpers.migrate import findings
+
+
+def _rules(source: str) -> list[tuple[int, str]]:
+    return [(f.line, f.rule) for f in findings(source, "t.py")]
+
+
+def _said(source: str, line: int, rule: str) -> str:
+    """What the finding of `rule` on `line` says and advises."""
+    return next(f"{f.does} -> {f.instead}" for f in findings(source, "t.py") if (f.line, f.rule) == (line, rule))
+
+
+# ------------------------------------------------------------------ the old lowercase mesh context manager
+
+OLD_MESH_FUNCTION = """\
+import numpy as np
+import jax
+from jax.experimental.maps import mesh
+
+grid = np.array(jax.devices()).reshape(2, -1)
+with mesh(grid, ('rows', 'cols')):
+    run()
+"""
+
+
+def test_the_old_mesh_function_is_the_old_mesh_not_xmap():
+    assert _rules(OLD_MESH_FUNCTION) == [(3, "experimental-sharding-names"), (6, "with-mesh")]
+
+
+def test_the_old_mesh_function_says_what_builds_and_enters_the_mesh():
+    assert "jax.make_mesh" in _said(OLD_MESH_FUNCTION, 3, "experimental-sharding-names")
+    said = _said(OLD_MESH_FUNCTION, 6, "with-mesh")
+    assert "jax.experimental.maps.mesh" in said and "jax.set_mesh(mesh)" in said
+
+
+def test_the_old_mesh_function_through_its_module_agrees():
+    source = "from jax.experimental import maps\nwith maps.mesh(grid, ('a', 'b')):\n    run()\n"
+    assert (2, "with-mesh") in _rules(source) and (2, "xmap") not in _rules(source)
+
+
+# ------------------------------------------------------------------ pjit handed on as a function value
+
+def test_pjit_handed_to_a_helper_is_a_pjit_finding():
+    source = ("from jax.experimental import pjit\nfrom jax.sharding import PartitionSpec as P\n"
+              "def compile_step(fn, spec):\n    return measure('compile', pjit.pjit, fn, (spec,), P('batch'))\n")
+    assert _rules(source) == [(4, "pjit")]
+    assert "positional" in _said(source, 4, "pjit")
+
+
+def test_pjit_handed_with_its_in_spec_names_the_spec_axes():
+    source = ("from jax.experimental.pjit import pjit\nfrom jax.experimental.pjit import PartitionSpec\n"
+              "step = wrap(pjit, train, PartitionSpec('batch'), None)\n")
+    assert (3, "pjit") in _rules(source)
+    assert "'batch'" in _said(source, 3, "pjit")
+
+
+def test_pjit_as_the_last_argument_is_not_a_call_of_it():
+    source = "from jax.experimental.pjit import pjit\nregistry.add('jit', pjit)\n"
+    assert (2, "pjit") not in _rules(source)
+
+
+# ------------------------------------------------------------------ pmap over hand-picked devices
+
+EVERY_HOSTS_LEARNERS = """\
+import jax
+
+def learner(update, ids):
+    per_host = len(jax.local_devices())
+    everywhere = [jax.devices()[i + p * per_host] for p in range(jax.process_count()) for i in ids]
+    rank = jax.process_index()
+    return jax.pmap(update, axis_name='learners', devices=everywhere)
+"""
+
+
+def test_a_pmap_over_every_hosts_learner_devices_is_a_plain_pmap():
+    found = _rules(EVERY_HOSTS_LEARNERS)
+    assert (7, "pmap") in found and (7, "pmap-over-hosts") not in found
+    assert "spans every device of every host" in _said(EVERY_HOSTS_LEARNERS, 7, "pmap")
+
+
+def test_a_pmap_over_devices_filtered_by_id_is_a_plain_pmap():
+    source = ("import jax\nchosen = [d for d in jax.devices() if d.id in wanted]\n"
+              "print(jax.process_index())\nf = jax.pmap(g, 'i', devices=chosen)\n")
+    assert (4, "pmap") in _rules(source) and (4, "pmap-over-hosts") not in _rules(source)
+
+
+def test_a_pmap_over_the_first_device_of_each_process_is_over_hosts():
+    source = ("import jax\ndef total(x):\n"
+              "    firsts = [jax.local_devices(process_index=p)[0] for p in range(jax.process_count())]\n"
+              "    return jax.pmap(lambda v: jax.lax.psum(v, 'p'), 'p', devices=firsts)(x)\n")
+    assert _rules(source) == [(4, "pmap-over-hosts")]
+
+
+def test_a_name_read_before_its_binding_is_followed_to_the_binding():
+    source = ("import jax\ndef total(x):\n    leads = [ds[0] for ds in grouped.values()]\n"
+              "    grouped = {d.process_index: [d] for d in jax.devices()}\n"
+              "    return jax.pmap(lambda v: jax.lax.psum(v, 'h'), 'h', devices=leads)(x)\n")
+    assert _rules(source) == [(5, "pmap-over-hosts")]
