@@ -66,3 +66,36 @@ def test_a_loader_from_a_project_star_import_stacks_per_device_and_counting_a_sl
 def test_a_star_import_of_a_library_is_no_project_loader():
     source = LOADER_FROM_A_STAR_IMPORT.replace("from our_utils import *", "from numpy import *")
     assert not {line for line, rule in _rules(source) if rule == "local-batch"}
+
+
+JITTED_THEN_PMAPPED_BATCH_NORM = """import functools
+import jax
+
+@functools.partial(jax.jit, static_argnames=['lr'])
+def update(state, batch, lr):
+    def loss_fn(params):
+        out, updates = state.apply_fn({'params': params, 'batch_stats': state.batch_stats}, batch['x'],
+                                      mutable=['batch_stats'])
+        return out.mean(), updates
+    (loss, updates), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    grads = jax.lax.pmean(grads, 'batch')
+    return state.apply_gradients(grads=grads, batch_stats=updates['batch_stats'])
+
+fast_update = jax.jit(update, static_argnames=['lr'])
+p_update = jax.pmap(functools.partial(fast_update, lr=0.1), axis_name='batch')
+mean_over_devices = jax.pmap(lambda x: jax.lax.pmean(x, 'i'), 'i')
+"""
+
+
+def test_batch_stats_a_jitted_then_pmapped_step_keeps_per_device_are_per_device_state():
+    assert (12, "per-device-state") in _rules(JITTED_THEN_PMAPPED_BATCH_NORM)
+    said = _said(JITTED_THEN_PMAPPED_BATCH_NORM, 12, "per-device-state")
+    assert "goes" in said and "axis_name=" in said  # the sync step goes; shard_map's BatchNorm needs the axis
+
+
+def test_batch_stats_averaged_through_a_name_are_no_per_device_state():
+    source = JITTED_THEN_PMAPPED_BATCH_NORM.replace(
+        "    return state.apply_gradients(grads=grads, batch_stats=updates['batch_stats'])",
+        "    stats = jax.lax.pmean(updates['batch_stats'], 'batch')\n"
+        "    return state.apply_gradients(grads=grads, batch_stats=stats)")
+    assert "per-device-state" not in {rule for _, rule in _rules(source)}

@@ -109,21 +109,45 @@ def flax_checkpoints(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    _ORBAX_ON_EVERY_HOST)
 
 
+def _pmapped_steps(s: Script) -> set[ast.FunctionDef]:
+    """The functions pmap maps, also through a jit bound to a name (`jitted = jax.jit(step)`, then
+    `jax.pmap(partial(jitted, ...))`)."""
+    defs = {n.name: n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)}
+    steps = set(s.pmapped_functions())
+    for call in s.pmaps():
+        target = call.args[0] if call.args else None
+        if isinstance(target, ast.Call) and is_name(s.name(target.func), "functools.partial") and target.args:
+            target = target.args[0]
+        jitted = s.value(target) if isinstance(target, ast.Name) and target.id not in defs else None
+        if isinstance(jitted, ast.Call) and is_name(s.name(jitted.func), "jax.jit") and jitted.args \
+                and isinstance(jitted.args[0], ast.Name) and jitted.args[0].id in defs:
+            steps.add(defs[jitted.args[0].id])
+    return steps
+
+
+def _averaged(s: Script, stats: ast.AST) -> bool:
+    """The statistics went through a pmean or psum: `jax.lax.pmean(stats, 'batch')`, or a name bound to one."""
+    value = s.value(stats) if isinstance(stats, ast.Name) else stats
+    return isinstance(value, ast.Call) and s.name(value.func).rsplit(".", 1)[-1] in ("pmean", "psum")
+
+
 def per_device_state(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """`state.apply_gradients(..., batch_stats=new_stats)` in a pmapped step, with statistics no collective
-    averaged: each device keeps its own (BatchNorm without axis_name), which a P() state cannot hold."""
-    for function in set(s.pmapped_functions()):
+    """`state.apply_gradients(..., batch_stats=new_stats)` in a pmapped step (linen's `mutable=['batch_stats']`),
+    with statistics no collective averaged: each device keeps its own (BatchNorm without axis_name), which a P()
+    state cannot hold."""
+    for function in _pmapped_steps(s):
         for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
             stats = next((k.value for k in call.keywords if k.arg == "batch_stats"), None)
-            averaged = isinstance(stats, ast.Call) and s.name(stats.func).rsplit(".", 1)[-1] in ("pmean", "psum")
-            if stats is not None and not averaged:
+            if stats is not None and not _averaged(s, stats):
                 yield (stats, "per-device-state",
                        f"batch_stats={code_of(stats)} puts each device's own BatchNorm statistics into the state: "
-                       "under pmap every device kept its copy (synced by a pmean before evaluation); after the port "
-                       "the state is one P() value, which statistics that differ per device cannot be",
-                       f"in shard_map, average them in the step: batch_stats=jax.lax.pmean({code_of(stats)}, "
-                       f"{MESH_AXES}); under jax.jit on the global batch BatchNorm's statistics are the global "
-                       "batch's, one value already (and the pmap that synced them goes)")
+                       "under pmap every device kept its copy (synced by a cross-replica mean before evaluation or "
+                       "a save); after the port the state is one P() value, which statistics that differ per device "
+                       "cannot be",
+                       "under jax.jit on the global batch BatchNorm's statistics are the global batch's, one value "
+                       "already: the sync step (sync_batch_stats, a pmapped cross-replica mean) goes; in shard_map, "
+                       f"give BatchNorm axis_name={MESH_AXES} or average them in the step: "
+                       f"batch_stats=jax.lax.pmean({code_of(stats)}, {MESH_AXES})")
 
 
 def stateful_state(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
