@@ -99,3 +99,27 @@ def test_batch_stats_averaged_through_a_name_are_no_per_device_state():
         "    stats = jax.lax.pmean(updates['batch_stats'], 'batch')\n"
         "    return state.apply_gradients(grads=grads, batch_stats=stats)")
     assert "per-device-state" not in {rule for _, rule in _rules(source)}
+
+
+SPLIT_PER_DEVICE = """import jax
+import jax.numpy as jnp
+import numpy as np
+
+step = jax.pmap(lambda p, x: p, axis_name='d')
+
+def collect(steps, devices):
+    pieces = jax.tree_util.tree_map(lambda *xs: jnp.split(jnp.stack(xs), len(devices), axis=1), *steps)
+    placed = jax.device_put_sharded(pieces, devices=devices)
+    obs = jax.device_put_sharded(np.split(steps[-1], len(devices)), devices=devices)
+    return placed, obs
+
+def feed(params, rows):
+    halves = np.split(rows, 2)
+    return step(params, np.split(rows, jax.local_device_count()))
+"""
+
+
+def test_a_split_one_piece_per_device_is_a_local_batch_stack():
+    local = {line for line, rule in _rules(SPLIT_PER_DEVICE) if rule == "local-batch"}
+    assert {8, 15} <= local and not {10, 14} & local  # one handed to device_put_sharded is said there; halves are no stack
+    assert "one piece per device" in _said(SPLIT_PER_DEVICE, 8, "local-batch")

@@ -158,9 +158,24 @@ def device_count_of(s: Script, node: ast.AST, depth: int = 0) -> str | None:
     return None
 
 
+def _binding_scope(s: Script, name: ast.Name) -> ast.AST:
+    """The function whose parameter `name` is, out through the functions and lambdas it is read in; else its own."""
+    scope = s.scope(name)
+    while scope is not s.tree:
+        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
+                and name.id in {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}:
+            return scope
+        scope = s.scope(scope)
+    return s.scope(name)
+
+
+# calls whose devices= are this host's own, one copy or piece each
+_PLACES_PER_DEVICE = ("jax.device_put_sharded", "jax.device_put_replicated", "flax.jax_utils.replicate")
+
+
 def _devices_of(s: Script, node: ast.AST, depth: int) -> str | None:
     """'local' or 'every' for a list of devices: jax.local_devices() or jax.devices() (through list(), a slice and
-    names), or a parameter the function hands to a pmap as its devices= (pmap's are a host's own)."""
+    names), or a parameter the function hands to a pmap or a per-device placement as its devices= (a host's own)."""
     if depth > 8:
         return None
     while isinstance(node, ast.Subscript) or isinstance(node, ast.Call) and s.name(node.func) == "list" and node.args:
@@ -175,5 +190,6 @@ def _devices_of(s: Script, node: ast.AST, depth: int) -> str | None:
         return _devices_of(s, bound, depth + 1)
     pmaps = {*s.pmaps(), *s.nnx_pmaps()}
     handed = any(isinstance(k.value, ast.Name) and k.value.id == node.id and k.arg == "devices"
-                 for c in ast.walk(s.scope(node)) if c in pmaps for k in c.keywords)
+                 for c in ast.walk(_binding_scope(s, node)) if c in pmaps or isinstance(c, ast.Call)
+                 and is_name(s.name(c.func), *_PLACES_PER_DEVICE) for k in c.keywords)
     return "local" if handed else None

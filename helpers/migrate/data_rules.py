@@ -279,6 +279,27 @@ def stacked_through_a_count(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
                    "NamedSharding(mesh, P(('host', 'device'))), rows), and JAX splits them over the devices")
 
 
+_SPLITS = ("jax.numpy.split", "numpy.split", "jax.numpy.array_split", "numpy.array_split")
+
+
+def split_per_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`jnp.split(jnp.stack(xs), len(devices), axis=1)`, `np.split(x, jax.local_device_count())` in a pmap-era
+    script: a host's rows cut one piece per device, for pmap or device_put_sharded (a split handed straight to
+    device_put_sharded is said there)."""
+    if not _pmap_era(s):
+        return
+    for call in s.calls:
+        pieces = call.args[1] if len(call.args) > 1 else keyword(call, "indices_or_sections")
+        holder = s.parent.get(call)
+        if is_name(s.name(call.func), *_SPLITS) and pieces is not None and device_count_of(s, pieces) \
+                and not (isinstance(holder, ast.Call) and is_name(s.name(holder.func), "jax.device_put_sharded")):
+            yield (call, "local-batch",
+                   f"{code_of(call.func)}(..., {code_of(pieces)}) cuts this host's rows into one piece per device, "
+                   "the stack pmap (or device_put_sharded) takes",
+                   "no pieces: pass the host's rows as they are to jax.make_array_from_process_local_data("
+                   f"NamedSharding(mesh, P(('host', 'device'))), rows), and JAX splits them over the devices")
+
+
 def _device_stacks(s: Script) -> Iterator[tuple[ast.Call, ast.AST]]:
     """(reshape, its leading axis) for each reshape, in a script that pmaps, whose leading axis counts devices
     (through names), of anything but keys split per device."""
@@ -562,4 +583,4 @@ def _only_counted(s: Script, node: ast.AST) -> bool:
 
 
 RULES = (shared_shuffle, shared_loader_order, global_batch_per_host, shared_draws, project_stacked_batches,
-         stacked_through_a_count)
+         stacked_through_a_count, split_per_device)
