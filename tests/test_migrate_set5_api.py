@@ -102,3 +102,55 @@ def test_a_name_read_before_its_binding_is_followed_to_the_binding():
               "    grouped = {d.process_index: [d] for d in jax.devices()}\n"
               "    return jax.pmap(lambda v: jax.lax.psum(v, 'h'), 'h', devices=leads)(x)\n")
     assert _rules(source) == [(5, "pmap-over-hosts")]
+
+
+# ------------------------------------------------------------------ a device's copy at another index
+
+REPLICATED_STATE = """\
+import jax
+import flax
+state = flax.jax_utils.replicate(state)
+step = jax.pmap(train, axis_name='b')
+for batch in data:
+    state, loss = step(state, batch)
+    log(state.opt_state[1].hyperparams['lr'][-1].item())
+    log(int(state.count[2]))
+    log(state.opt_state[1], loss[-1].item())
+"""
+
+
+def test_the_last_devices_copy_of_a_replicated_state_is_an_unreplicate():
+    found = _rules(REPLICATED_STATE)
+    assert (7, "jax-utils-replicate") in found
+    assert "the last device's copy" in _said(REPLICATED_STATE, 7, "jax-utils-replicate")
+
+
+def test_a_devices_copy_read_as_a_number_is_an_unreplicate():
+    assert (8, "jax-utils-replicate") in _rules(REPLICATED_STATE)
+
+
+def test_an_item_of_the_states_tuples_or_a_per_device_output_is_no_copy():
+    assert (9, "jax-utils-replicate") not in _rules(REPLICATED_STATE)
+
+
+def test_only_the_devices_index_is_said_once_per_read():
+    assert [f.rule for f in findings(REPLICATED_STATE, "t.py") if f.line == 7] == ["jax-utils-replicate"]
+
+
+NNX_PMAPPED = """\
+from flax import nnx
+
+def train_step(model, optimizer, batch):
+    pass
+
+p_step = nnx.pmap(train_step, in_axes=(None, None, 0))
+for batch in data:
+    p_step(model, optimizer, batch)
+    assert int(nnx.split(optimizer)[-1].step[0]) > 0
+    show(nnx.split(unmapped)[1].step[0])
+"""
+
+
+def test_device_zero_of_an_nnx_split_of_a_pmapped_module_is_an_unreplicate():
+    found = _rules(NNX_PMAPPED)
+    assert (9, "jax-utils-replicate") in found and (10, "jax-utils-replicate") not in found

@@ -588,6 +588,54 @@ def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "a leaf sharded over the hosts is read with multihost_utils.process_allgather on every host")
 
 
+def _copy_at_another_index(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`state.opt_state[2][1].hyperparams['lr'][-1]` of a replicated state that a pmap gives back: device k's copy,
+    taken by hand as [0] is (the last index that reaches the leaf is the device's: one from the end, or one read
+    as a number, `int(state.step[1])`; other indices may pick an item of the state's tuples)."""
+    if not any(True for _ in s.pmaps()):
+        return
+    states = s.pmap_outputs() & {t.id for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
+                                 and s.replicates(node.value) for t in node.targets if isinstance(t, ast.Name)}
+    found = [node for node in ast.walk(s.tree) if _device_index(node) not in (None, 0)
+             and _leaf_root(node.value) in states]
+    inner = {id(n) for node in found for n in ast.walk(node.value)}
+    found = [n for n in found if _device_index(n) < 0 or _read_as_number(s, n)]
+    for node in (n for n in found if id(n) not in inner):
+        yield (node, "jax-utils-replicate",
+               f"{code_of(node)} takes "
+               + ("the last device's" if _device_index(node) == -1 else f"device {_device_index(node)}'s")
+               + " copy of a replicated state that pmap gives "
+               "back, by hand; after the port the leaf is one global value, and the index would take its row",
+               "use the leaf as it is: a P() value is the same on every device (read it on any host)")
+
+
+def _device_index(node: ast.AST) -> int | None:
+    """The integer a subscript takes (`x[-1]`, `x[2]`), if it is one."""
+    if not isinstance(node, ast.Subscript):
+        return None
+    index = node.slice
+    if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
+        index = index.operand
+        sign = -1
+    else:
+        sign = 1
+    return sign * index.value if isinstance(index, ast.Constant) and type(index.value) is int else None
+
+
+def _read_as_number(s: Script, node: ast.AST) -> bool:
+    """`x.item()`, `int(x)` or `float(x)`: the value read as a Python number."""
+    parent = s.parent.get(node)
+    return isinstance(parent, ast.Attribute) and parent.attr == "item" or isinstance(parent, ast.Call) \
+        and isinstance(parent.func, ast.Name) and parent.func.id in ("int", "float") and node in parent.args
+
+
+def _leaf_root(node: ast.AST) -> str | None:
+    """The name a chain of fields and entries starts from (`state` of `state.opt_state[2].hyperparams['lr']`)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
 def _copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """The project's own helpers that make or undo pmap's copies (`utils.get_first`, `bcast_local_devices`,
     followed to their bodies in the script or its folder), a repeat or broadcast of `x[None]` over the local
@@ -669,4 +717,4 @@ def _stack_attributes(s: Script) -> set[str]:
 
 READS = {*_OLD_CALLS, *_FLAX_COLLECTIVES, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap
 RULES = (_pmap, _pmap_wrapper, _pmapped_out_of_view, _library_pmaps, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
-         _device_only_spec, _copy_zero, _copy_helpers, _stacks_in_a_helper)
+         _device_only_spec, _copy_zero, _copy_at_another_index, _copy_helpers, _stacks_in_a_helper)

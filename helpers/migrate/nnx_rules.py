@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, keyword
+from helpers.migrate.script import MESH_AXES, Script, code_of, first_copy_of, is_name, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -81,4 +81,34 @@ def nnx_state_axes(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "jax.make_array_from_process_local_data and put it in with set_value")
 
 
-RULES = (nnx_pmap, nnx_split_rngs, nnx_state_axes)
+def nnx_split_copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`int(nnx.split(optimizer)[-1].step[0])` of a module handed to an nnx.pmapped function: the split state is
+    per-device stacked, and [0] of a leaf is device 0's copy, taken by hand."""
+    modules = _pmapped_modules(s)
+    for node in ast.walk(s.tree):
+        if first_copy_of(node, lambda held: _splits_a_module(s, held, modules)):
+            yield (node, "jax-utils-replicate",
+                   f"{code_of(node)} takes device 0's copy of a state nnx.pmap stacked per device (nnx.split or "
+                   "nnx.state of a module the pmapped step was handed); after the port the leaf is one global "
+                   "value, and [0] would take its first row",
+                   "use the leaf as it is: a replicated value is the same on every device (read it on any host)")
+
+
+def _pmapped_modules(s: Script) -> set[str]:
+    """The names handed to an nnx.pmapped function (`p_step(model, optimizer, batch)`)."""
+    if not any(True for _ in s.nnx_pmaps()):
+        return set()
+    pmapped = s.pmapped_names()
+    return {a.id for call in s.calls if isinstance(call.func, ast.Name) and call.func.id in pmapped
+            for a in call.args if isinstance(a, ast.Name)}
+
+
+def _splits_a_module(s: Script, node: ast.AST, modules: set[str]) -> bool:
+    """`nnx.split(m)[k]` or `nnx.state(m)` of one of `modules`."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    return isinstance(node, ast.Call) and (_nnx(s, node, "split") or _nnx(s, node, "state")) and bool(node.args) \
+        and isinstance(node.args[0], ast.Name) and node.args[0].id in modules
+
+
+RULES = (nnx_pmap, nnx_split_rngs, nnx_state_axes, nnx_split_copy_zero)

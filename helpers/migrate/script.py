@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from typing import Iterator
+from typing import Callable, Iterator
 
 from helpers.migrate.gradients import Gradients, whole
 
@@ -117,6 +117,11 @@ def _assignments(tree: ast.AST) -> Iterator[tuple[str, ast.AST]]:
 def first_copy(node: ast.AST, names: set[str]) -> bool:
     """Device 0's copy of one of `names`, taken by hand: `x[0]`, `x.addressable_shards[0]`, `np.asarray(x)[0]`, also
     of a field or entry of one (`state.step[0]`, `metrics['loss'][0]`)."""
+    return first_copy_of(node, lambda held: isinstance(held, ast.Name) and held.id in names)
+
+
+def first_copy_of(node: ast.AST, stacked: Callable[[ast.AST], bool]) -> bool:
+    """Device 0's copy, taken by hand, of what `stacked` tells is a per-device stack, or of a field or entry of it."""
     if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0):
         return False
     held = node.value
@@ -128,7 +133,7 @@ def first_copy(node: ast.AST, names: set[str]) -> bool:
     while isinstance(held, ast.Attribute) or (isinstance(held, ast.Subscript) and isinstance(held.slice, ast.Constant)
                                               and isinstance(held.slice.value, str)):
         held = held.value
-    return isinstance(held, ast.Name) and held.id in names
+    return stacked(held)
 
 
 def _returned_expressions(function: ast.AST) -> list[ast.AST]:
