@@ -123,3 +123,17 @@ def test_a_split_one_piece_per_device_is_a_local_batch_stack():
     local = {line for line, rule in _rules(SPLIT_PER_DEVICE) if rule == "local-batch"}
     assert {8, 15} <= local and not {10, 14} & local  # one handed to device_put_sharded is said there; halves are no stack
     assert "one piece per device" in _said(SPLIT_PER_DEVICE, 8, "local-batch")
+
+
+LOGGED_GLOBAL_COUNT = """import jax
+import wandb
+
+step = jax.pmap(lambda p, x: p, axis_name='d')
+
+def log(i, cfg):
+    wandb.log({"rows": i * cfg.batch * jax.device_count()}, step=i)
+"""
+
+
+def test_a_count_of_every_device_in_a_logged_dict_is_no_global_batch_per_host():
+    assert "global-batch-per-host" not in {rule for _, rule in _rules(LOGGED_GLOBAL_COUNT)}

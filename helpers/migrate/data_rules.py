@@ -172,9 +172,10 @@ def _makes_a_key(s: Script, node: ast.AST) -> bool:
 
 
 def _call_handed(s: Script, product: ast.BinOp) -> ast.Call | None:
-    """The call a product is an argument of, through sums, tuples and keywords (`Loader(batch=(steps, n * b))`)."""
+    """The call a product is an argument of, through sums, tuples, keywords and a dict's values (`Loader(batch=(steps,
+    n * b))`, `wandb.log({"rows": step * n * b})`)."""
     holder = s.parent.get(product)
-    while isinstance(holder, (ast.BinOp, ast.Tuple, ast.List, ast.keyword)):
+    while isinstance(holder, (ast.BinOp, ast.Tuple, ast.List, ast.keyword, ast.Dict)):
         holder = s.parent.get(holder)
     return holder if isinstance(holder, ast.Call) else None
 
