@@ -154,3 +154,36 @@ for batch in data:
 def test_device_zero_of_an_nnx_split_of_a_pmapped_module_is_an_unreplicate():
     found = _rules(NNX_PMAPPED)
     assert (9, "jax-utils-replicate") in found and (10, "jax-utils-replicate") not in found
+
+
+# ------------------------------------------------------------------ a pmap output reshaped to this host's rows
+
+HANDED_SAMPLER = """\
+import jax
+import jax.numpy as jnp
+from flax import jax_utils
+from flax.training import common_utils
+
+def draw(p_draw, state, rng, cfg):
+    state = jax.block_until_ready(jax_utils.replicate(state))
+    per_host = cfg.total // jax.process_count()
+    keys = common_utils.shard_prng_key(rng)
+    out = p_draw(cfg, params=state.params, rng=keys).block_until_ready()
+    rows = jnp.reshape(out, [per_host, cfg.length])
+    table = jnp.reshape(cfg.table, [per_host, cfg.length])
+    return rows, table
+"""
+
+
+def test_a_handed_pmap_output_reshaped_to_this_hosts_count_is_numpy_of_global():
+    assert (11, "numpy-of-global") in _rules(HANDED_SAMPLER)
+
+
+def test_a_reshape_of_what_no_pmap_gave_is_none():
+    assert (12, "numpy-of-global") not in _rules(HANDED_SAMPLER)
+
+
+def test_a_reshape_to_the_local_device_count_of_a_pmap_output():
+    source = ("import jax\nimport jax.numpy as jnp\nstep = jax.pmap(f)\nn = jax.local_device_count() * 8\n"
+              "out = step(x)\nflat = jnp.reshape(out, (n, -1))\n")
+    assert (6, "numpy-of-global") in _rules(source)

@@ -10,7 +10,7 @@ import ast
 from typing import Iterator
 
 from helpers.migrate.bindings import bound_value
-from helpers.migrate.jax_rules import pmapped_out_of_view
+from helpers.migrate.jax_rules import holds_pmap_stacks, pmapped_out_of_view
 from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
@@ -36,15 +36,35 @@ def _numpy_call(s: Script, call: ast.Call) -> bool:
 
 
 def _pmapped(s: Script) -> set[str]:
-    """The names of pmapped functions: the script's own pmaps and those the project pmaps out of view."""
-    return s.pmapped_names() | {name for names in pmapped_out_of_view(s).values() for name in names}
+    """The names of pmapped functions: the script's own pmaps, those the project pmaps out of view, and functions
+    a script's function is handed and calls with pmap's stacks."""
+    pmapped = s.pmapped_names() | {name for names in pmapped_out_of_view(s).values() for name in names}
+    return pmapped | _handed_pmapped(s, pmapped)
+
+
+def _handed_pmapped(s: Script, pmapped: set[str]) -> set[str]:
+    """Parameters called with pmap's stacks (`p_sample_op(config, params=state.params, rng=keys)`, state replicated
+    and keys from shard_prng_key): a pmapped function handed in."""
+    return {call.func.id for call in s.calls if isinstance(call.func, ast.Name) and _is_parameter(s, call.func)
+            and any(holds_pmap_stacks(s, a, pmapped) for a in [*call.args, *(k.value for k in call.keywords)])}
+
+
+def _is_parameter(s: Script, name: ast.Name) -> bool:
+    function = s.enclosing_function(name)
+    return function is not s.tree and name.id in {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
 
 
 def _pmap_output_call(s: Script, value: ast.AST | None, pmapped: set[str]) -> bool:
     """`step(...)` of a pmapped function, or an item of its output (`step(...)[0]`)."""
-    while isinstance(value, ast.Subscript):
-        value = value.value
+    while isinstance(value, ast.Subscript) or _waits_for(value):
+        value = value.value if isinstance(value, ast.Subscript) else value.func.value
     return isinstance(value, ast.Call) and _calls_pmapped(s, value.func, pmapped)
+
+
+def _waits_for(value: ast.AST) -> bool:
+    """`out.block_until_ready()`: the output itself, once computed."""
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+        and value.func.attr == "block_until_ready" and not value.args
 
 
 def _pmap_outputs_by_scope(s: Script) -> set[tuple[ast.AST, str]]:
@@ -112,6 +132,35 @@ def numpy_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "reads as it is")
 
 
+def host_rows_by_size(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`jnp.reshape(out, [local_batch_size, n])` of a pmap output, the size counted per host: this host's rows."""
+    pmapped = _pmapped(s)
+    outputs = _pmap_outputs_by_scope(s)
+    for call in s.calls:
+        if not is_name(s.name(call.func), "jax.numpy.reshape", "numpy.reshape") or len(call.args) < 2:
+            continue
+        shape = call.args[1]
+        first = shape.elts[0] if isinstance(shape, (ast.List, ast.Tuple)) and shape.elts else shape
+        if _is_pmap_output(s, call.args[0], outputs, pmapped) and _counts_per_host(s, first):
+            yield (call, "numpy-of-global",
+                   f"{code_of(call)} reshapes pmap's output to this host's {code_of(first)} rows; after the port the "
+                   "output is one global array over every host's rows, and a reshape to one host's count fails "
+                   "(or mixes hosts' rows)",
+                   f"{_THIS_HOSTS_ROWS}, then the reshape; every host's: multihost_utils.process_allgather(out)")
+
+
+def _counts_per_host(s: Script, size: ast.AST) -> bool:
+    """A count of one host's share: from jax.local_device_count(), or a total divided by jax.process_count()."""
+    size = s.value(size)
+    for node in ast.walk(size):
+        if isinstance(node, ast.Call) and is_name(s.name(node.func), "jax.local_device_count"):
+            return True
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Div)) and any(
+                isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.process_count") for n in ast.walk(node.right)):
+            return True
+    return False
+
+
 def _flattens_devices(call: ast.Call) -> bool:
     """`out.reshape((-1, d))` or `out.reshape(-1, d)`: the leading (device) axes merged into rows."""
     first = call.args[0] if call.args else None
@@ -149,4 +198,4 @@ _THIS_HOSTS_ROWS = ("this host's rows: jax.experimental.multihost_utils.global_a
                     f"P({MESH_AXES}))")
 
 
-RULES = (pmap_over_hosts, numpy_of_global, host_rows_of_global)
+RULES = (pmap_over_hosts, numpy_of_global, host_rows_of_global, host_rows_by_size)

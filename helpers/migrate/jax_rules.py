@@ -76,7 +76,7 @@ def pmapped_out_of_view(s: Script) -> dict[ast.Call, set[str]]:
             continue
         factory = bound_value(s, call.func)
         if isinstance(factory, ast.Call) and _projects_call(s, factory) and any(
-                _holds_pmap_stacks(s, a, pmapped) for a in call.args):
+                holds_pmap_stacks(s, a, pmapped) for a in call.args):
             found.setdefault(factory, set()).add(call.func.id)
     return found
 
@@ -92,10 +92,10 @@ _NOT_PROJECTS = ("jax.", "flax.", "optax.", "numpy.", "functools.", "haiku.", "e
                  "torch.")
 
 
-def _holds_pmap_stacks(s: Script, arg: ast.AST, pmapped: set[str]) -> bool:
+def holds_pmap_stacks(s: Script, arg: ast.AST, pmapped: set[str]) -> bool:
     """An argument that is one of pmap's stacks, by its own history of names: a replicated value (flax's
     replicate), keys split one a device (`split(key, jax.local_device_count() + 1)`, then jnp.asarray or a
-    reshape), or a pmapped function's output."""
+    reshape; shard_prng_key), or a pmapped function's output (block_until_ready passes each on)."""
     node = arg
     for _ in range(8):
         while isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
@@ -104,12 +104,12 @@ def _holds_pmap_stacks(s: Script, arg: ast.AST, pmapped: set[str]) -> bool:
             node = bound_value(s, node)
         if not isinstance(node, ast.Call):
             return False
-        if s.replicates(node) or _splits_per_device(s, node) or (
+        if s.replicates(node) or _splits_per_device(s, node) or _is_shard_prng_key(s, node) or (
                 isinstance(node.func, ast.Name) and node.func.id in pmapped):
             return True
-        if is_name(s.name(node.func), "asarray", "array", "stack") and node.args:
+        if is_name(s.name(node.func), "asarray", "array", "stack", "block_until_ready") and node.args:
             node = node.args[0]
-        elif isinstance(node.func, ast.Attribute) and node.func.attr == "reshape":
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in ("reshape", "block_until_ready"):
             node = node.func.value
         else:
             return False
