@@ -741,7 +741,8 @@ def test_a_function_decorated_with_a_gradient_transform_gives_gradients_where_th
     (gradients, aux): a published trainer's pmean of such gradients was told to rename (held-out set 3)."""
     assert [_kind(DECORATED, line) for line in (19, 20, 22, 23)] == ["trap", "rename", "trap", "rename"]
     plain = DECORATED.replace("@jax.value_and_grad\n", "").replace("@partial(jax.grad, has_aux=True)\n", "")
-    assert _kind(plain, 17) == "rename"  # no transform: what train_forward returns is no gradient
+    assert _kind(plain, 20) == "rename"  # no transform: what grads_and_aux returns is no gradient
+    assert _kind(plain, 17) == "either"  # ... but a value named grads is never told just to rename
 
 
 def test_a_psum_of_gradients_of_a_loss_divided_by_the_device_count_is_the_trap():
@@ -1036,3 +1037,13 @@ def test_the_summary_counts_findings_per_rule(tmp_path):
 def test_help_documents_acknowledging_a_finding_and_the_formats():
     shown = _cli("--help").stdout
     assert "# migrate: ok" in shown and "--ignore" in shown and "--format" in shown and "json" in shown
+
+
+def test_a_reduction_of_values_named_gradients_is_never_just_a_rename():
+    """A method handed accumulated gradients from code the tool cannot follow (held-out set 6: an nnx.pmap'd
+    `_apply_update(self, grads, ...)` psums them): both outcomes, never a plain rename."""
+    source = ("import jax\nfrom flax import nnx\n\n\nclass Trainer:\n"
+              "    @nnx.pmap(axis_name='data', in_axes=(None, 0))\n    def apply_update(self, grads):\n"
+              "        grads = jax.lax.psum(grads, axis_name='data')\n        stats = jax.lax.psum(self.stats, 'data')\n"
+              "        self.optimizer.update(self.model, grads)\n        return stats\n")
+    assert [_kind(source, line) for line in (8, 9)] == ["either", "rename"]

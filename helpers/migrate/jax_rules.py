@@ -8,6 +8,7 @@ to write instead); `LESSONS` names the notebook section that teaches each rule's
 from __future__ import annotations
 
 import ast
+import re
 from typing import Iterator
 
 from helpers.migrate.bindings import bound_value, reaches
@@ -216,6 +217,7 @@ def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             continue
         operand = code_of(call.args[0]) if call.args and op != "axis_index" else ""
         status = s.gradient_status(call.args[0]) if op in ("pmean", "psum") and call.args else "no"
+        named = status == "no" and op in ("pmean", "psum") and bool(call.args) and named_for_gradients(call.args[0])
         if status == "yes":
             together = isinstance(call.args[0], (ast.Tuple, ast.List))  # `pmean((loss, grads), 'batch')`
             yield (call, "pmap-collective",
@@ -224,8 +226,9 @@ def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and "
                    + (f"keep only what is not a gradient in this {op}" if together else f"drop this {op}")
                    + "; renaming the axis is not enough")
-        elif status == "unknown":
-            yield (call, "pmap-collective", f"{op}({operand}, {code_of(axis)}) names pmap's axis, and {_MAYBE}",
+        elif status == "unknown" or named:
+            yield (call, "pmap-collective",
+                   f"{op}({operand}, {code_of(axis)}) names pmap's axis, and {_NAMED_MAYBE if named else _MAYBE}",
                    _EITHER)
         else:
             yield (call, "pmap-collective",
@@ -239,6 +242,22 @@ _TRAP = ("under shard_map with check_vma the gradient of P() parameters is alrea
          "renamed axis here makes it N times too large, silently")
 _MAYBE = ("this may be a gradient (it comes from a call that was handed gradients or a gradient transform, and the "
           "tool cannot see what that call gives back): if it is, " + _TRAP)
+_NAMED_MAYBE = ("its name says gradients, and the tool cannot see a gradient transform make it (a parameter, or "
+                "the result of code it cannot follow): if it is one, " + _TRAP)
+_GRADIENT_NAME = re.compile(r"(^|_)(d?grads?|gradients?)(_|$)", re.IGNORECASE)
+
+
+def named_for_gradients(expr: ast.AST) -> bool:
+    """The reduced value is named like gradients (`grads`, `accumulated_grads`, `self.grads`, `(loss, grads)`):
+    never told just to rename, whatever the taint analysis could trace."""
+    if isinstance(expr, (ast.Tuple, ast.List)):
+        return any(named_for_gradients(e) for e in expr.elts)
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    name = expr.id if isinstance(expr, ast.Name) else expr.attr if isinstance(expr, ast.Attribute) else ""
+    return bool(_GRADIENT_NAME.search(name))
+
+
 _EITHER = (f"if this is a gradient: drop it and take the gradient of jax.lax.pmean(loss, {MESH_AXES}); "
            f"otherwise rename the axis to {MESH_AXES}")
 
