@@ -195,6 +195,18 @@ def render(results) -> str:
             "not seen are the fairer test.\n\n" + render_heldout_sets(results.sections[KEY].get("heldout")))
 
 
+def _unseen_by_set(records: dict[str, dict]) -> str:
+    """One sentence: each set's right advice and wrong advice by the tool of the revision it was labelled after."""
+    said = []
+    for name, record in sorted(records.items()):
+        fresh = [scored for row in record["scripts"] if (scored := _unseen(row, record["before"]))]
+        if fresh:
+            right, labelled = sum(r["found"] for r in fresh), sum(r["labelled"] for r in fresh)
+            said.append(f"{name} {right} of {labelled} ({right / labelled:.0%}), {sum(len(r['wrong']) for r in fresh)} "
+                        "wrong")
+    return f" Unseen, set by set (right advice of labelled lines, wrong advice): {'; '.join(said)}." if said else ""
+
+
 def render_heldout_sets(measured) -> str:
     """Every held-out set kept in benchmarks/heldout/, and those this run measured (a list of records; older
     runs kept one dict or None), each with the words written about it around its table."""
@@ -203,7 +215,7 @@ def render_heldout_sets(measured) -> str:
     if not records:
         return ("**Held-out published scripts**: none measured yet (`HELDOUT=NAME=folder make bench-migrate` "
                 "scores a folder of labelled published scripts; their code is never committed).")
-    parts = [HELDOUT_INTRO]
+    parts = [HELDOUT_INTRO + _unseen_by_set(records)]
     for name, record in sorted(records.items()):
         notes = HELDOUT_KEPT / f"{name}.md"
         intro, _, after = (notes.read_text(encoding="utf-8") if notes.exists() else "").partition(TABLE_MARK)

@@ -524,5 +524,11 @@ def test_held_out_sets_are_named_kept_and_shown_without_their_folders(tmp_path, 
     text = migrate_bench.render_heldout_sets(None)
     assert text.index("Before the table.") < text.index("| `s.py` |") < text.index("After the table.")
     assert "`s.py` line 3 (pmap)" in text
+    assert "Unseen, set by set" not in text  # no script of set9 is fresh at a measured revision
+    fresh = row | {"fresh_at": "r1", "before": [row | {"found": 0}]}
+    (kept / "set9.json").write_text(json.dumps({"name": "set9", "commit": "abc1234", "before": ["r1"],
+                                                "scripts": [fresh]}))
+    assert "Unseen, set by set (right advice of labelled lines, wrong advice): set9 0 of 2 (0%), 0 wrong." in \
+        migrate_bench.render_heldout_sets(None)
     bare = {"name": "heldout", "commit": "def5678", "before": [], "scripts": [row | {"script": "t.py"}]}
     assert "| `t.py` |" in migrate_bench.render_heldout_sets([bare]) and len(list(kept.iterdir())) == 2
