@@ -143,7 +143,9 @@ def device_count_of(s: Script, node: ast.AST, depth: int = 0) -> str | None:
         return None
     if isinstance(node, (ast.Name, ast.Attribute)):
         bound = bound_value(s, node)
-        return device_count_of(s, bound, depth + 1) if bound is not None else None
+        if bound is None:
+            return "local" if isinstance(node, ast.Name) and _splits_rngs_per_device(s, node) else None
+        return device_count_of(s, bound, depth + 1)
     if isinstance(node, ast.IfExp):
         return device_count_of(s, node.body, depth + 1) or device_count_of(s, node.orelse, depth + 1)
     if not isinstance(node, ast.Call):
@@ -156,6 +158,15 @@ def device_count_of(s: Script, node: ast.AST, depth: int = 0) -> str | None:
     if name == "len" and len(node.args) == 1:
         return _devices_of(s, node.args[0], depth + 1)
     return None
+
+
+def _splits_rngs_per_device(s: Script, name: ast.Name) -> bool:
+    """A parameter the function also hands to `nnx.split_rngs(splits=name)`: the count nnx.pmap splits keys into,
+    one a local device."""
+    return any(isinstance(c, ast.Call) and is_name(s.name(c.func), "flax.nnx.split_rngs")
+               and any(k.arg == "splits" and isinstance(k.value, ast.Name) and k.value.id == name.id
+                       for k in c.keywords)
+               for c in ast.walk(_binding_scope(s, name)))
 
 
 def _binding_scope(s: Script, name: ast.Name) -> ast.AST:

@@ -238,6 +238,7 @@ def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                f"line {sized.lineno}): every host makes the share of every device, its own and the other hosts'",
                "size each host's part with jax.local_device_count() (global_batch // jax.process_count() rows), or "
                "build the global value once and let jax.make_array_from_process_local_data take each host's part")
+    yield from _shared_out_per_device(s)
     checked = {n.left.id for n in ast.walk(s.tree) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
                and isinstance(n.left, ast.Name) and isinstance(n.right, ast.Call)
                and is_name(s.name(n.right.func), "jax.device_count")}  # `batch_size % jax.device_count()`
@@ -251,6 +252,21 @@ def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                        "each host reads its part: global_batch // jax.process_count() rows (its own rows: split "
                        "the data by jax.process_index()), and jax.make_array_from_process_local_data assembles "
                        "the global batch")
+
+
+def _shared_out_per_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`batch_size = config.batch_size // num_devices` in a function pmap runs, with a count of this host's devices:
+    each device sizes its share of a batch shared out over one host's devices, so every host makes the whole."""
+    for function in set(s.pmapped_functions()):
+        for node in ast.walk(function):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Div)) \
+                    and isinstance(node.right, (ast.Name, ast.Call)) and device_count_of(s, node.right) == "local":
+                yield (node, "global-batch-per-host",
+                       f"{code_of(node)} inside {function.name}, which pmap runs, shares {code_of(node.left)} out over "
+                       f"this host's devices ({code_of(node.right)}): each host's devices make all of it, so every "
+                       "host makes the whole batch",
+                       "under jax.jit size the batch once, global (the per-device share is the sharding's), or in "
+                       f"shard_map divide by jax.device_count(): {code_of(node.left)} // jax.device_count()")
 
 
 def _every_device_products(s: Script, collated: set[str]) -> Iterator[tuple[ast.BinOp, ast.AST]]:
@@ -307,26 +323,27 @@ def _device_stacks(s: Script) -> Iterator[tuple[ast.Call, ast.AST]]:
     if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
         return
     for call in s.calls:
-        array, leading = _reshaped(s, call)
-        if isinstance(leading, (ast.Name, ast.Call)) and device_count_of(s, leading) \
-                and not _keys_split_per_device(s, array):
+        array, heads = _reshaped(s, call)
+        leading = next((h for h in heads if isinstance(h, (ast.Name, ast.Call)) and device_count_of(s, h)), None)
+        if leading is not None and not _keys_split_per_device(s, array):
             yield call, leading
 
 
-def _reshaped(s: Script, call: ast.Call) -> tuple[ast.AST | None, ast.AST | None]:
-    """(the array, the leading axis) of `x.reshape(n, ...)`, `x.reshape((n, -1) + x.shape[1:])` or
-    `jnp.reshape(x, (n, -1) + ...)`; (None, None) for any other call."""
+def _reshaped(s: Script, call: ast.Call) -> tuple[ast.AST | None, list[ast.AST]]:
+    """(the array, the axes a device count may lead) of `x.reshape(n, ...)`, `x.reshape((n, -1) + x.shape[1:])` or
+    `jnp.reshape(x, (n, -1) + ...)`: the first axis, and the second of three or more (`(steps, n, -1)`, a stack of
+    per-device stacks); (None, []) for any other call."""
     if is_name(s.name(call.func), "jax.numpy.reshape", "numpy.reshape") and len(call.args) == 2:
         array, shape = call.args
     elif isinstance(call.func, ast.Attribute) and call.func.attr == "reshape" and call.args:
         array, shape = call.func.value, call.args[0]
     else:
-        return None, None
+        return None, []
     while isinstance(shape, ast.BinOp):
         shape = shape.left
-    if isinstance(shape, (ast.Tuple, ast.List)):
-        shape = shape.elts[0] if shape.elts else None
-    return array, shape
+    if not isinstance(shape, (ast.Tuple, ast.List)):
+        return array, [shape]
+    return array, shape.elts[:2] if len(shape.elts) > 2 else shape.elts[:1]
 
 
 def _counted_plainly(s: Script, leading: ast.AST) -> bool:

