@@ -13,7 +13,7 @@ from typing import Iterator
 
 from helpers.migrate.bindings import bound_value, reaches
 from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, first_copy, is_name,
-                                    keyword, only_process_zero, pmap_axis, strings)
+                                    is_name_call, keyword, only_process_zero, pmap_axis, strings)
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -45,7 +45,7 @@ def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             said.append(f"in_axes={code_of(in_axes)}")
         carried = [f"{code_of(k.value)} as {k.arg.replace('static_broadcasted_argnums', 'static_argnums')} on "
                    "jax.jit" for k in call.keywords if k.arg in ("donate_argnums", "static_broadcasted_argnums")]
-        yield (call, "pmap",
+        yield (call if is_name_call(call) else call.args[0], "pmap",  # partial(\n jax.pmap, ...): at jax.pmap
                f"jax.pmap({', '.join(said)}) maps over every host's devices"
                + (f" (its axis {axis[0]!r} spans every device of every host)" if axis else "")
                + ", but each host feeds only its own part: a stack with a leading axis of local_device_count(), "

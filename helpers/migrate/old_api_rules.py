@@ -61,6 +61,8 @@ _XLA_BRIDGE = {  # jax.lib.xla_bridge: not in jax 0.12 (ImportError, on the pinn
 
 def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for node, name, imported in s.used_names():
+        if name in _MOVED and _entered_by_with(s, node):
+            continue  # with_mesh says what replaces `with maps.mesh(...):`
         if name in _MOVED and (imported or _module_attribute(s, node, name)):  # each use would repeat an
             yield (node, "experimental-sharding-names",  # imported name: the import is what changes
                    f"{name} was removed in {_GONE_FROM.get(name, 'jax 0.4.11 (ImportError or AttributeError)')}"
@@ -81,6 +83,13 @@ def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "warns that it will be removed", _RENAMED[name])
         elif _reads_the_mesh(name) and not _uses_xmap(s):
             yield _mesh_read(s, node, name, imported)
+        elif name == "jax.experimental.maps" and imported and not _imports_from_maps(node) \
+                and _maps_only_for_the_mesh(s):
+            yield (node, "experimental-sharding-names",
+                   "jax.experimental.maps was deleted in jax 0.4.31 (ModuleNotFoundError); the script uses it only "
+                   "for the mesh (maps.Mesh, maps.mesh), which lives in jax.sharding",
+                   "drop the import: mesh = jax.make_mesh(shape, names) (or jax.sharding.Mesh(devices, names)), "
+                   "entered with `with jax.set_mesh(mesh):`")
         elif (name == "jax.experimental.maps" or name.startswith("jax.experimental.maps.")) \
                 and name not in _MOVED and not (imported and _imports_only_named(s, node)):
             yield (node, "xmap",
@@ -97,6 +106,23 @@ def _reads_the_mesh(name: str) -> bool:
 def _uses_xmap(s: Script) -> bool:
     """The script uses xmap, whose resource environment thread_resources is: the port replaces the two together."""
     return any(name == "jax.experimental.maps.xmap" for _, name, _ in s.used_names())
+
+
+def _maps_only_for_the_mesh(s: Script) -> bool:
+    """Every name the script reaches in jax.experimental.maps is a mesh's (maps.Mesh, maps.mesh): no xmap to port."""
+    used = {name for _, name, _ in s.used_names() if name.startswith("jax.experimental.maps.")}
+    return bool(used) and used <= set(_MOVED)
+
+
+def _imports_from_maps(node: ast.AST) -> bool:
+    """`from jax.experimental.maps import Mesh`: each name imported has its own finding."""
+    return isinstance(node, ast.ImportFrom) and node.module == "jax.experimental.maps"
+
+
+def _entered_by_with(s: Script, node: ast.AST) -> bool:
+    """`with maps.mesh(devices, names):`: the call is a with statement's context manager."""
+    item = s.parent.get(node)
+    return isinstance(node, ast.Call) and isinstance(item, ast.withitem) and item.context_expr is node
 
 
 def _imports_only_named(s: Script, node: ast.AST) -> bool:
@@ -181,8 +207,19 @@ def _pjit_calls(s: Script) -> Iterator[ast.Call]:
             continue  # `p = partial(pjit, ...)`: its calls are the pjit calls
         target = call.args[0] if partial and call.args else call.func
         if _is_pjit(s, target) or any(k.arg in _OLD_KEYWORDS for k in call.keywords) \
-                or not partial and _handed_pjit(s, call) is not None:
+                and not _own_pjit_wrapper(s, call.func) or not partial and _handed_pjit(s, call) is not None:
             yield call
+
+
+def _own_pjit_wrapper(s: Script, func: ast.AST) -> bool:
+    """`self._jit(f, in_axis_resources=...)` where the script's own `_jit` takes in_axis_resources as a parameter
+    of its own and calls pjit: the old keywords are the wrapper's names, said once where it calls pjit. A wrapper
+    that passes **kwargs on (`pjit(fn, **kwargs)`) leaves them written at each call, a finding there."""
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    return any(isinstance(node, ast.FunctionDef) and node.name == name
+               and {a.arg for a in [*node.args.args, *node.args.kwonlyargs]} & set(_OLD_KEYWORDS)
+               and any(isinstance(c, ast.Call) and _is_pjit(s, c.func) for c in ast.walk(node))
+               for node in ast.walk(s.tree))
 
 
 def _handed_pjit(s: Script, call: ast.Call) -> int | None:

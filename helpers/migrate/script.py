@@ -541,11 +541,18 @@ class Script:
         pmaps = {*self.pmaps(), *self.nnx_pmaps()}
         methods = {t.attr for node in ast.walk(self.tree) if isinstance(node, ast.Assign) and node.value in pmaps
                    for t in node.targets if isinstance(t, ast.Attribute)}
+        outputs = {n.id for node in ast.walk(self.tree) if isinstance(node, ast.Assign)
+                   and isinstance(node.value, ast.Call) and (
+                       isinstance(node.value.func, ast.Name) and node.value.func.id in pmapped
+                       or isinstance(node.value.func, ast.Attribute) and node.value.func.attr in methods)
+                   for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        return outputs | self._unpacked_from(outputs)
+
+    def _unpacked_from(self, names: set[str]) -> set[str]:
+        """The names a tuple target takes from one of `names`: `state, loss = outputs`."""
         return {n.id for node in ast.walk(self.tree) if isinstance(node, ast.Assign)
-                and isinstance(node.value, ast.Call) and (
-                    isinstance(node.value.func, ast.Name) and node.value.func.id in pmapped
-                    or isinstance(node.value.func, ast.Attribute) and node.value.func.attr in methods)
-                for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                and isinstance(node.value, ast.Name) and node.value.id in names
+                for t in node.targets if isinstance(t, ast.Tuple) for n in t.elts if isinstance(n, ast.Name)}
 
     def pmaps_over_hosts(self) -> list[ast.Call]:
         """pmaps over devices picked one per host (`devices=[one per host]`): a map across hosts."""
