@@ -58,3 +58,43 @@ def accumulate(model, batches, n_dev):
 def test_a_device_count_second_in_a_stack_of_stacks_or_split_by_nnx_split_rngs_is_a_local_batch():
     local = {line for line, rule in _rules(STACK_OF_DEVICE_STACKS) if rule == "local-batch"}
     assert {8, 19} <= local and 9 not in local
+
+
+STATE_RETURNED_PER_DEVICE = """import functools
+import jax
+import haiku as hk
+
+net = hk.transform_with_state(lambda x: x)
+
+def loss_of(params, state, x):
+    out, state = net.apply(params, state, None, x)
+    return out.mean(), (state, out)
+
+@functools.partial(jax.pmap, axis_name='d')
+def haiku_step(bundle, x):
+    params, state = bundle
+    grads, (state, out) = jax.grad(loss_of, has_aux=True)(params, state, x)
+    bundle = (params, state)
+    return bundle
+
+@functools.partial(jax.pmap, axis_name='d')
+def linen_step(apply_fn, variables, x):
+    def loss_of(p):
+        y, stats = apply_fn({'params': p, **variables}, x, mutable=['batch_stats'])
+        return y.sum(), (stats, y)
+    aux, grads = jax.value_and_grad(loss_of, has_aux=True)(variables['params'])
+    stats, y = aux[1]
+    new_variables = variables.copy({'params': grads, **stats})
+    return new_variables
+
+@functools.partial(jax.pmap, axis_name='d')
+def averaged_step(model_fn, params, state, x):
+    y, new_state = model_fn(params, x, state, update_batch_norm=True)
+    new_state = jax.lax.pmean(new_state, 'd')
+    return y, new_state
+"""
+
+
+def test_a_model_state_an_apply_gives_back_kept_by_a_pmapped_step_without_a_collective_is_per_device():
+    state = {line for line, rule in _rules(STATE_RETURNED_PER_DEVICE) if rule == "per-device-state"}
+    assert state == {15, 25}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, strings
+from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, keyword, strings
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -150,6 +150,128 @@ def per_device_state(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                        f"batch_stats=jax.lax.pmean({code_of(stats)}, {MESH_AXES})")
 
 
+_GRAD_PREFIX = {"jax.grad": (1,), "jax.value_and_grad": (0, 1)}  # where has_aux puts the function's aux
+
+
+def _makes_state(s: Script, call: ast.Call) -> bool:
+    """An apply that gives back the model's new state second: linen's `apply(..., mutable=[...])`, a model function
+    with `update_batch_norm=True`, haiku's `apply` of a transform_with_state."""
+    mutable = keyword(call, "mutable")
+    if mutable is not None and not (isinstance(mutable, ast.Constant) and not mutable.value):
+        return True
+    update = keyword(call, "update_batch_norm")
+    if isinstance(update, ast.Constant) and update.value is True:
+        return True
+    owner = s.value(call.func.value) if isinstance(call.func, ast.Attribute) and call.func.attr == "apply" else None
+    return owner is not None and any(isinstance(n, ast.Call) and is_name(s.name(n.func), "haiku.transform_with_state")
+                                     for n in ast.walk(owner))
+
+
+def _at(target: ast.AST, path: tuple[int, ...]) -> tuple[ast.AST | None, tuple[int, ...]]:
+    """The part of an unpacking target at `path`, and the rest of the path below a name."""
+    while path and isinstance(target, (ast.Tuple, ast.List)):
+        if path[0] >= len(target.elts):
+            return None, ()
+        target, path = target.elts[path[0]], path[1:]
+    return target, path
+
+
+def _state_names(s: Script, function: ast.AST, depth: int = 0) -> dict[str, tuple[tuple[int, ...], int]]:
+    """Names of the function's own body bound to a model's new state, with where in them it sits (`aux` of a
+    value_and_grad holds it at (1, 0)), and the line it is bound on; through the loss functions it hands jax.grad or
+    value_and_grad with has_aux."""
+    defs = {n.name: n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)}
+    names: dict[str, tuple[tuple[int, ...], int]] = {}
+    assigns = sorted((n for n in ast.walk(function) if isinstance(n, ast.Assign) and s.enclosing_function(n) is function),
+                     key=lambda n: n.lineno)
+    for node in assigns:
+        for path in _state_paths(s, node.value, defs, names, depth):
+            for target in node.targets:
+                part, rest = _at(target, path)
+                if isinstance(part, ast.Name):
+                    names[part.id] = rest, node.end_lineno
+    return names
+
+
+def _state_paths(s: Script, value: ast.AST, defs: dict, names: dict, depth: int) -> list[tuple[int, ...]]:
+    """Where a model's new state sits in an assigned value: second of a state-making apply, inside a name that holds
+    it (`aux[1]`), or in the aux of a has_aux gradient of a function whose return holds it."""
+    if isinstance(value, ast.Call) and _makes_state(s, value):
+        return [(1,)]
+    index = ()
+    while isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) \
+            and isinstance(value.slice.value, int):
+        index, value = (value.slice.value, *index), value.value
+    if isinstance(value, ast.Name) and value.id in names and names[value.id][0][:len(index)] == index:
+        return [names[value.id][0][len(index):]]
+    if not (isinstance(value, ast.Call) and depth < 3):
+        return []
+    grad = s.value(value.func) if isinstance(value.func, ast.Name) else value.func
+    if not (isinstance(grad, ast.Call) and s.name(grad.func) in _GRAD_PREFIX and grad.args
+            and isinstance(grad.args[0], ast.Name) and grad.args[0].id in defs and _is_true(keyword(grad, "has_aux"))):
+        return []
+    loss = defs[grad.args[0].id]
+    inner = _state_names(s, loss, depth + 1)
+    return [_GRAD_PREFIX[s.name(grad.func)] + path[1:] for ret in ast.walk(loss)
+            if isinstance(ret, ast.Return) and ret.value is not None and s.enclosing_function(ret) is loss
+            for path in _returned_paths(ret.value, inner) if path[:1] == (1,)]
+
+
+def _returned_paths(value: ast.AST, names: dict, path: tuple[int, ...] = ()) -> list[tuple[int, ...]]:
+    """Where names holding a state sit in a returned tuple."""
+    if isinstance(value, ast.Name) and value.id in names:
+        return [path + names[value.id][0]]
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return [p for i, e in enumerate(value.elts) for p in _returned_paths(e, names, path + (i,))]
+    return []
+
+
+def _is_true(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+def _statement(s: Script, node: ast.AST) -> ast.AST:
+    while not isinstance(node, ast.stmt) and node in s.parent:
+        node = s.parent[node]
+    return node
+
+
+def returned_state(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """A pmapped step that keeps or returns the model's new state (linen's mutable=, haiku's (out, state), a model
+    function's update_batch_norm=True) with no pmean or psum over it: each device's own BatchNorm statistics."""
+    for function in _pmapped_steps(s):
+        bound = {n: line for n, (rest, line) in _state_names(s, function).items() if not rest}
+        reads = sorted((n for n in ast.walk(function) if isinstance(n, ast.Name) and n.id in bound
+                        and isinstance(n.ctx, ast.Load) and s.enclosing_function(n) is function
+                        and n.lineno > bound[n.id]),
+                       key=lambda n: (n.lineno, n.col_offset))
+        averaged = {n.id for n in reads if _in_a_collective(s, n, function)}
+        read = next((n for n in reads if n.id not in averaged and not _handed_as_batch_stats(s, n)), None)
+        if read is not None:
+            yield (_statement(s, read), "per-device-state",
+                   f"{read.id} is the model state the apply gave back on each device (BatchNorm statistics of this "
+                   f"device's rows), kept by {function.name} with no collective over it: under pmap every device kept "
+                   "its own; after the port the state is one P() value, which statistics that differ per device "
+                   "cannot be",
+                   f"in shard_map, average it first: jax.lax.pmean({read.id}, {MESH_AXES}) (or give BatchNorm "
+                   "axis_name); under jax.jit on the global batch the statistics are the global batch's, one value "
+                   "already, and the sync step (a pmapped cross-replica mean) goes")
+
+
+def _in_a_collective(s: Script, node: ast.AST, function: ast.AST) -> bool:
+    while node in s.parent and node is not function:
+        node = s.parent[node]
+        if isinstance(node, ast.Call) and s.name(node.func).rsplit(".", 1)[-1] in ("pmean", "psum"):
+            return True
+    return False
+
+
+def _handed_as_batch_stats(s: Script, name: ast.Name) -> bool:
+    """`apply_gradients(..., batch_stats=new_stats)`: per_device_state says it there."""
+    holder = s.parent.get(name)
+    return isinstance(holder, ast.keyword) and holder.arg == "batch_stats"
+
+
 def stateful_state(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """A pmapped step of old Flax (`with flax.nn.stateful(state) as new_state:`) that returns the new state with no
     collective over it: each device's own BatchNorm statistics, which a P() state cannot hold."""
@@ -176,4 +298,5 @@ def stateful_state(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 
 READS = {*_CALLS, "flax.jax_utils.replicate", "flax.jax_utils.unreplicate"}
-RULES = (flax_calls, project_get_metrics, replicate_method, flax_checkpoints, per_device_state, stateful_state)
+RULES = (flax_calls, project_get_metrics, replicate_method, flax_checkpoints, per_device_state, returned_state,
+         stateful_state)
