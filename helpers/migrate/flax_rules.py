@@ -267,8 +267,10 @@ def _in_a_collective(s: Script, node: ast.AST, function: ast.AST) -> bool:
 
 
 def _handed_as_batch_stats(s: Script, name: ast.Name) -> bool:
-    """`apply_gradients(..., batch_stats=new_stats)`: per_device_state says it there."""
+    """`apply_gradients(..., batch_stats=updates['batch_stats'])`: per_device_state says it there."""
     holder = s.parent.get(name)
+    while isinstance(holder, (ast.Subscript, ast.Attribute)):
+        holder = s.parent.get(holder)
     return isinstance(holder, ast.keyword) and holder.arg == "batch_stats"
 
 
