@@ -113,3 +113,25 @@ def test_a_wrapper_passing_kwargs_on_leaves_a_finding_at_each_call():
         "pjit(fn, in_axis_resources=in_axis_resources, out_axis_resources=out_axis_resources)", "pjit(fn, **kwargs)")
     rules = [(line, rule) for line, rule in _rules(source) if rule == "pjit"]
     assert rules == [(5, "pjit"), (8, "pjit")]
+
+
+# ------------------------------------------------------------------ [0] of a name before pmap's output rebinds it
+
+BOUND_BEFORE_THE_STEP = MULTI_LINE_PMAP + """\
+
+weights = make_weights()
+moments = init_moments(weights[0])
+for rows in loader:
+    weights, err, size = update(config, weights, rows)
+    print(err[0])
+"""
+
+
+def test_first_entry_of_a_name_not_yet_bound_to_pmap_output_is_no_device_copy():
+    rules = _rules(BOUND_BEFORE_THE_STEP)
+    assert (12, "jax-utils-replicate") not in rules and (15, "jax-utils-replicate") in rules
+
+
+def test_first_entry_after_the_step_output_is_device_zero():
+    source = BOUND_BEFORE_THE_STEP + "final = weights[0]\n"
+    assert (16, "jax-utils-replicate") in _rules(source)

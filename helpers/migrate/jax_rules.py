@@ -587,8 +587,10 @@ def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
         return
     stacks = s.pmap_outputs() | _entries_of(s, s.pmap_outputs())
+    pmapped_call = s.pmapped_call_test()
     for node in ast.walk(s.tree):
-        if first_copy(node, stacks) and not s.in_pmap_over_hosts(node):
+        if first_copy(node, stacks) and not s.in_pmap_over_hosts(node) \
+                and not _not_yet_an_output(s, node, stacks, pmapped_call):
             yield (node, "jax-utils-replicate",
                    f"{code_of(node)} takes device 0's entry of pmap's per-device output; after the port it is "
                    "one global value, and [0] would index into it",
@@ -605,6 +607,28 @@ def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "after the port each leaf is one global value, and [0] would take its first row",
                    "nothing: a P() array already is the value (read it on any host, device_get it to save or print); "
                    "a leaf sharded over the hosts is read with multihost_utils.process_allgather on every host")
+
+
+def _not_yet_an_output(s: Script, node: ast.AST, stacks: set[str], pmapped_call) -> bool:
+    """`model[0]` read outside any loop where `model` was bound before, in its scope, only by something other
+    than a pmapped call (`model = init(...)`; a pmapped step's output only later): not yet pmap's stack."""
+    name = next(n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in stacks)
+    scope = s.scope(name)
+    if _in_a_loop(s, name, scope):
+        return False
+    bindings = [a for a in ast.walk(scope) if isinstance(a, ast.Assign) and s.scope(a) is scope
+                and a.lineno < name.lineno and any(isinstance(n, ast.Name) and n.id == name.id
+                                                   for target in a.targets for n in ast.walk(target))]
+    return bool(bindings) and not any(pmapped_call(a.value) or isinstance(a.value, ast.Name) and a.value.id in stacks
+                                      for a in bindings)
+
+
+def _in_a_loop(s: Script, node: ast.AST, scope: ast.AST) -> bool:
+    while node is not scope and node in s.parent:
+        node = s.parent[node]
+        if isinstance(node, (ast.For, ast.While, ast.comprehension)):
+            return True
+    return False
 
 
 def _copy_at_another_index(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:

@@ -537,16 +537,20 @@ class Script:
     def pmap_outputs(self) -> set[str]:
         """Names assigned from a call of a pmapped function (`step(...)`, or `trainer.p_step(...)` where the script
         binds `self.p_step = jax.pmap(...)`): per-device stacks (tuple targets item by item)."""
+        calls = self.pmapped_call_test()
+        outputs = {n.id for node in ast.walk(self.tree) if isinstance(node, ast.Assign) and calls(node.value)
+                   for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        return outputs | self._unpacked_from(outputs)
+
+    def pmapped_call_test(self) -> Callable[[ast.AST], bool]:
+        """A test of whether an expression calls a pmapped function (`step(...)`, `self.p_step(...)`)."""
         pmapped = self.pmapped_names()
         pmaps = {*self.pmaps(), *self.nnx_pmaps()}
         methods = {t.attr for node in ast.walk(self.tree) if isinstance(node, ast.Assign) and node.value in pmaps
                    for t in node.targets if isinstance(t, ast.Attribute)}
-        outputs = {n.id for node in ast.walk(self.tree) if isinstance(node, ast.Assign)
-                   and isinstance(node.value, ast.Call) and (
-                       isinstance(node.value.func, ast.Name) and node.value.func.id in pmapped
-                       or isinstance(node.value.func, ast.Attribute) and node.value.func.attr in methods)
-                   for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-        return outputs | self._unpacked_from(outputs)
+        return lambda value: isinstance(value, ast.Call) and (
+            isinstance(value.func, ast.Name) and value.func.id in pmapped
+            or isinstance(value.func, ast.Attribute) and value.func.attr in methods)
 
     def _unpacked_from(self, names: set[str]) -> set[str]:
         """The names a tuple target takes from one of `names`: `state, loss = outputs`."""
