@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator
+from typing import Callable, Iterator
 
 from helpers.migrate.bindings import bound_value, reaches
 from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, first_copy, is_name,
@@ -609,7 +609,8 @@ def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "a leaf sharded over the hosts is read with multihost_utils.process_allgather on every host")
 
 
-def _not_yet_an_output(s: Script, node: ast.AST, stacks: set[str], pmapped_call) -> bool:
+def _not_yet_an_output(s: Script, node: ast.AST, stacks: set[str],
+                       pmapped_call: Callable[[ast.AST], bool]) -> bool:
     """`model[0]` read outside any loop where `model` was bound before, in its scope, only by something other
     than a pmapped call (`model = init(...)`; a pmapped step's output only later): not yet pmap's stack."""
     name = next(n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in stacks)
