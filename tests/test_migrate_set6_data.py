@@ -98,3 +98,38 @@ def averaged_step(model_fn, params, state, x):
 def test_a_model_state_an_apply_gives_back_kept_by_a_pmapped_step_without_a_collective_is_per_device():
     state = {line for line, rule in _rules(STATE_RETURNED_PER_DEVICE) if rule == "per-device-state"}
     assert state == {15, 25}
+
+
+CONTRASTIVE_STEPS = """import jax
+import jax.numpy as jnp
+
+def contrastive_loss(sim):
+    return -jnp.mean(jax.nn.log_softmax(sim)[jnp.arange(sim.shape[0]), jnp.arange(sim.shape[0])])
+
+@jax.pmap
+def named_loss(params, batch):
+    sim = model(params, batch)
+    return contrastive_loss(sim)
+
+@jax.pmap
+def by_hand(params, batch):
+    a, b = encode(params, batch['x']), encode(params, batch['y'])
+    sim = jnp.einsum('nd,md->nm', a, b)
+    labels = jnp.arange(sim.shape[0])
+    return jnp.mean(jax.nn.log_softmax(sim)[labels, labels]) + jnp.clip(a @ b.T, 0, 1).sum()
+
+@jax.pmap
+def gathered(params, batch):
+    a, b = encode(params, batch['x']), encode(params, batch['y'])
+    b = jax.lax.all_gather(b, 'i', tiled=True)
+    return contrastive_loss(a @ b.T)
+
+@jax.pmap
+def attention(q, k):
+    return jax.nn.softmax(q @ k.T)
+"""
+
+
+def test_a_contrastive_loss_of_one_devices_rows_in_a_pmapped_step_has_per_device_negatives():
+    negatives = sorted(line for line, rule in _rules(CONTRASTIVE_STEPS) if rule == "per-device-negatives")
+    assert negatives == [10, 15, 17]  # not jnp.clip, not a gathered loss, not attention with no diagonal targets

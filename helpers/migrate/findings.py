@@ -6,12 +6,12 @@ import ast
 import dataclasses
 import re
 
-from helpers.migrate import (data_rules, flax_rules, gradient_rules, host_read_rules, jax_rules, key_rules, nnx_rules,
-                             old_api_rules, process_zero_rules, unread)
+from helpers.migrate import (data_rules, flax_rules, gradient_rules, host_read_rules, jax_rules, key_rules,
+                             negatives_rules, nnx_rules, old_api_rules, process_zero_rules, unread)
 from helpers.migrate.script import Folder, Script
 
 FAMILIES = (jax_rules, process_zero_rules, key_rules, flax_rules, nnx_rules, old_api_rules, data_rules, host_read_rules,
-            gradient_rules)
+            gradient_rules, negatives_rules)
 # rule -> (notebook, section heading without its number): a test checks them against the notebooks
 LESSONS: dict[str, tuple[str, str]] = {k: v for family in (*FAMILIES, unread) for k, v in family.LESSONS.items()}
 RULES = tuple(rule for family in FAMILIES for rule in family.RULES)
