@@ -133,3 +133,24 @@ def attention(q, k):
 def test_a_contrastive_loss_of_one_devices_rows_in_a_pmapped_step_has_per_device_negatives():
     negatives = sorted(line for line, rule in _rules(CONTRASTIVE_STEPS) if rule == "per-device-negatives")
     assert negatives == [10, 15, 17]  # not jnp.clip, not a gathered loss, not attention with no diagonal targets
+
+
+SHUFFLED_PMAP_OUTPUT = """import jax
+import jax.numpy as jnp
+
+@jax.pmap
+def rollout(params, key):
+    return jax.random.normal(key, (8, 3))
+
+def train(params, keys, key, dataset):
+    rows: jnp.ndarray = rollout(params, keys)
+    rows = jax.device_get(rows).reshape((-1, 3))
+    order = jax.random.permutation(key, jnp.arange(rows.shape[0]))
+    epoch = jax.random.permutation(key, len(dataset))
+    return rows[order], epoch
+"""
+
+
+def test_a_shuffle_of_a_pmapped_functions_output_is_no_shared_loader_shuffle():
+    shuffles = {line for line, rule in _rules(SHUFFLED_PMAP_OUTPUT) if rule == "shared-shuffle"}
+    assert shuffles == {12}  # the dataset's order is shared; the rows rollout made (bound with an annotation) are not

@@ -62,6 +62,8 @@ def _bindings(s: Script) -> _Bindings:
             if isinstance(node, ast.Assign):
                 pairs = [p for t in node.targets for p in _targets(t, node.value)]
                 at = (node.end_lineno, node.end_col_offset)
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:  # `samples: Sample = step(data)`
+                pairs, at = _targets(node.target, node.value), (node.end_lineno, node.end_col_offset)
             elif isinstance(node, (ast.For, ast.AsyncFor)):
                 pairs = [p for t, it in loop_items(node) for p in _targets(t, it)]
                 at = (node.target.end_lineno, node.target.end_col_offset)

@@ -54,7 +54,7 @@ def shared_shuffle(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             isinstance(call.func, ast.Attribute) and call.func.attr in ("permutation", "shuffle")
             and not name.startswith("jax.random."))
         if shuffles and not _reads_host_number(s, s.enclosing_function(call)) and not _unseeded(s, call) \
-                and not _traced(s, call) and not _subset(s, call):
+                and not _traced(s, call) and not _subset(s, call) and not _of_pmap_outputs(s, call):
             yield (call, "shared-shuffle",
                    f"{code_of(call.func)}(...) shuffles with a key or seed every host shares, and this loader "
                    "never reads jax.process_index(): every host reads the same rows",
@@ -154,6 +154,14 @@ def _transforms(s: Script, decorator: ast.AST) -> bool:
     if isinstance(decorator, ast.Call) and is_name(s.name(head), "functools.partial") and decorator.args:
         head = decorator.args[0]
     return is_name(s.name(head), *_TRANSFORMS)
+
+
+def _of_pmap_outputs(s: Script, call: ast.Call) -> bool:
+    """`jax.random.permutation(key, jnp.arange(samples.obs.shape[0]))` with `samples` a pmapped function's output
+    (through device_get, tree maps): rows the host computed, no loader's rows read alike on every host."""
+    pmapped = s.pmapped_names()
+    return any(reaches(s, a, lambda n: isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                       and n.func.id in pmapped) is not None for a in call.args[1:])
 
 
 def _subset(s: Script, call: ast.Call) -> bool:
