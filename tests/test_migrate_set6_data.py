@@ -154,3 +154,29 @@ def train(params, keys, key, dataset):
 def test_a_shuffle_of_a_pmapped_functions_output_is_no_shared_loader_shuffle():
     shuffles = {line for line, rule in _rules(SHUFFLED_PMAP_OUTPUT) if rule == "shared-shuffle"}
     assert shuffles == {12}  # the dataset's order is shared; the rows rollout made (bound with an annotation) are not
+
+
+DRAWN_GLOBAL_BATCHES = """import jax
+from jax.experimental.pjit import pjit
+
+class Synthetic:
+    def __init__(self):
+        self.key = jax.random.PRNGKey(0)
+        self.global_batch = 128
+        self.per_host = 16
+
+    def __next__(self):
+        self.key, k = jax.random.split(self.key)
+        x = jax.random.normal(k, shape=[self.global_batch, 32])
+        y = jax.random.normal(k, shape=[self.per_host, 32])
+        return x, y
+
+    def init(self):
+        return jax.random.normal(self.key, shape=[self.global_batch, 32])
+"""
+
+
+def test_a_loader_drawing_the_global_batch_from_a_shared_key_draws_it_on_every_host():
+    found = {(line, rule) for line, rule in _rules(DRAWN_GLOBAL_BATCHES)
+             if rule in ("global-batch-per-host", "shared-shuffle")}
+    assert found == {(12, "global-batch-per-host"), (12, "shared-shuffle")}

@@ -496,6 +496,41 @@ def shared_draws(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "or fold jax.process_index() into the key for rows of each host's own")
 
 
+_GLOBAL_SIZE = re.compile(r"global_?batch", re.I)
+
+
+def _global_rows(s: Script, call: ast.Call) -> ast.AST | None:
+    """The leading size of a draw's shape= when its name says it is the global batch (`self._global_batch_size`)."""
+    shape = keyword(call, "shape")
+    shape = shape if shape is not None else (call.args[1] if len(call.args) > 1 else None)
+    first = shape.elts[0] if isinstance(shape, (ast.Tuple, ast.List)) and shape.elts else None
+    named = first.attr if isinstance(first, ast.Attribute) else first.id if isinstance(first, ast.Name) else ""
+    return first if _GLOBAL_SIZE.search(named) else None
+
+
+def drawn_global_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """A loader's `__next__` that draws each batch with jax.random at the global batch size from a key every host
+    shares: every host makes the whole global batch, and the same one."""
+    if not _pmap_era(s):
+        return
+    for call in s.calls:
+        function = s.enclosing_function(call)
+        size = _global_rows(s, call) if s.name(call.func).startswith("jax.random.") else None
+        if size is None or getattr(function, "name", "") != "__next__" or _traced(s, call) \
+                or _reads_host_number(s, function):
+            continue
+        yield (call, "global-batch-per-host",
+               f"{code_of(call.func)}(..., shape=[{code_of(size)}, ...]) draws the whole global batch in this "
+               "host's loader: every host makes every host's rows",
+               "each host draws its part: global_batch // jax.process_count() rows, and "
+               "jax.make_array_from_process_local_data assembles the global batch")
+        yield (call, "shared-shuffle",
+               f"{code_of(call.func)}({code_of(call.args[0]) if call.args else ''}, ...) draws from a key every host "
+               "shares (nothing here reads jax.process_index()): every host draws the same rows",
+               "fold jax.process_index() into the key for rows of each host's own, or draw the global batch once "
+               "and let each host pass its part to jax.make_array_from_process_local_data")
+
+
 # the roots of libraries whose loaders the other rules read (or that load no batches): not a project's own library
 _LIBRARIES = frozenset({"jax", "jaxlib", "flax", "numpy", "tensorflow", "tensorflow_datasets", "torch", "datasets",
                         "transformers", "grain", "optax", "orbax", "haiku", "chex", "clu", "ml_collections", "absl",
@@ -608,5 +643,5 @@ def _only_counted(s: Script, node: ast.AST) -> bool:
     return isinstance(holder, ast.Call) and s.name(holder.func) == "len"
 
 
-RULES = (shared_shuffle, shared_loader_order, global_batch_per_host, shared_draws, project_stacked_batches,
-         stacked_through_a_count, split_per_device)
+RULES = (shared_shuffle, shared_loader_order, global_batch_per_host, shared_draws, drawn_global_batches,
+         project_stacked_batches, stacked_through_a_count, split_per_device)
