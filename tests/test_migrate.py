@@ -358,6 +358,13 @@ CASES = {
          "import jax\nkey = jax.random.PRNGKey(0)\ndrop = jax.random.fold_in(key, jax.process_index())\n"
          "params = model.init(key, x)\np = jax.pmap(step, axis_name='b')\n"),
     ],
+    "per-device-negatives": [
+        ("import jax\nimport jax.numpy as jnp\n@jax.pmap\ndef step(params, batch):\n"
+         "    a, b = encode(params, batch['x']), encode(params, batch['y'])\n    return clip_loss(a @ b.T)\n", 6,
+         "import jax\nimport jax.numpy as jnp\n@jax.pmap\ndef step(params, batch):\n"
+         "    a, b = encode(params, batch['x']), encode(params, batch['y'])\n"
+         "    b = jax.lax.all_gather(b, 'i', tiled=True)\n    return clip_loss(a @ b.T)\n"),
+    ],
 }
 
 
