@@ -1054,3 +1054,25 @@ def test_a_reduction_of_values_named_gradients_is_never_just_a_rename():
               "        grads = jax.lax.psum(grads, axis_name='data')\n        stats = jax.lax.psum(self.stats, 'data')\n"
               "        self.optimizer.update(self.model, grads)\n        return stats\n")
     assert [_kind(source, line) for line in (8, 9)] == ["either", "rename"]
+
+
+def test_keys_split_by_keyword_are_read_like_positional_ones():
+    """`jax.random.split(key=k, num=n)` (held-out set 7 crashed the tool of 89affe0 with an IndexError)."""
+    source = "import jax\nkeys = jax.random.split(key=root, num=jax.local_device_count())\n"
+    assert [f.rule for f in findings(source)] == ["per-device-keys"]
+
+
+def test_a_rule_that_fails_is_said_and_the_other_rules_still_read_the_file(monkeypatch, capsys):
+    import importlib
+
+    findings_module = importlib.import_module("helpers.migrate.findings")  # the module, not the function
+
+    def broken(script):
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(findings_module, "RULES", (broken, *findings_module.RULES))
+    found = findings_module.findings("import jax\nstep = jax.pmap(f, axis_name='i')\n", "train.py")
+    assert [f.rule for f in found] == ["pmap"]
+    said = capsys.readouterr().err
+    assert said.startswith("migrate: train.py: the rule test_migrate.broken failed on this code (IndexError at ")
+    assert "a bug of helpers.migrate" in said

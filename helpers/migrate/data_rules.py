@@ -1,18 +1,17 @@
 """The rules for host-local data in a pmap-era script: a loader that shuffles with a key or seed
 every host shares (and never looks at its process index), or data drawn with a leading device axis from such a key;
 a per-host batch sized with `jax.device_count()` or `len(jax.devices())`, which count every host's devices, or
-collated in full from an index list of that size; batches a project's own loader stacks per local device (its
-batches go to pmap as they come), and stacks per device through a count held in a name (`len(devices)`)."""
+collated in full from an index list of that size; and stacks per device through a count held in a name
+(`len(devices)`). A project's own loader is loader_rules'."""
 from __future__ import annotations
 
 import ast
 import re
-import sys
 from typing import Iterator
 
 from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, host_index_in, loop_items, reaches
 from helpers.migrate.key_rules import splits_per_device
-from helpers.migrate.script import Script, code_of, is_name, keyword
+from helpers.migrate.script import Script, argument, code_of, is_name, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -455,7 +454,7 @@ def _pmapped_calls(s: Script) -> list[ast.Call]:
             or isinstance(c.func, ast.Attribute) and c.func.attr in attributes]
 
 
-def _fed_to_pmap(s: Script) -> list[ast.AST]:
+def fed_to_pmap(s: Script) -> list[ast.AST]:
     """The arguments of every call of a pmapped function."""
     return [a for c in _pmapped_calls(s) for a in [*c.args, *(k.value for k in c.keywords)]]
 
@@ -484,12 +483,13 @@ def shared_draws(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """Data drawn with a leading device axis from a key every host shares, and fed to pmap as it is."""
     if not _pmap_era(s):
         return
-    fed = {bound_value(s, a) for a in _fed_to_pmap(s) if isinstance(a, ast.Name)}
+    fed = {bound_value(s, a) for a in fed_to_pmap(s) if isinstance(a, ast.Name)}
     for call in s.calls:
-        if call in fed and _draws_a_device_stack(s, call) and host_index_in(s, call.args[0]) is None \
+        key = argument(call, 0, "key")
+        if call in fed and key is not None and _draws_a_device_stack(s, call) and host_index_in(s, key) is None \
                 and not _reads_host_number(s, s.enclosing_function(call)):
             yield (call, "shared-shuffle",
-                   f"{code_of(call.func)}({code_of(call.args[0])}, ...) draws the data pmap is fed from a key every "
+                   f"{code_of(call.func)}({code_of(key)}, ...) draws the data pmap is fed from a key every "
                    "host shares (nothing here reads jax.process_index()): every host feeds the same rows",
                    "draw the global batch from the shared key (the same numbers on every host) and let each host "
                    "pass its own rows, [process_index() * per_host, ...), to jax.make_array_from_process_local_data; "
@@ -532,116 +532,5 @@ def drawn_global_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 
 # the roots of libraries whose loaders the other rules read (or that load no batches): not a project's own library
-_LIBRARIES = frozenset({"jax", "jaxlib", "flax", "numpy", "tensorflow", "tensorflow_datasets", "torch", "datasets",
-                        "transformers", "grain", "optax", "orbax", "haiku", "chex", "clu", "ml_collections", "absl",
-                        "tqdm", "einops", "equinox", "pandas", "wandb"}) | frozenset(sys.stdlib_module_names)
-_DATA_WORDS = re.compile(r"data|batch|load|iter|pipeline|preprocess|input|stream|sampler", re.I)
-
-
-def _project_loader(s: Script, call: ast.Call) -> bool:
-    """A call into the project's own library (`Preprocessor(...)`, `dataset.create_dataset(config, rng)`) named
-    for data: an imported name whose module is neither jax's nor a known library's."""
-    root = call.func
-    while isinstance(root, ast.Attribute):
-        root = root.value
-    if not isinstance(root, ast.Name) or not _DATA_WORDS.search(code_of(call.func)):
-        return False
-    if root.id not in s.names.alias:
-        return _from_a_project_star(s, root)
-    module = s.names.alias[root.id]
-    top = module.split(".")[0]
-    entry = s.name(call.func)[len(top) + 1:].split(".")[0]
-    return top not in _LIBRARIES or top in _SHADOWED and entry not in _SHADOWED[top]
-
-
-def _from_a_project_star(s: Script, name: ast.Name) -> bool:
-    """A name the script never binds nor imports by name, in a script that imports * from a module of its project
-    (`from train_utils import *`): that module's."""
-    stars = [n.module for n in ast.walk(s.tree) if isinstance(n, ast.ImportFrom) and n.module
-             and any(a.name == "*" for a in n.names)]
-    return any(m.split(".")[0] not in _LIBRARIES for m in stars) and name.id not in s.defined \
-        and name.id not in s.assigned and bound_value(s, name) is None
-
-
-# a library's name that projects give their own data module too (a research repository's datasets.py): a call of it
-# that is none of the library's entry points is the project's
-_SHADOWED = {"datasets": frozenset({"load_dataset", "load_from_disk", "load_dataset_builder", "Dataset", "DatasetDict",
-                                    "IterableDataset", "IterableDatasetDict", "concatenate_datasets",
-                                    "interleave_datasets"})}
-
-
-_AS_IS = ("next", "iter", "tqdm", "jax.numpy.asarray", "numpy.asarray", "jax.numpy.array")
-_AS_IS_METHODS = ("next", "__next__", "numpy", "_numpy", "as_numpy_iterator")  # `next(it)._numpy()`: the same axes
-
-
-def _loader_of(s: Script, batch: ast.AST, depth: int = 0) -> ast.Call | None:
-    """The project loader call a value comes from as it is, no reshape or shard on the way: `next(it)`,
-    `it.next()`, `.numpy()`, a loop over it, `jnp.asarray` or a tree map of it, an item (`batch.src`, `batch["x"]`),
-    a parameter of the script's function the callers hand it to."""
-    if depth > 10:
-        return None
-    if isinstance(batch, ast.Call):
-        if _project_loader(s, batch):
-            return batch
-        name = s.name(batch.func)
-        if is_name(name, *_AS_IS) and batch.args:
-            return _loader_of(s, batch.args[0], depth + 1)
-        if s.is_tree_map(batch) and len(batch.args) == 2 and _keeps_the_shape(s, batch.args[0]):
-            return _loader_of(s, batch.args[1], depth + 1)
-        if isinstance(batch.func, ast.Attribute) and batch.func.attr in _AS_IS_METHODS and not batch.args:
-            return _loader_of(s, batch.func.value, depth + 1)
-        return None
-    if isinstance(batch, (ast.Name, ast.Attribute)):
-        bound = bound_value(s, batch)
-        if bound is not None:
-            return _loader_of(s, bound, depth + 1)
-        if isinstance(batch, ast.Name):
-            return next(filter(None, (_loader_of(s, a, depth + 1) for a in arguments_for(s, batch))), None)
-    if isinstance(batch, ast.Attribute) or isinstance(batch, ast.Subscript) and isinstance(batch.slice, ast.Constant) \
-            and isinstance(batch.slice.value, str):
-        return _loader_of(s, batch.value, depth + 1)
-    return None
-
-
-def _keeps_the_shape(s: Script, function: ast.AST) -> bool:
-    """`jnp.asarray`, or a lambda that neither reshapes, indexes, stacks nor shards its leaf (`lambda x:
-    scaler(x._numpy())`): what a tree map of it gives has the loader's axes."""
-    if not isinstance(function, ast.Lambda):
-        return is_name(s.name(function), *_AS_IS)
-    return not any(isinstance(n, ast.Subscript) or isinstance(n, ast.Attribute) and n.attr == "reshape"
-                   or isinstance(n, ast.Call) and re.search(r"shard|stack|split|concat", s.name(n.func).lower())
-                   for n in ast.walk(function.body))
-
-
-def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """A project library's loader whose batches go to pmap as they come: the library stacked them per local
-    device; and `[0]` of such a batch, device 0's slice."""
-    stacked = {}
-    for argument in _fed_to_pmap(s):
-        loader = _loader_of(s, argument)
-        if loader is not None:
-            stacked.setdefault(loader, argument)
-    for loader, argument in stacked.items():
-        sized = [k.arg for k in loader.keywords if k.arg and "device" in k.arg]
-        yield (loader, "local-batch",
-               f"{code_of(loader.func)}(...) builds this host's batches stacked per local device (its "
-               f"{code_of(argument)} goes to pmap as it comes, so the library made pmap's leading axis"
-               + (f"; {sized[0]}= sizes them per device" if sized else "") + ")",
-               "have the loader give this host's rows unstacked (global_batch // jax.process_count() of them) and pass "
-               "them to jax.make_array_from_process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows)")
-    for node in ast.walk(s.tree):
-        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0 \
-                and _loader_of(s, node.value) in stacked and not _only_counted(s, node):
-            yield (node, "local-batch",
-                   f"{code_of(node)} takes device 0's slice of a batch the project's loader stacks per local device",
-                   "after the port a batch has no device axis: take the rows you need (batch[:n]), or the batch itself")
-
-
-def _only_counted(s: Script, node: ast.AST) -> bool:
-    """`len(batch['label'][0])`: device 0's slice only counted (the rows per device, a metric's weight)."""
-    holder = s.parent.get(node)
-    return isinstance(holder, ast.Call) and s.name(holder.func) == "len"
-
-
 RULES = (shared_shuffle, shared_loader_order, global_batch_per_host, shared_draws, drawn_global_batches,
-         project_stacked_batches, stacked_through_a_count, split_per_device)
+         stacked_through_a_count, split_per_device)

@@ -5,13 +5,17 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+import sys
+import traceback
+from pathlib import Path
 
-from helpers.migrate import (data_rules, flax_rules, gradient_rules, host_read_rules, jax_rules, key_rules,
-                             negatives_rules, nnx_rules, old_api_rules, process_zero_rules, unread)
+from helpers.migrate import (collective_rules, copy_rules, data_rules, flax_rules, gradient_rules, host_read_rules,
+                             jax_rules, key_rules, loader_rules, negatives_rules, nnx_rules, old_api_rules,
+                             process_zero_rules, unread)
 from helpers.migrate.script import Folder, Script
 
-FAMILIES = (jax_rules, process_zero_rules, key_rules, flax_rules, nnx_rules, old_api_rules, data_rules, host_read_rules,
-            gradient_rules, negatives_rules)
+FAMILIES = (jax_rules, collective_rules, copy_rules, process_zero_rules, key_rules, flax_rules, nnx_rules, old_api_rules,
+            data_rules, loader_rules, host_read_rules, gradient_rules, negatives_rules)
 # rule -> (notebook, section heading without its number): a test checks them against the notebooks
 LESSONS: dict[str, tuple[str, str]] = {k: v for family in (*FAMILIES, unread) for k, v in family.LESSONS.items()}
 RULES = tuple(rule for family in FAMILIES for rule in family.RULES)
@@ -47,7 +51,7 @@ def findings(source: str, path: str = "<script>", *, first_line: int = 1,
     """
     script = Script(ast.parse(source, filename=path), tuple(ast.parse(cell) for cell in earlier), folder)
     found = {(node.lineno, rule, does): Finding(path, node.lineno + first_line - 1, rule, does, instead)
-             for check in RULES for node, rule, does, instead in check(script)}
+             for check in RULES for node, rule, does, instead in _guarded(check, script, path)}
     spoken = {line for line, _, _ in found}
     for node, name in unread.unread_names(script, READ):
         if node.lineno not in spoken:
@@ -58,6 +62,19 @@ def findings(source: str, path: str = "<script>", *, first_line: int = 1,
     return sorted((f for (at, _, _), f in found.items() if not acknowledged(lines[at - 1] if at <= len(lines) else "",
                                                                             f.rule)),
                   key=lambda f: (f.line, f.rule, f.does))
+
+
+def _guarded(check, script: Script, path: str) -> list[tuple[ast.AST, str, str, str]]:
+    """A rule's findings; a rule that fails on this code (a bug of the tool) is said on stderr and skipped, so the
+    other rules still read the file."""
+    try:
+        return list(check(script))
+    except Exception as error:  # noqa: BLE001: any bug of one rule must not hide the others' findings
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        print(f"migrate: {path}: the rule {check.__module__.rsplit('.', 1)[-1]}.{check.__name__} failed on this code "
+              f"({type(error).__name__} at {Path(where.filename).name}:{where.lineno}), a bug of helpers.migrate: its "
+              "findings here are missing, the other rules' are not", file=sys.stderr)
+        return []
 
 
 _OK = re.compile(r"#\s*migrate:\s*ok\b(?P<rules>[^#]*)")

@@ -1,4 +1,4 @@
-"""The rules for JAX's own pmap-era patterns: pmap and its collectives, removed calls, host-local
+"""The rules for JAX's own pmap-era patterns: pmap (its collectives are collective_rules'), removed calls, host-local
 batches, specs that leave out the host axis, pmap's copies taken apart by hand. (Per-device keys are
 key_rules'; work on process 0 only is process_zero_rules'.)
 
@@ -8,17 +8,15 @@ to write instead); `LESSONS` names the notebook section that teaches each rule's
 from __future__ import annotations
 
 import ast
-import re
-from typing import Callable, Iterator
+from typing import Iterator
 
 from helpers.migrate.bindings import bound_value, reaches
-from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, first_copy, is_name,
-                                    is_name_call, keyword, only_process_zero, pmap_axis, strings)
+from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, is_name,
+                                    is_name_call, keyword, pmap_axis, root_name, strings)
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
     "pmap": ("06", "A line-by-line port"),
-    "pmap-collective": ("06", "The gradient trap"),
     "device-put-replicated": ("04", "What pmap is in jax 0.12"),
     "experimental-shard-map": ("06", "Five more things a real port runs into"),
     "with-mesh": ("06", "Five more things a real port runs into"),
@@ -26,9 +24,6 @@ LESSONS: dict[str, tuple[str, str]] = {
     "jax-utils-replicate": ("10", "Where the parameters and the optimizer state live"),
     "device-only-spec": ("07", "The question the course started from: `P('device')`"),
 }
-_COLLECTIVES = {"pmean", "psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute",
-                "psum_scatter", "axis_index", "pswapaxes"}
-_FLAX_COLLECTIVES = ("flax.training.common_utils.pmean", "flax.training.common_utils.psum")
 _TO_GLOBAL = {"jax.make_array_from_process_local_data",
               "jax.experimental.multihost_utils.host_local_array_to_global_array",
               "jax.device_put"}
@@ -53,7 +48,7 @@ def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                "its rows) is per host; the parameters are stacked copies",
                f"jax.jit(jax.shard_map(..., mesh=mesh, in_specs=..., out_specs=...)) over a "
                f"{MESH_AXES} mesh with global arrays: "
-               + (f"in_specs={specs} (P() for what the script replicated)" if (specs := s.pmap_in_specs(call))
+               + (f"in_specs={specs} (P() for what the script replicated)" if (specs := pmap_in_specs(s, call))
                   else "P(('host', 'device')) where in_axes was 0, P() where it was None or the argument "
                        "was replicated")
                + "".join(f"; {c}" for c in carried)
@@ -188,140 +183,33 @@ def _is_shard_prng_key(s: Script, node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and is_name(s.name(node.func), "flax.training.common_utils.shard_prng_key")
 
 
-def _pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    pmaps = {*s.pmaps(), *s.nnx_pmaps(), *s.wrappers}
-    for call in s.calls:
-        name = s.name(call.func)
-        op = name.rsplit(".", 1)[-1]
-        axis = _axis_keyword(s, call)
-        if op == "value_and_grad" and set(s.axis_names(axis)) & s.pmap_axes:
-            yield (call, "pmap-collective",
-                   f"{code_of(call.func)}(..., axis_name={code_of(axis)}) averages the gradients over pmap's axis "
-                   "itself (a pmean inside); under shard_map with check_vma the gradient of P() parameters is "
-                   "already summed over the devices, so a renamed axis here makes it N times too large",
-                   f"no axis_name: take the gradient of jax.lax.pmean(loss, {MESH_AXES}) (with a dynamic "
-                   "scale, keep its finiteness check global yourself)")
-            continue
-        if set(s.axis_names(axis)) & s.pmap_axes and not (op in _COLLECTIVES and is_name(name, f"jax.lax.{op}")) \
-                and call not in pmaps and not s.in_pmap_over_hosts(call):
-            yield _handed_axis(s, call, axis)
-            continue
-        flax = is_name(name, *_FLAX_COLLECTIVES)
-        if not flax and (op not in _COLLECTIVES or not is_name(name, f"jax.lax.{op}")) or s.in_pmap_over_hosts(call):
-            continue
-        axis = argument(call, 0 if op == "axis_index" else 1, "axis_name")
-        if flax:  # old Flax's pmean(tree, axis_name='batch'): a psum over 'batch' divided by its size
-            yield _flax_collective(s, call, op, axis)
-            continue
-        if not set(s.axis_names(axis)) & s.pmap_axes:
-            continue
-        operand = code_of(call.args[0]) if call.args and op != "axis_index" else ""
-        status = s.gradient_status(call.args[0]) if op in ("pmean", "psum") and call.args else "no"
-        named = status == "no" and op in ("pmean", "psum") and bool(call.args) and named_for_gradients(call.args[0])
-        if status == "yes":
-            together = isinstance(call.args[0], (ast.Tuple, ast.List))  # `pmean((loss, grads), 'batch')`
-            yield (call, "pmap-collective",
-                   f"{op}({operand}, {code_of(axis)}) {'averages' if op == 'pmean' else 'adds'} the gradients "
-                   f"over pmap's axis{_MEAN if op == 'psum' else ''}; {_TRAP}",
-                   f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and "
-                   + (f"keep only what is not a gradient in this {op}" if together else f"drop this {op}")
-                   + "; renaming the axis is not enough")
-        elif status == "unknown" or named:
-            yield (call, "pmap-collective",
-                   f"{op}({operand}, {code_of(axis)}) names pmap's axis, and {_NAMED_MAYBE if named else _MAYBE}",
-                   _EITHER)
-        else:
-            yield (call, "pmap-collective",
-                   f"{op}(..., {code_of(axis)}) names pmap's axis, which shard_map does not have",
-                   f"name the mesh axes: jax.lax.{op}(..., {MESH_AXES}) reaches every device of "
-                   "every host")
-
-
-_MEAN = " (their mean, when the loss was divided by the device count)"
-_TRAP = ("under shard_map with check_vma the gradient of P() parameters is already summed over the devices, so a "
-         "renamed axis here makes it N times too large, silently")
-_MAYBE = ("this may be a gradient (it comes from a call that was handed gradients or a gradient transform, and the "
-          "tool cannot see what that call gives back): if it is, " + _TRAP)
-_NAMED_MAYBE = ("its name says gradients, and the tool cannot see a gradient transform make it (a parameter, or "
-                "the result of code it cannot follow): if it is one, " + _TRAP)
-_GRADIENT_NAME = re.compile(r"(^|_)(d?grads?|gradients?)(_|$)", re.IGNORECASE)
-
-
-def named_for_gradients(expr: ast.AST) -> bool:
-    """The reduced value is named like gradients (`grads`, `accumulated_grads`, `self.grads`, `(loss, grads)`):
-    never told just to rename, whatever the taint analysis could trace."""
-    if isinstance(expr, (ast.Tuple, ast.List)):
-        return any(named_for_gradients(e) for e in expr.elts)
-    while isinstance(expr, ast.Subscript):
-        expr = expr.value
-    name = expr.id if isinstance(expr, ast.Name) else expr.attr if isinstance(expr, ast.Attribute) else ""
-    return bool(_GRADIENT_NAME.search(name))
-
-
-_EITHER = (f"if this is a gradient: drop it and take the gradient of jax.lax.pmean(loss, {MESH_AXES}); "
-           f"otherwise rename the axis to {MESH_AXES}")
-
-
-def _flax_collective(s: Script, call: ast.Call, op: str, axis: ast.AST | None) -> tuple[ast.AST, str, str, str]:
-    """`common_utils.pmean(x)` of old Flax: jax.lax.pmean over pmap's axis ('batch' unless given); gone from Flax."""
-    axis_code = code_of(axis) if axis is not None else "'batch'"
-    said = (f"common_utils.{op}({code_of(call.args[0]) if call.args else ''}) of old Flax (gone from flax.training: "
-            f"AttributeError) is jax.lax.{op} over pmap's axis {axis_code}")
-    status = s.gradient_status(call.args[0]) if call.args else "no"
-    return _by_gradient_status(
-        call, status, said,
-        trap=(f"here of the gradients; {_TRAP}", f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and drop "
-              f"this {op}; renaming the axis is not enough"),
-        rename=(", which shard_map does not have",
-                f"jax.lax.{op}(..., {MESH_AXES}) inside shard_map: it reaches every device of every host"))
-
-
-def _by_gradient_status(node: ast.AST, status: str, said: str, *, trap: tuple[str, str],
-                        rename: tuple[str, str], maybe: str = _MAYBE) -> tuple[ast.AST, str, str, str]:
-    """A pmap-collective finding by what the collective reduces: gradients ('yes': the trap), maybe ('unknown':
-    both outcomes, `maybe` saying why), or not ('no': a rename); `trap` is (what it does, after `said, `; what to
-    write), `rename` (what follows `said`, with its own separator; what to write)."""
-    if status == "yes":
-        return node, "pmap-collective", f"{said}, {trap[0]}", trap[1]
-    if status == "unknown":
-        return node, "pmap-collective", f"{said}, and {maybe}", _EITHER
-    return node, "pmap-collective", f"{said}{rename[0]}", rename[1]
-
-
-def _axis_keyword(s: Script, call: ast.Call) -> ast.AST | None:
-    """The value of a call's `axis_name=`, or of another keyword named for an axis name (`pmap_axis_name=`) that
-    holds one of pmap's axes."""
-    named = [k for k in call.keywords if k.arg and k.arg.endswith("axis_name")]
-    return next((k.value for k in named if set(s.axis_names(k.value)) & s.pmap_axes), keyword(call, "axis_name"))
-
-
-_STATUSES = ["no", "unknown", "yes"]
-
-
-def _handed_axis(s: Script, call: ast.Call, axis: ast.AST) -> tuple[ast.AST, str, str, str]:
-    """pmap's axis name handed to code that runs collectives over it: `sync(grads, axis_name='batch')`,
-    `jax.tree.map(partial(jax.lax.pmean, axis_name='batch'), grads)`, or a function named for gradients
-    (`make_gradient_update(loss_fn, opt, pmap_axis_name=AXIS)`), which may reduce the gradients it takes."""
-    mapping = s.parent.get(call)
-    handed = [*call.args, *(k.value for k in call.keywords if k.value is not axis)]
-    if isinstance(mapping, ast.Call) and s.is_tree_map(mapping) and mapping.args[:1] == [call]:
-        handed += mapping.args[1:]
-    status = max((s.gradient_status(a) for a in handed), key=_STATUSES.index, default="no")
-    held = next(k.arg for k in call.keywords if k.value is axis)
-    for_gradients = status == "no" and "grad" in (s.name(call.func) or code_of(call.func)).rsplit(".", 1)[-1].lower()
-    said = f"{code_of(call.func)}(..., {held}={code_of(axis)}) hands pmap's axis name to code that runs " \
-           "collectives over it"
-    return _by_gradient_status(
-        axis, "unknown" if for_gradients else status, said,
-        trap=(f"on gradients; {_TRAP}", f"no collective here: take the gradient of jax.lax.pmean(loss, {MESH_AXES}); "
-              "renaming the axis is not enough"),
-        rename=(" (a key bound to each device, statistics synced), and shard_map has no such axis",
-                f"{held}={MESH_AXES}: the mesh axes reach every device of every host"),
-        maybe=_NAMED_FOR_GRADIENTS if for_gradients else _MAYBE)
-
-
-_NAMED_FOR_GRADIENTS = ("the function is named for gradients, so it may take gradients and reduce them over this "
-                        f"axis (the tool cannot see its body): if it does, {_TRAP}")
+def pmap_in_specs(s: Script, call: ast.Call) -> str | None:
+    """The in_specs of a `jax.pmap(f, ...)` call's port: from in_axes, or P() for each argument its
+    callers pass replicated (`state = state.replicate()`, `state.params`) and the batch spec for
+    the rest; None when they cannot be read."""
+    in_axes = keyword(call, "in_axes")
+    defs = {n.name: n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)}
+    if isinstance(in_axes, ast.Tuple):
+        axes = [e.value if isinstance(e, ast.Constant) else "?" for e in in_axes.elts]
+    elif (in_axes is None or (isinstance(in_axes, ast.Constant) and in_axes.value == 0)) and call.args \
+            and isinstance(call.args[0], ast.Name) and call.args[0].id in defs:
+        axes = [0] * len(defs[call.args[0].id].args.args)
+    elif in_axes is None and any(call in f.decorator_list for f in defs.values()):
+        axes = [0] * len(next(f for f in defs.values() if call in f.decorator_list).args.args)
+    else:
+        return None
+    replicated = {t.id for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
+                  and s.replicates(node.value) for t in node.targets if isinstance(t, ast.Name)}
+    callers = {name for name, value in s.assigned.items() if value is call}
+    callers |= {f.name for f in defs.values() if call in f.decorator_list}  # @partial(jax.pmap, ...)
+    for site in s.calls:  # an argument its callers pass replicated is one global value: P()
+        if isinstance(site.func, ast.Name) and site.func.id in callers:
+            axes = [None if root_name(a) in replicated else axes[i]
+                    for i, a in enumerate(site.args[:len(axes)])] + axes[len(site.args):]
+    if any(a not in (0, None) for a in axes):
+        return None
+    specs = ["P()" if a is None else f"P({MESH_AXES})" for a in axes]
+    return f"({specs[0]},)" if len(specs) == 1 else f"({', '.join(specs)})"
 
 
 # calls that no longer exist, or only stack copies for pmap: -> (rule, what it does, instead)
@@ -423,7 +311,7 @@ def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             continue
         stacks = shape or (pmap_era and isinstance(node, ast.Call))  # a shape or a reshape for pmap
         for inner in (node.elts[0],) if shape else ast.walk(node):
-            if _counts_devices(s, inner, local_only=not stacks) and inner.lineno not in seen:
+            if counts_devices(s, inner, local_only=not stacks) and inner.lineno not in seen:
                 seen.add(inner.lineno)
                 if _rounds_up_to_a_multiple(s, node):
                     yield (inner, "flax-pad-shard-unpad",
@@ -461,7 +349,7 @@ def _stacks_in_a_helper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             continue
         params = [a.arg for a in function.args.args]
         counted = {params[i] for i, a in enumerate(call.args[:len(params)]) if any(
-            _counts_devices(s, side, local_only=True) for side in _either_side(s.value(a)))}
+            counts_devices(s, side, local_only=True) for side in _either_side(s.value(a)))}
         if counted and any(_leading(r, counted) for r in ast.walk(function) if isinstance(r, ast.Call)
                            and isinstance(r.func, ast.Attribute) and r.func.attr == "reshape"):
             yield (call, "local-batch",
@@ -504,7 +392,7 @@ def _knows_the_global_batch(s: Script, sized: ast.AST) -> bool:
     return False
 
 
-def _counts_devices(s: Script, node: ast.AST, *, local_only: bool) -> bool:
+def counts_devices(s: Script, node: ast.AST, *, local_only: bool) -> bool:
     """`jax.local_device_count()`, through the names and shape tuples that hold it (`prefix = (n, b)`); with
     `local_only` False also a count of every device (`jax.device_count()`, `xla_bridge.device_count()`), which a
     shape built for pmap meant as this host's."""
@@ -569,196 +457,6 @@ def _feeds_global_array(s: Script, spec: ast.Call, used: set[str]) -> bool:
     return False
 
 
-def _entries_of(s: Script, stacks: set[str]) -> set[str]:
-    """The loop names that take a pmap output's entries: `value` in `for name, value in metrics.items():`."""
-    found = set()
-    for loop in (n for n in ast.walk(s.tree) if isinstance(n, ast.For) and isinstance(n.iter, ast.Call)):
-        method = loop.iter.func
-        if isinstance(method, ast.Attribute) and isinstance(method.value, ast.Name) and method.value.id in stacks:
-            target = loop.target.elts[-1] if method.attr == "items" and isinstance(loop.target, ast.Tuple) \
-                else loop.target if method.attr == "values" else None
-            found |= {target.id} if isinstance(target, ast.Name) else set()
-    return found
-
-
-def _copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """`jax.tree.map(lambda x: x[0], state)`, `loss[0]` or `np.asarray(loss)[0]` of a pmap output: pmap's
-    unreplicate, by hand (said where the [0] is)."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
-        return
-    stacks = s.pmap_outputs() | _entries_of(s, s.pmap_outputs())
-    pmapped_call = s.pmapped_call_test()
-    for node in ast.walk(s.tree):
-        if first_copy(node, stacks) and not s.in_pmap_over_hosts(node) \
-                and not _not_yet_an_output(s, node, stacks, pmapped_call):
-            yield (node, "jax-utils-replicate",
-                   f"{code_of(node)} takes device 0's entry of pmap's per-device output; after the port it is "
-                   "one global value, and [0] would index into it",
-                   "use the value as it is: a P() result is the same on every device")
-    for call in s.calls:
-        if not (s.is_tree_map(call) and call.args and isinstance(call.args[0], ast.Lambda)):
-            continue
-        lam = call.args[0]
-        params = {a.arg for a in lam.args.args}
-        first = next((n for n in ast.walk(lam.body) if first_copy(n, params)), None)
-        if first is not None and not s.in_pmap_over_hosts(call):
-            yield (first, "jax-utils-replicate",
-                   f"{code_of(call)} takes device 0's copy of pmap's stack by hand ({code_of(first)} of each leaf); "
-                   "after the port each leaf is one global value, and [0] would take its first row",
-                   "nothing: a P() array already is the value (read it on any host, device_get it to save or print); "
-                   "a leaf sharded over the hosts is read with multihost_utils.process_allgather on every host")
-
-
-def _not_yet_an_output(s: Script, node: ast.AST, stacks: set[str],
-                       pmapped_call: Callable[[ast.AST], bool]) -> bool:
-    """`model[0]` read outside any loop where `model` was bound before, in its scope, only by something other
-    than a pmapped call (`model = init(...)`; a pmapped step's output only later): not yet pmap's stack."""
-    name = next(n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in stacks)
-    scope = s.scope(name)
-    if _in_a_loop(s, name, scope):
-        return False
-    bindings = [a for a in ast.walk(scope) if isinstance(a, ast.Assign) and s.scope(a) is scope
-                and a.lineno < name.lineno and any(isinstance(n, ast.Name) and n.id == name.id
-                                                   for target in a.targets for n in ast.walk(target))]
-    return bool(bindings) and not any(pmapped_call(a.value) or isinstance(a.value, ast.Name) and a.value.id in stacks
-                                      for a in bindings)
-
-
-def _in_a_loop(s: Script, node: ast.AST, scope: ast.AST) -> bool:
-    while node is not scope and node in s.parent:
-        node = s.parent[node]
-        if isinstance(node, (ast.For, ast.While, ast.comprehension)):
-            return True
-    return False
-
-
-def _copy_at_another_index(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """`state.opt_state[2][1].hyperparams['lr'][-1]` of a replicated state that a pmap gives back: device k's copy,
-    taken by hand as [0] is (the last index that reaches the leaf is the device's: one from the end, or one read
-    as a number, `int(state.step[1])`; other indices may pick an item of the state's tuples)."""
-    if not any(True for _ in s.pmaps()):
-        return
-    states = s.pmap_outputs() & {t.id for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
-                                 and s.replicates(node.value) for t in node.targets if isinstance(t, ast.Name)}
-    found = [node for node in ast.walk(s.tree) if _device_index(node) not in (None, 0)
-             and _leaf_root(node.value) in states]
-    inner = {id(n) for node in found for n in ast.walk(node.value)}
-    found = [n for n in found if _device_index(n) < 0 or _read_as_number(s, n)]
-    for node in (n for n in found if id(n) not in inner):
-        yield (node, "jax-utils-replicate",
-               f"{code_of(node)} takes "
-               + ("the last device's" if _device_index(node) == -1 else f"device {_device_index(node)}'s")
-               + " copy of a replicated state that pmap gives "
-               "back, by hand; after the port the leaf is one global value, and the index would take its row",
-               "use the leaf as it is: a P() value is the same on every device (read it on any host)")
-
-
-def _device_index(node: ast.AST) -> int | None:
-    """The integer a subscript takes (`x[-1]`, `x[2]`), if it is one."""
-    if not isinstance(node, ast.Subscript):
-        return None
-    index = node.slice
-    if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
-        index = index.operand
-        sign = -1
-    else:
-        sign = 1
-    return sign * index.value if isinstance(index, ast.Constant) and type(index.value) is int else None
-
-
-def _read_as_number(s: Script, node: ast.AST) -> bool:
-    """`x.item()`, `int(x)` or `float(x)`: the value read as a Python number."""
-    parent = s.parent.get(node)
-    return isinstance(parent, ast.Attribute) and parent.attr == "item" or isinstance(parent, ast.Call) \
-        and isinstance(parent.func, ast.Name) and parent.func.id in ("int", "float") and node in parent.args
-
-
-def _leaf_root(node: ast.AST) -> str | None:
-    """The name a chain of fields and entries starts from (`state` of `state.opt_state[2].hyperparams['lr']`)."""
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        node = node.value
-    return node.id if isinstance(node, ast.Name) else None
-
-
-def _copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """The project's own helpers that make or undo pmap's copies (`utils.get_first`, `bcast_local_devices`,
-    followed to their bodies in the script or its folder), a repeat or broadcast of `x[None]` over the local
-    devices, and a checkpointer of the project handed pmap's stacks."""
-    for call in s.calls:
-        kind = s.copy_helper(call)
-        short = s.name(call.func).rsplit(".", 1)[-1].lower()
-        if kind == "unreplicate" and ("save" in short or "checkpoint" in short):
-            yield (call, "jax-utils-replicate",
-                   f"{code_of(call.func)}(...) saves device 0's copy of pmap's stacks (its body takes x[0] and "
-                   "device_gets it); after the port the state is global arrays, split over the hosts when sharded, "
-                   "and [0] would take the first row of each",
-                   "save the global state on every host with an orbax.checkpoint.CheckpointManager (each host writes "
-                   "its shards), without [0]")
-        elif kind == "unreplicate":
-            yield (call, "jax-utils-replicate",
-                   f"{code_of(call.func)}(...) takes device 0's copy of pmap's per-device stacks (a project helper "
-                   "that is flax's unreplicate by hand: x[0] of each leaf); after the port each leaf is one global "
-                   "value, and [0] would take its first row",
-                   "nothing: a P() array already is the value (read it on any host; device_get it to print)")
-        elif kind == "replicate":
-            yield (call, "jax-utils-replicate",
-                   f"{code_of(call.func)}(...) copies one value to every local device (a project helper: "
-                   "device_put_sharded of len(devices) * [x], pmap's replicate): one value replicated, not a "
-                   "batch split",
-                   "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
-        elif s.stacks_per_device(call):
-            yield (call, "jax-utils-replicate",
-                   f"{code_of(call)} stacks a copy of one value per device by hand (pmap's replicate; put on a "
-                   "sharding over the devices' axis, it is device_put_sharded of the copies)",
-                   "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
-        elif _repeats_over_local_devices(s, call):
-            yield (call, "jax-utils-replicate",
-                   f"{code_of(call.func)}({code_of(call.args[0])}, ...) stacks a copy per local device by hand "
-                   "(pmap's replicate)",
-                   "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
-        elif _saves_stacks_out_of_view(s, call):
-            yield (call, "process-zero-save",
-                   f"{code_of(call.func)}(...) hands pmap's per-device stacks to the project's checkpointer, whose "
-                   "code is not in this folder: a pmap-era checkpointer takes copy [0] (device_get(x[0])) and "
-                   "writes on process 0 only; after the port the state is global arrays that every host must "
-                   "save its shards of",
-                   "an orbax.checkpoint.CheckpointManager called on every host with the global state (no [0]); "
-                   "Orbax lets process 0 write the shared metadata")
-
-
-def _repeats_over_local_devices(s: Script, call: ast.Call) -> bool:
-    """`jnp.repeat(x[None], n_local_devices, axis=0)` (or jnp.tile): copies per local device, by hand."""
-    return is_name(s.name(call.func), "repeat", "tile") and len(call.args) > 1 \
-        and s.name(call.func).startswith(("jax.numpy.", "numpy.")) \
-        and _counts_devices(s, call.args[1], local_only=True)
-
-
-def _saves_stacks_out_of_view(s: Script, call: ast.Call) -> bool:
-    """`self._checkpointer.maybe_save_checkpoint(self._state, ...)`: a save of the project's own (neither Flax's
-    nor Orbax's, and defined in no file the tool reads) handed a pmap output, in a pmap-era script."""
-    name = s.name(call.func)
-    short = name.rsplit(".", 1)[-1].lower()
-    if not ("save" in short and ("checkpoint" in short or "ckpt" in short)) or name.startswith(
-            ("flax.", "orbax", "jax.")) or s.copy_helper(call) is not None or isinstance(call.func, ast.Name):
-        return False
-    stacks = s.pmap_outputs() | _stack_attributes(s)
-    return any(isinstance(a, ast.Name) and a.id in stacks or isinstance(a, ast.Attribute) and code_of(a) in stacks
-               for a in [*call.args, *(k.value for k in call.keywords)])
-
-
-def _stack_attributes(s: Script) -> set[str]:
-    """`self._state` where the script assigns it the result of a pmapped function or method."""
-    pmaps = {*s.pmaps(), *s.nnx_pmaps()}
-    methods = {code_of(t) for node in ast.walk(s.tree) if isinstance(node, ast.Assign) and node.value in pmaps
-               for t in node.targets if isinstance(t, ast.Attribute)}
-    pmapped = s.pmapped_names()
-    return {code_of(n) for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call) and (code_of(node.value.func) in methods or isinstance(
-                node.value.func, ast.Name) and node.value.func.id in pmapped)
-            for t in node.targets for n in ([t] if isinstance(t, ast.Attribute) else getattr(t, "elts", []))
-            if isinstance(n, ast.Attribute)}
-
-
-READS = {*_OLD_CALLS, *_FLAX_COLLECTIVES, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap
-RULES = (_pmap, _pmap_wrapper, _pmapped_out_of_view, _library_pmaps, _pmap_collective, _old_calls, experimental_shard_map, with_mesh, _local_batch,
-         _device_only_spec, _copy_zero, _copy_at_another_index, _copy_helpers, _stacks_in_a_helper)
+READS = {*_OLD_CALLS, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap
+RULES = (_pmap, _pmap_wrapper, _pmapped_out_of_view, _library_pmaps, _old_calls, experimental_shard_map, with_mesh, _local_batch,
+         _device_only_spec, _stacks_in_a_helper)

@@ -11,7 +11,7 @@ import re
 from typing import Iterator
 
 from helpers.migrate.bindings import host_index_in, reaches
-from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, keyword
+from helpers.migrate.script import MESH_AXES, Script, argument, code_of, is_name, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -60,9 +60,10 @@ def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             every = any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.device_count")
                         for n in ast.walk(s.value(count)))
             split = f"{_split_name(s, call)}(key, {code_of(count)})"
-            if _folds_in_the_host(s, call.args[0]):
+            key = argument(call, 0, "key")  # jax.random.split(key=k, num=n) too
+            if key is not None and _folds_in_the_host(s, key):
                 said = "; the key folds in jax.process_index(), so each host's keys differ, but the port keeps one key"
-            elif host_index_in(s, call.args[0]) is not None:
+            elif key is not None and host_index_in(s, key) is not None:
                 said = ("; the key is made from jax.process_index(), so each host's keys differ, but the port keeps "
                         "one key")
             elif every:

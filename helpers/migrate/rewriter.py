@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from helpers.migrate.findings import findings
-from helpers.migrate.jax_rules import experimental_shard_map, is_mesh, with_mesh
+from helpers.migrate.jax_rules import experimental_shard_map, is_mesh, pmap_in_specs, with_mesh
 from helpers.migrate.script import SPEC_MAKERS, Folder, Script, argument, is_name
 
 DATA = '("host", "device")'
@@ -98,9 +98,9 @@ def _pmap_era_edits(s: Script, source: str, replace, addressed: set) -> list[str
     if not pmaps and "mesh" not in s.assigned:
         return []
     done, text = [], lambda node: ast.get_source_segment(source, node)
-    still_pmapped = _left_under_pmap(s, [c for c in pmaps if s.pmap_in_specs(c) is not None])
+    still_pmapped = _left_under_pmap(s, [c for c in pmaps if pmap_in_specs(s, c) is not None])
     for call in pmaps:
-        specs = s.pmap_in_specs(call)
+        specs = pmap_in_specs(s, call)
         if specs is None:
             continue
         specs = specs.replace("'", '"')  # as the rest of the rewrite spells the axes

@@ -84,7 +84,7 @@ def only_process_zero(test: ast.AST, names: Names, value=lambda node: node) -> b
     return False
 
 
-def _root(node: ast.AST) -> str | None:
+def root_name(node: ast.AST) -> str | None:
     """The name an expression starts from: `state` for `state.params`."""
     while isinstance(node, (ast.Attribute, ast.Subscript)):
         node = node.value
@@ -447,34 +447,6 @@ class Script:
             return bool(node.args)
         return isinstance(node.func, ast.Attribute) and node.func.attr == "replicate" and not node.args \
             and not node.keywords
-
-    def pmap_in_specs(self, call: ast.Call) -> str | None:
-        """The in_specs of a `jax.pmap(f, ...)` call's port: from in_axes, or P() for each argument its
-        callers pass replicated (`state = state.replicate()`, `state.params`) and the batch spec for
-        the rest; None when they cannot be read."""
-        in_axes = keyword(call, "in_axes")
-        defs = {n.name: n for n in ast.walk(self.tree) if isinstance(n, ast.FunctionDef)}
-        if isinstance(in_axes, ast.Tuple):
-            axes = [e.value if isinstance(e, ast.Constant) else "?" for e in in_axes.elts]
-        elif (in_axes is None or (isinstance(in_axes, ast.Constant) and in_axes.value == 0)) and call.args \
-                and isinstance(call.args[0], ast.Name) and call.args[0].id in defs:
-            axes = [0] * len(defs[call.args[0].id].args.args)
-        elif in_axes is None and any(call in f.decorator_list for f in defs.values()):
-            axes = [0] * len(next(f for f in defs.values() if call in f.decorator_list).args.args)
-        else:
-            return None
-        replicated = {t.id for node in ast.walk(self.tree) if isinstance(node, ast.Assign)
-                      and self.replicates(node.value) for t in node.targets if isinstance(t, ast.Name)}
-        callers = {name for name, value in self.assigned.items() if value is call}
-        callers |= {f.name for f in defs.values() if call in f.decorator_list}  # @partial(jax.pmap, ...)
-        for site in self.calls:  # an argument its callers pass replicated is one global value: P()
-            if isinstance(site.func, ast.Name) and site.func.id in callers:
-                axes = [None if _root(a) in replicated else axes[i]
-                        for i, a in enumerate(site.args[:len(axes)])] + axes[len(site.args):]
-        if any(a not in (0, None) for a in axes):
-            return None
-        specs = ["P()" if a is None else f"P({MESH_AXES})" for a in axes]
-        return f"({specs[0]},)" if len(specs) == 1 else f"({', '.join(specs)})"
 
     def used_names(self) -> Iterator[tuple[ast.AST, str, bool]]:
         """Every dotted name the script imports, calls or reads (`maps.thread_resources.env`), with its

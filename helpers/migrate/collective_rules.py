@@ -1,0 +1,158 @@
+"""The rule for pmap's collectives: a psum or pmean over pmap's axis is the gradient trap when it reduces gradients
+(drop it: the gradient of the pmean'd loss is already global), a rename of its axis to the mesh's otherwise, and
+both outcomes where the tool cannot tell (`helpers.migrate.gradients` decides). Old Flax's `common_utils.pmean`
+and pmap's axis handed on to other code are read the same way.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator
+
+from helpers.migrate.script import MESH_AXES, Script, argument, code_of, is_name, keyword
+
+# rule -> (notebook, section heading without its number): where the course teaches the fix
+LESSONS: dict[str, tuple[str, str]] = {"pmap-collective": ("06", "The gradient trap")}
+COLLECTIVES = {"pmean", "psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute",
+               "psum_scatter", "axis_index", "pswapaxes"}
+FLAX_COLLECTIVES = ("flax.training.common_utils.pmean", "flax.training.common_utils.psum")
+
+
+def pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    pmaps = {*s.pmaps(), *s.nnx_pmaps(), *s.wrappers}
+    for call in s.calls:
+        name = s.name(call.func)
+        op = name.rsplit(".", 1)[-1]
+        axis = _axis_keyword(s, call)
+        if op == "value_and_grad" and set(s.axis_names(axis)) & s.pmap_axes:
+            yield (call, "pmap-collective",
+                   f"{code_of(call.func)}(..., axis_name={code_of(axis)}) averages the gradients over pmap's axis "
+                   "itself (a pmean inside); under shard_map with check_vma the gradient of P() parameters is "
+                   "already summed over the devices, so a renamed axis here makes it N times too large",
+                   f"no axis_name: take the gradient of jax.lax.pmean(loss, {MESH_AXES}) (with a dynamic "
+                   "scale, keep its finiteness check global yourself)")
+            continue
+        if set(s.axis_names(axis)) & s.pmap_axes and not (op in COLLECTIVES and is_name(name, f"jax.lax.{op}")) \
+                and call not in pmaps and not s.in_pmap_over_hosts(call):
+            yield _handed_axis(s, call, axis)
+            continue
+        flax = is_name(name, *FLAX_COLLECTIVES)
+        if not flax and (op not in COLLECTIVES or not is_name(name, f"jax.lax.{op}")) or s.in_pmap_over_hosts(call):
+            continue
+        axis = argument(call, 0 if op == "axis_index" else 1, "axis_name")
+        if flax:  # old Flax's pmean(tree, axis_name='batch'): a psum over 'batch' divided by its size
+            yield _flax_collective(s, call, op, axis)
+            continue
+        if not set(s.axis_names(axis)) & s.pmap_axes:
+            continue
+        operand = code_of(call.args[0]) if call.args and op != "axis_index" else ""
+        status = s.gradient_status(call.args[0]) if op in ("pmean", "psum") and call.args else "no"
+        named = status == "no" and op in ("pmean", "psum") and bool(call.args) and named_for_gradients(call.args[0])
+        if status == "yes":
+            together = isinstance(call.args[0], (ast.Tuple, ast.List))  # `pmean((loss, grads), 'batch')`
+            yield (call, "pmap-collective",
+                   f"{op}({operand}, {code_of(axis)}) {'averages' if op == 'pmean' else 'adds'} the gradients "
+                   f"over pmap's axis{_MEAN if op == 'psum' else ''}; {_TRAP}",
+                   f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and "
+                   + (f"keep only what is not a gradient in this {op}" if together else f"drop this {op}")
+                   + "; renaming the axis is not enough")
+        elif status == "unknown" or named:
+            yield (call, "pmap-collective",
+                   f"{op}({operand}, {code_of(axis)}) names pmap's axis, and {_NAMED_MAYBE if named else _MAYBE}",
+                   _EITHER)
+        else:
+            yield (call, "pmap-collective",
+                   f"{op}(..., {code_of(axis)}) names pmap's axis, which shard_map does not have",
+                   f"name the mesh axes: jax.lax.{op}(..., {MESH_AXES}) reaches every device of "
+                   "every host")
+
+
+_MEAN = " (their mean, when the loss was divided by the device count)"
+_TRAP = ("under shard_map with check_vma the gradient of P() parameters is already summed over the devices, so a "
+         "renamed axis here makes it N times too large, silently")
+_MAYBE = ("this may be a gradient (it comes from a call that was handed gradients or a gradient transform, and the "
+          "tool cannot see what that call gives back): if it is, " + _TRAP)
+_NAMED_MAYBE = ("its name says gradients, and the tool cannot see a gradient transform make it (a parameter, or "
+                "the result of code it cannot follow): if it is one, " + _TRAP)
+_GRADIENT_NAME = re.compile(r"(^|_)(d?grads?|gradients?)(_|$)", re.IGNORECASE)
+
+
+def named_for_gradients(expr: ast.AST) -> bool:
+    """The reduced value is named like gradients (`grads`, `accumulated_grads`, `self.grads`, `(loss, grads)`):
+    never told just to rename, whatever the taint analysis could trace."""
+    if isinstance(expr, (ast.Tuple, ast.List)):
+        return any(named_for_gradients(e) for e in expr.elts)
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    name = expr.id if isinstance(expr, ast.Name) else expr.attr if isinstance(expr, ast.Attribute) else ""
+    return bool(_GRADIENT_NAME.search(name))
+
+
+_EITHER = (f"if this is a gradient: drop it and take the gradient of jax.lax.pmean(loss, {MESH_AXES}); "
+           f"otherwise rename the axis to {MESH_AXES}")
+
+
+def _flax_collective(s: Script, call: ast.Call, op: str, axis: ast.AST | None) -> tuple[ast.AST, str, str, str]:
+    """`common_utils.pmean(x)` of old Flax: jax.lax.pmean over pmap's axis ('batch' unless given); gone from Flax."""
+    axis_code = code_of(axis) if axis is not None else "'batch'"
+    said = (f"common_utils.{op}({code_of(call.args[0]) if call.args else ''}) of old Flax (gone from flax.training: "
+            f"AttributeError) is jax.lax.{op} over pmap's axis {axis_code}")
+    status = s.gradient_status(call.args[0]) if call.args else "no"
+    return _by_gradient_status(
+        call, status, said,
+        trap=(f"here of the gradients; {_TRAP}", f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and drop "
+              f"this {op}; renaming the axis is not enough"),
+        rename=(", which shard_map does not have",
+                f"jax.lax.{op}(..., {MESH_AXES}) inside shard_map: it reaches every device of every host"))
+
+
+def _by_gradient_status(node: ast.AST, status: str, said: str, *, trap: tuple[str, str],
+                        rename: tuple[str, str], maybe: str = _MAYBE) -> tuple[ast.AST, str, str, str]:
+    """A pmap-collective finding by what the collective reduces: gradients ('yes': the trap), maybe ('unknown':
+    both outcomes, `maybe` saying why), or not ('no': a rename); `trap` is (what it does, after `said, `; what to
+    write), `rename` (what follows `said`, with its own separator; what to write)."""
+    if status == "yes":
+        return node, "pmap-collective", f"{said}, {trap[0]}", trap[1]
+    if status == "unknown":
+        return node, "pmap-collective", f"{said}, and {maybe}", _EITHER
+    return node, "pmap-collective", f"{said}{rename[0]}", rename[1]
+
+
+def _axis_keyword(s: Script, call: ast.Call) -> ast.AST | None:
+    """The value of a call's `axis_name=`, or of another keyword named for an axis name (`pmap_axis_name=`) that
+    holds one of pmap's axes."""
+    named = [k for k in call.keywords if k.arg and k.arg.endswith("axis_name")]
+    return next((k.value for k in named if set(s.axis_names(k.value)) & s.pmap_axes), keyword(call, "axis_name"))
+
+
+_STATUSES = ["no", "unknown", "yes"]
+
+
+def _handed_axis(s: Script, call: ast.Call, axis: ast.AST) -> tuple[ast.AST, str, str, str]:
+    """pmap's axis name handed to code that runs collectives over it: `sync(grads, axis_name='batch')`,
+    `jax.tree.map(partial(jax.lax.pmean, axis_name='batch'), grads)`, or a function named for gradients
+    (`make_gradient_update(loss_fn, opt, pmap_axis_name=AXIS)`), which may reduce the gradients it takes."""
+    mapping = s.parent.get(call)
+    handed = [*call.args, *(k.value for k in call.keywords if k.value is not axis)]
+    if isinstance(mapping, ast.Call) and s.is_tree_map(mapping) and mapping.args[:1] == [call]:
+        handed += mapping.args[1:]
+    status = max((s.gradient_status(a) for a in handed), key=_STATUSES.index, default="no")
+    held = next(k.arg for k in call.keywords if k.value is axis)
+    for_gradients = status == "no" and "grad" in (s.name(call.func) or code_of(call.func)).rsplit(".", 1)[-1].lower()
+    said = f"{code_of(call.func)}(..., {held}={code_of(axis)}) hands pmap's axis name to code that runs " \
+           "collectives over it"
+    return _by_gradient_status(
+        axis, "unknown" if for_gradients else status, said,
+        trap=(f"on gradients; {_TRAP}", f"no collective here: take the gradient of jax.lax.pmean(loss, {MESH_AXES}); "
+              "renaming the axis is not enough"),
+        rename=(" (a key bound to each device, statistics synced), and shard_map has no such axis",
+                f"{held}={MESH_AXES}: the mesh axes reach every device of every host"),
+        maybe=_NAMED_FOR_GRADIENTS if for_gradients else _MAYBE)
+
+
+_NAMED_FOR_GRADIENTS = ("the function is named for gradients, so it may take gradients and reduce them over this "
+                        f"axis (the tool cannot see its body): if it does, {_TRAP}")
+
+
+READS = set(FLAX_COLLECTIVES)
+RULES = (pmap_collective,)

@@ -1,0 +1,207 @@
+"""The rules for pmap's copies taken apart or made by hand: `x[0]` (or another device's index) of a pmap output,
+a tree map of `lambda x: x[0]`, the project's own get_first / replicate helpers, copies stacked or repeated per local
+device, and a project checkpointer handed pmap's stacks. After the port each is one global value.
+"""
+from __future__ import annotations
+
+import ast
+from typing import Callable, Iterator
+
+from helpers.migrate.bindings import reaches
+from helpers.migrate.jax_rules import counts_devices
+from helpers.migrate.script import Script, code_of, first_copy, is_name
+
+LESSONS: dict[str, tuple[str, str]] = {}  # jax-utils-replicate and process-zero-save: jax_rules' and process_zero_rules'
+
+
+def _entries_of(s: Script, stacks: set[str]) -> set[str]:
+    """The loop names that take a pmap output's entries: `value` in `for name, value in metrics.items():`."""
+    found = set()
+    for loop in (n for n in ast.walk(s.tree) if isinstance(n, ast.For) and isinstance(n.iter, ast.Call)):
+        method = loop.iter.func
+        if isinstance(method, ast.Attribute) and isinstance(method.value, ast.Name) and method.value.id in stacks:
+            target = loop.target.elts[-1] if method.attr == "items" and isinstance(loop.target, ast.Tuple) \
+                else loop.target if method.attr == "values" else None
+            found |= {target.id} if isinstance(target, ast.Name) else set()
+    return found
+
+
+def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`jax.tree.map(lambda x: x[0], state)`, `loss[0]` or `np.asarray(loss)[0]` of a pmap output: pmap's
+    unreplicate, by hand (said where the [0] is)."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+        return
+    stacks = s.pmap_outputs() | _entries_of(s, s.pmap_outputs())
+    pmapped_call = s.pmapped_call_test()
+    for node in ast.walk(s.tree):
+        if first_copy(node, stacks) and not s.in_pmap_over_hosts(node) \
+                and not _not_yet_an_output(s, node, stacks, pmapped_call):
+            yield (node, "jax-utils-replicate",
+                   f"{code_of(node)} takes device 0's entry of pmap's per-device output; after the port it is "
+                   "one global value, and [0] would index into it",
+                   "use the value as it is: a P() result is the same on every device")
+    for call in s.calls:
+        if not (s.is_tree_map(call) and call.args and isinstance(call.args[0], ast.Lambda)):
+            continue
+        lam = call.args[0]
+        params = {a.arg for a in lam.args.args}
+        first = next((n for n in ast.walk(lam.body) if first_copy(n, params)), None)
+        if first is not None and not s.in_pmap_over_hosts(call):
+            yield (first, "jax-utils-replicate",
+                   f"{code_of(call)} takes device 0's copy of pmap's stack by hand ({code_of(first)} of each leaf); "
+                   "after the port each leaf is one global value, and [0] would take its first row",
+                   "nothing: a P() array already is the value (read it on any host, device_get it to save or print); "
+                   "a leaf sharded over the hosts is read with multihost_utils.process_allgather on every host")
+
+
+def _not_yet_an_output(s: Script, node: ast.AST, stacks: set[str],
+                       pmapped_call: Callable[[ast.AST], bool]) -> bool:
+    """`model[0]` read outside any loop where `model` was bound before, in its scope, only by something other
+    than a pmapped call (`model = init(...)`; a pmapped step's output only later): not yet pmap's stack."""
+    name = next(n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in stacks)
+    scope = s.scope(name)
+    if _in_a_loop(s, name, scope):
+        return False
+    bindings = [a for a in ast.walk(scope) if isinstance(a, ast.Assign) and s.scope(a) is scope
+                and a.lineno < name.lineno and any(isinstance(n, ast.Name) and n.id == name.id
+                                                   for target in a.targets for n in ast.walk(target))]
+    return bool(bindings) and not any(pmapped_call(a.value) or isinstance(a.value, ast.Name) and a.value.id in stacks
+                                      for a in bindings)
+
+
+def _in_a_loop(s: Script, node: ast.AST, scope: ast.AST) -> bool:
+    while node is not scope and node in s.parent:
+        node = s.parent[node]
+        if isinstance(node, (ast.For, ast.While, ast.comprehension)):
+            return True
+    return False
+
+
+def copy_at_another_index(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`state.opt_state[2][1].hyperparams['lr'][-1]` of a replicated state that a pmap gives back: device k's copy,
+    taken by hand as [0] is (the last index that reaches the leaf is the device's: one from the end, or one read
+    as a number, `int(state.step[1])`; other indices may pick an item of the state's tuples)."""
+    if not any(True for _ in s.pmaps()):
+        return
+    states = s.pmap_outputs() & {t.id for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
+                                 and s.replicates(node.value) for t in node.targets if isinstance(t, ast.Name)}
+    found = [node for node in ast.walk(s.tree) if _device_index(node) not in (None, 0)
+             and _leaf_root(node.value) in states]
+    inner = {id(n) for node in found for n in ast.walk(node.value)}
+    found = [n for n in found if _device_index(n) < 0 or _read_as_number(s, n)]
+    for node in (n for n in found if id(n) not in inner):
+        yield (node, "jax-utils-replicate",
+               f"{code_of(node)} takes "
+               + ("the last device's" if _device_index(node) == -1 else f"device {_device_index(node)}'s")
+               + " copy of a replicated state that pmap gives "
+               "back, by hand; after the port the leaf is one global value, and the index would take its row",
+               "use the leaf as it is: a P() value is the same on every device (read it on any host)")
+
+
+def _device_index(node: ast.AST) -> int | None:
+    """The integer a subscript takes (`x[-1]`, `x[2]`), if it is one."""
+    if not isinstance(node, ast.Subscript):
+        return None
+    index = node.slice
+    if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
+        index = index.operand
+        sign = -1
+    else:
+        sign = 1
+    return sign * index.value if isinstance(index, ast.Constant) and type(index.value) is int else None
+
+
+def _read_as_number(s: Script, node: ast.AST) -> bool:
+    """`x.item()`, `int(x)` or `float(x)`: the value read as a Python number."""
+    parent = s.parent.get(node)
+    return isinstance(parent, ast.Attribute) and parent.attr == "item" or isinstance(parent, ast.Call) \
+        and isinstance(parent.func, ast.Name) and parent.func.id in ("int", "float") and node in parent.args
+
+
+def _leaf_root(node: ast.AST) -> str | None:
+    """The name a chain of fields and entries starts from (`state` of `state.opt_state[2].hyperparams['lr']`)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """The project's own helpers that make or undo pmap's copies (`utils.get_first`, `bcast_local_devices`,
+    followed to their bodies in the script or its folder), a repeat or broadcast of `x[None]` over the local
+    devices, and a checkpointer of the project handed pmap's stacks."""
+    for call in s.calls:
+        kind = s.copy_helper(call)
+        short = s.name(call.func).rsplit(".", 1)[-1].lower()
+        if kind == "unreplicate" and ("save" in short or "checkpoint" in short):
+            yield (call, "jax-utils-replicate",
+                   f"{code_of(call.func)}(...) saves device 0's copy of pmap's stacks (its body takes x[0] and "
+                   "device_gets it); after the port the state is global arrays, split over the hosts when sharded, "
+                   "and [0] would take the first row of each",
+                   "save the global state on every host with an orbax.checkpoint.CheckpointManager (each host writes "
+                   "its shards), without [0]")
+        elif kind == "unreplicate":
+            yield (call, "jax-utils-replicate",
+                   f"{code_of(call.func)}(...) takes device 0's copy of pmap's per-device stacks (a project helper "
+                   "that is flax's unreplicate by hand: x[0] of each leaf); after the port each leaf is one global "
+                   "value, and [0] would take its first row",
+                   "nothing: a P() array already is the value (read it on any host; device_get it to print)")
+        elif kind == "replicate":
+            yield (call, "jax-utils-replicate",
+                   f"{code_of(call.func)}(...) copies one value to every local device (a project helper: "
+                   "device_put_sharded of len(devices) * [x], pmap's replicate): one value replicated, not a "
+                   "batch split",
+                   "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
+        elif s.stacks_per_device(call):
+            yield (call, "jax-utils-replicate",
+                   f"{code_of(call)} stacks a copy of one value per device by hand (pmap's replicate; put on a "
+                   "sharding over the devices' axis, it is device_put_sharded of the copies)",
+                   "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
+        elif _repeats_over_local_devices(s, call):
+            yield (call, "jax-utils-replicate",
+                   f"{code_of(call.func)}({code_of(call.args[0])}, ...) stacks a copy per local device by hand "
+                   "(pmap's replicate)",
+                   "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
+        elif _saves_stacks_out_of_view(s, call):
+            yield (call, "process-zero-save",
+                   f"{code_of(call.func)}(...) hands pmap's per-device stacks to the project's checkpointer, whose "
+                   "code is not in this folder: a pmap-era checkpointer takes copy [0] (device_get(x[0])) and "
+                   "writes on process 0 only; after the port the state is global arrays that every host must "
+                   "save its shards of",
+                   "an orbax.checkpoint.CheckpointManager called on every host with the global state (no [0]); "
+                   "Orbax lets process 0 write the shared metadata")
+
+
+def _repeats_over_local_devices(s: Script, call: ast.Call) -> bool:
+    """`jnp.repeat(x[None], n_local_devices, axis=0)` (or jnp.tile): copies per local device, by hand."""
+    return is_name(s.name(call.func), "repeat", "tile") and len(call.args) > 1 \
+        and s.name(call.func).startswith(("jax.numpy.", "numpy.")) \
+        and counts_devices(s, call.args[1], local_only=True)
+
+
+def _saves_stacks_out_of_view(s: Script, call: ast.Call) -> bool:
+    """`self._checkpointer.maybe_save_checkpoint(self._state, ...)`: a save of the project's own (neither Flax's
+    nor Orbax's, and defined in no file the tool reads) handed a pmap output, in a pmap-era script."""
+    name = s.name(call.func)
+    short = name.rsplit(".", 1)[-1].lower()
+    if not ("save" in short and ("checkpoint" in short or "ckpt" in short)) or name.startswith(
+            ("flax.", "orbax", "jax.")) or s.copy_helper(call) is not None or isinstance(call.func, ast.Name):
+        return False
+    stacks = s.pmap_outputs() | _stack_attributes(s)
+    return any(isinstance(a, ast.Name) and a.id in stacks or isinstance(a, ast.Attribute) and code_of(a) in stacks
+               for a in [*call.args, *(k.value for k in call.keywords)])
+
+
+def _stack_attributes(s: Script) -> set[str]:
+    """`self._state` where the script assigns it the result of a pmapped function or method."""
+    pmaps = {*s.pmaps(), *s.nnx_pmaps()}
+    methods = {code_of(t) for node in ast.walk(s.tree) if isinstance(node, ast.Assign) and node.value in pmaps
+               for t in node.targets if isinstance(t, ast.Attribute)}
+    pmapped = s.pmapped_names()
+    return {code_of(n) for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call) and (code_of(node.value.func) in methods or isinstance(
+                node.value.func, ast.Name) and node.value.func.id in pmapped)
+            for t in node.targets for n in ([t] if isinstance(t, ast.Attribute) else getattr(t, "elts", []))
+            if isinstance(n, ast.Attribute)}
+
+
+RULES = (copy_zero, copy_at_another_index, copy_helpers)
