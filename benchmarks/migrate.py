@@ -132,11 +132,14 @@ def fresh_at(script: Path) -> str | None:
 
 def findings_at(revision: str, scripts: list[Path]) -> list[set[tuple[int, str]]]:
     """Each script's (line, kind) findings by helpers.migrate as it was at a git revision, run from a
-    copy of that revision's package in a fresh interpreter."""
+    copy of that revision's package in a fresh interpreter (none where that tool crashed on the script)."""
     archive = subprocess.run(["git", "archive", revision, "helpers/__init__.py", "helpers/migrate"], cwd=ROOT,
                              capture_output=True, check=True).stdout
     code = ("import json, sys\nfrom helpers.migrate import migrate\n"
-            "print(json.dumps([[(f.line, f.rule, f.does) for f in migrate(p, show=False)] for p in sys.argv[1:]]))")
+            "def read(p):\n"
+            "    try:\n        return [(f.line, f.rule, f.does) for f in migrate(p, show=False)]\n"
+            "    except Exception:\n        return []  # the tool of that revision crashed on it: no finding\n"
+            "print(json.dumps([read(p) for p in sys.argv[1:]]))")
     with tempfile.TemporaryDirectory() as old:
         tarfile.open(fileobj=io.BytesIO(archive)).extractall(old, filter="data")
         out = subprocess.run([sys.executable, "-c", code, *map(str, scripts)], cwd=old, capture_output=True,
