@@ -100,6 +100,8 @@ def _module_scoped_fixture(item) -> bool:
 
 
 def _exercise_id(item) -> str | None:
+    if marker := item.get_closest_marker("exercise"):  # never two real-process runs of one exercise at once
+        return marker.args[0]
     callspec = getattr(item, "callspec", None)
     return (callspec.params.get("ex_id")
             if callspec and item.path.name in ("test_exercises.py", "test_process_verdicts.py") else None)

@@ -75,20 +75,22 @@ def _record(run, slow_host, block):
     if not block:
         # The loop is already running when the recording starts: the fast hosts' devices still wait
         # in step 0's all-reduce when they dispatch steps 1-3, so those run after their annotations.
-        # The hosts start step 0 together, and the slow one takes 2.5 s in it, time enough for the fast
-        # ones to start their traces and dispatch steps 1-3 however loaded the machine (1 s was not:
-        # a fresh clone's make test at 07f3817, 3 workers on 2 cores, once judged the annotation-only
-        # answer right, as if a fast host's start_trace had taken that long). (Without
+        # The hosts start step 0 together, and the slow one takes 4 s in it, time enough for the fast
+        # ones to start their traces and dispatch steps 1-3 however loaded the machine (1 s and 2.5 s were not:
+        # fresh clones' make test at 07f3817 and 96316ae, 3 workers on 2 cores, each once judged the
+        # annotation-only answer right, as if a fast host's start_trace had taken that long). (Without
         # it, under load, the fast host's devices were sometimes idle at step 1, its all-reduce
         # started inside its step, and in CI an answer that reads only the annotations passed. The
         # 0.1 s above keeps the slow host's own all-reduces inside its steps, so the two cannot tie.)
         multihost_utils.sync_global_devices("run b starts")
-        _train(0, slow_host, block, slow_s=2.5)
+        _train(0, slow_host, block, slow_s=4.0)
+        print(f"[check] tracing run {run}", flush=True)  # the slow host, once its 4 s are over
     jax.profiler.start_trace(f"{_root}/{run}/host{_host}", create_perfetto_trace=True)
     for number in (1, 2, 3):
         _train(number, slow_host, block)
     _w.block_until_ready()  # the loop's end
     jax.profiler.stop_trace()
+    print(f"[check] run {run} recorded", flush=True)
 
 
 _record("a", 1, block=True)
@@ -214,6 +216,7 @@ register(ProcessExercise(
     title="the slow host's devices spend the least time in collectives, wherever the steps' annotations end",
     setup=_SETUP, solution=STRAGGLER_SOLUTION, driver=_DRIVER, together=True,
     meshes=((2, 2), (2, 1)), on=(2, 2), timeout=120.0,
+    idle=15.0,  # its runs sleep and wait in collectives on purpose: a hang is the 15 s stall, not 4 s idle
     wrong={
         _IN_STEP_ANNOTATIONS: "your function names the right host when the loop blocks on every step, and "
                               "the wrong one when it does not: there a fast host's step annotation ends as "
