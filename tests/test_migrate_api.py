@@ -4,17 +4,8 @@ device 0's copy read by hand, device_get of pmap's rows, and gradients applied w
 Every snippet here is written for the course."""
 from __future__ import annotations
 
-from helpers.migrate import findings
 from helpers.migrate.cli import migrate
-
-
-def _rules(source: str) -> list[tuple[int, str]]:
-    return [(f.line, f.rule) for f in findings(source, "t.py")]
-
-
-def _said(source: str, line: int, rule: str) -> str:
-    """What the finding of `rule` on `line` says and advises."""
-    return next(f"{f.does} -> {f.instead}" for f in findings(source, "t.py") if (f.line, f.rule) == (line, rule))
+from migrate_support import rule_list as _rules, first_said as _said
 
 
 # ------------------------------------------------------------------ pjit-era names and calls

@@ -9,18 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers.migrate import LESSONS, findings
+from helpers.migrate import LESSONS
+from migrate_support import rule_set as _rules, said as _said
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _rules(source: str) -> set[tuple[int, str]]:
-    return {(f.line, f.rule) for f in findings(source, "t.py")}
-
-
-def _said(source: str, line: int, rule: str) -> str:
-    (finding,) = [f for f in findings(source, "t.py") if (f.line, f.rule) == (line, rule)]
-    return f"{finding.does} -> {finding.instead}"
 
 
 LOADER = """import jax

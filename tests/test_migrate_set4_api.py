@@ -4,16 +4,7 @@ np.asarray(out)[0]), copies stacked by hand, pmap's axis handed on under another
 pmapped out of view read as numpy, and libraries' own pmap helpers. Every snippet here is written for the course."""
 from __future__ import annotations
 
-from helpers.migrate import findings
-
-
-def _rules(source: str) -> list[tuple[int, str]]:
-    return [(f.line, f.rule) for f in findings(source, "t.py")]
-
-
-def _said(source: str, line: int, rule: str) -> str:
-    """What the finding of `rule` on `line` says and advises."""
-    return next(f"{f.does} -> {f.instead}" for f in findings(source, "t.py") if (f.line, f.rule) == (line, rule))
+from migrate_support import rule_list as _rules, first_said as _said
 
 
 # ------------------------------------------------------------------ the old mesh's import

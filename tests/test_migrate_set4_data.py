@@ -7,19 +7,11 @@ from __future__ import annotations
 import pytest
 
 from helpers.migrate import findings
-
-
-def _rules(source: str) -> set[tuple[int, str]]:
-    return {(f.line, f.rule) for f in findings(source, "t.py")}
+from migrate_support import rule_set as _rules, said as _said
 
 
 def _kinds(source: str) -> set[str]:
     return {rule for _, rule in _rules(source)}
-
-
-def _said(source: str, line: int, rule: str) -> str:
-    (finding,) = [f for f in findings(source, "t.py") if (f.line, f.rule) == (line, rule)]
-    return f"{finding.does} -> {finding.instead}"
 
 
 KEYS_AND_ONE_TO_KEEP = """import jax

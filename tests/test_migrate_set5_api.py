@@ -5,15 +5,7 @@ process 0, and pmap outputs reshaped to this host's rows. Every snippet here is 
 from __future__ import annotations
 
 from helpers.migrate import findings
-
-
-def _rules(source: str) -> list[tuple[int, str]]:
-    return [(f.line, f.rule) for f in findings(source, "t.py")]
-
-
-def _said(source: str, line: int, rule: str) -> str:
-    """What the finding of `rule` on `line` says and advises."""
-    return next(f"{f.does} -> {f.instead}" for f in findings(source, "t.py") if (f.line, f.rule) == (line, rule))
+from migrate_support import rule_list as _rules, first_said as _said
 
 
 # ------------------------------------------------------------------ the old lowercase mesh context manager

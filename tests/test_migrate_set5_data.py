@@ -4,16 +4,7 @@ kept per device by a jitted step that is pmapped, and stacks split one piece per
 for these tests."""
 from __future__ import annotations
 
-from helpers.migrate import findings
-
-
-def _rules(source: str) -> set[tuple[int, str]]:
-    return {(f.line, f.rule) for f in findings(source, "t.py")}
-
-
-def _said(source: str, line: int, rule: str) -> str:
-    (finding,) = [f for f in findings(source, "t.py") if (f.line, f.rule) == (line, rule)]
-    return f"{finding.does} -> {finding.instead}"
+from migrate_support import rule_set as _rules, said as _said
 
 
 LOADER_THROUGH_NUMPY_AND_A_PARAMETER = """import jax

@@ -4,11 +4,7 @@ only for the mesh, the old mesh function entered from a method, and pjit called 
 own. Every snippet here is written for the course."""
 from __future__ import annotations
 
-from helpers.migrate import findings
-
-
-def _rules(source: str) -> list[tuple[int, str]]:
-    return [(f.line, f.rule) for f in findings(source, "t.py")]
+from migrate_support import rule_list as _rules
 
 
 # ------------------------------------------------------------------ a pmap decorator over several lines

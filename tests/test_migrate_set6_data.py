@@ -4,11 +4,7 @@ by, statistics returned per device, and a contrastive loss whose negatives are o
 written for these tests."""
 from __future__ import annotations
 
-from helpers.migrate import findings
-
-
-def _rules(source: str) -> set[tuple[int, str]]:
-    return {(f.line, f.rule) for f in findings(source, "t.py")}
+from migrate_support import rule_set as _rules
 
 
 SHARED_OUT_IN_THE_BODY = """import jax

@@ -1,0 +1,24 @@
+"""What the migration assistant finds in a test's snippet, for the tests of its rules (tests/test_migrate_*.py)."""
+from __future__ import annotations
+
+from helpers.migrate import findings
+
+
+def rule_list(source: str) -> list[tuple[int, str]]:
+    """(line, rule) of every finding, in line order."""
+    return [(f.line, f.rule) for f in findings(source, "t.py")]
+
+
+def rule_set(source: str) -> set[tuple[int, str]]:
+    return set(rule_list(source))
+
+
+def said(source: str, line: int, rule: str) -> str:
+    """What the one finding of `rule` on `line` says and advises (there must be exactly one)."""
+    (finding,) = [f for f in findings(source, "t.py") if (f.line, f.rule) == (line, rule)]
+    return f"{finding.does} -> {finding.instead}"
+
+
+def first_said(source: str, line: int, rule: str) -> str:
+    """What the first finding of `rule` on `line` says and advises."""
+    return next(f"{f.does} -> {f.instead}" for f in findings(source, "t.py") if (f.line, f.rule) == (line, rule))
