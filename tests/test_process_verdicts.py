@@ -85,8 +85,10 @@ def test_an_endless_loop_is_named_as_one(ex_id, monkeypatch):
     message, results = _judged(ex_id, _loop(exercises.get(ex_id)), monkeypatch)
     assert "a loop that never ends" in message
     if exercises.get(ex_id).precheck is None:  # a precheck stops it in the kernel, before any run
-        assert (f"still computing at line 3 (`while True:`) after {TEST_STALL_SECONDS:g} s, waking up again "
-                "and again: a loop that never ends?") in message
+        # how the hosts spent the wait ("waking up again and again") is said only where every host's CPU
+        # said the same: on a loaded machine a sleeping loop that waits for a core reads as busy (CI, 2026-12-06)
+        assert re.search(rf"still computing at line 3 \(`while True:`\) after {TEST_STALL_SECONDS:g} s"
+                         r"(, waking up again and again|, busy on the CPU)?: a loop that never ends\?", message), message
         assert results and all(r.stopped_after == TEST_STALL_SECONDS for r in results)
 
 
