@@ -9,7 +9,8 @@ import ast
 import re
 from typing import Iterator
 
-from helpers.migrate.script import MESH_AXES, Script, argument, code_of, is_name, keyword
+from helpers.migrate.gradients import Parts, whole
+from helpers.migrate.script import MESH_AXES, Script, argument, code_of, is_name, keyword, strings
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {"pmap-collective": ("06", "The gradient trap")}
@@ -20,6 +21,7 @@ FLAX_COLLECTIVES = ("flax.training.common_utils.pmean", "flax.training.common_ut
 
 def pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     pmaps = {*s.pmaps(), *s.nnx_pmaps(), *s.wrappers}
+    s = _ParameterAxes(s)
     for call in s.calls:
         name = s.name(call.func)
         op = name.rsplit(".", 1)[-1]
@@ -49,7 +51,8 @@ def pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         status = s.gradient_status(call.args[0]) if op in ("pmean", "psum") and call.args else "no"
         named = status == "no" and op in ("pmean", "psum") and bool(call.args) and named_for_gradients(call.args[0])
         if status == "yes":
-            together = isinstance(call.args[0], (ast.Tuple, ast.List))  # `pmean((loss, grads), 'batch')`
+            together = isinstance(call.args[0], (ast.Tuple, ast.List)) or _some_not_gradients(s, call.args[0])
+            # `pmean((loss, grads), 'batch')`, or of the (loss, grads) pair value_and_grad gave back
             yield (call, "pmap-collective",
                    f"{op}({operand}, {code_of(axis)}) {'averages' if op == 'pmean' else 'adds'} the gradients "
                    f"over pmap's axis{_MEAN if op == 'psum' else ''}; {_TRAP}",
@@ -126,6 +129,65 @@ def _axis_keyword(s: Script, call: ast.Call) -> ast.AST | None:
 
 
 _STATUSES = ["no", "unknown", "yes"]
+
+
+def _some_not_gradients(s: Script, expr: ast.AST) -> bool:
+    """A pair some of whose items are not gradients (`loss_grads = jax.value_and_grad(f)(...)`: the loss first)."""
+    status = s.gradients.status(expr)
+    return isinstance(status, Parts) and "no" in (whole(status.first), whole(status.last))
+
+
+class _ParameterAxes:
+    """A script whose `axis_names` also reads an axis name a function takes as a parameter (`def loss_fn(params,
+    batch, axis_name='i')`): its default, and what the script's calls of the function hand it (by position or
+    keyword, also through `jax.value_and_grad(loss_fn)(params, batch, axis_name)`), followed through the callers'
+    own parameters; every other attribute is the script's."""
+
+    def __init__(self, s: Script):
+        self._s = s
+
+    def __getattr__(self, name: str):
+        return getattr(self._s, name)
+
+    def axis_names(self, node: ast.AST | None, depth: int = 0) -> tuple[str, ...]:
+        found = self._s.axis_names(node)
+        if found or not isinstance(node, ast.Name) or depth > 4:
+            return found
+        function = self._s.scope(node)
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or self._s.value(node) is not node:
+            return found
+        positional = [*function.args.posonlyargs, *function.args.args]
+        if node.id not in {a.arg for a in [*positional, *function.args.kwonlyargs]}:
+            return found
+        axes = list(_default(function, node.id))
+        at = next((i for i, a in enumerate(positional) if a.arg == node.id), None)
+        for call in self._s.calls:
+            if _callee(self._s, call) != function.name:
+                continue
+            handed = [k.value for k in call.keywords if k.arg == node.id]
+            if at is not None and at < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:at]):
+                handed.append(call.args[at])
+            axes += [a for h in handed for a in self.axis_names(h, depth + 1)]
+        return tuple(dict.fromkeys(axes))
+
+
+_TRANSFORMS = ("jax.grad", "jax.value_and_grad", "jax.jit", "jax.checkpoint", "jax.remat", "jax.vmap")
+
+
+def _callee(s: Script, call: ast.Call) -> str | None:
+    """The name of the script's function a call runs: `f(...)`, or `jax.value_and_grad(f)(...)`."""
+    func = call.func
+    if isinstance(func, ast.Call) and is_name(s.name(func.func), *_TRANSFORMS) and func.args:
+        func = func.args[0]
+    return func.id if isinstance(func, ast.Name) else None
+
+
+def _default(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> tuple[str, ...]:
+    """The axis names a parameter's default spells (`axis_name='i'`)."""
+    positional = [*function.args.posonlyargs, *function.args.args]
+    pairs = list(zip(positional[len(positional) - len(function.args.defaults):], function.args.defaults))
+    pairs += [(a, d) for a, d in zip(function.args.kwonlyargs, function.args.kw_defaults) if d is not None]
+    return next((strings(d) for a, d in pairs if a.arg == name), ())
 
 
 def _handed_axis(s: Script, call: ast.Call, axis: ast.AST) -> tuple[ast.AST, str, str, str]:

@@ -9,6 +9,7 @@ from typing import Callable, Iterator
 
 from helpers.migrate.bindings import reaches
 from helpers.migrate.jax_rules import counts_devices
+from helpers.migrate.reach import runs_under_pmap
 from helpers.migrate.script import Script, code_of, first_copy, is_name
 
 LESSONS: dict[str, tuple[str, str]] = {}  # jax-utils-replicate and process-zero-save: jax_rules' and process_zero_rules'
@@ -35,7 +36,8 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     pmapped_call = s.pmapped_call_test()
     for node in ast.walk(s.tree):
         if first_copy(node, stacks) and not s.in_pmap_over_hosts(node) \
-                and not _not_yet_an_output(s, node, stacks, pmapped_call):
+                and not _not_yet_an_output(s, node, stacks, pmapped_call) \
+                and not _a_parameter_under_pmap(s, node, stacks):
             yield (node, "jax-utils-replicate",
                    f"{code_of(node)} takes device 0's entry of pmap's per-device output; after the port it is "
                    "one global value, and [0] would index into it",
@@ -67,6 +69,17 @@ def _not_yet_an_output(s: Script, node: ast.AST, stacks: set[str],
                                                    for target in a.targets for n in ast.walk(target))]
     return bool(bindings) and not any(pmapped_call(a.value) or isinstance(a.value, ast.Name) and a.value.id in stacks
                                       for a in bindings)
+
+
+def _a_parameter_under_pmap(s: Script, node: ast.AST, stacks: set[str]) -> bool:
+    """`params[0]` where `params` is a parameter of a function pmap runs (pmapped, or called from a pmapped step:
+    `def loss_fn(params, batch)` of `jax.value_and_grad(loss_fn)` in the step): one device's value, pmap's axis
+    stripped, that only shares its name with a pmap output (the index takes an item of its tuple)."""
+    name = next(n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in stacks)
+    function = s.scope(name)
+    return isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
+        and name.id in {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)} \
+        and s.value(name) is name and runs_under_pmap(s, name)
 
 
 def _in_a_loop(s: Script, node: ast.AST, scope: ast.AST) -> bool:

@@ -335,7 +335,8 @@ class Script:
         if name.startswith(("flax.", "jax.")) or not name:
             return None
         short = name.rsplit(".", 1)[-1]
-        if short in ("replicate", "unreplicate", "get_metrics"):  # flax's own or their copies: rules of their own
+        own_call = isinstance(call.func, ast.Name) and self._own_copies.get(short) == "unreplicate"
+        if short in ("replicate", "unreplicate", "get_metrics") and not own_call:  # flax's own: rules of their own
             return None
         if short in self._own_copies or short in self.defined:  # the script's own function: a replicate's body
             own = self._own_copies.get(short)  # says it, once; device 0's copy is read (or saved) where it is called

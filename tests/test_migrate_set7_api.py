@@ -1,0 +1,110 @@
+"""helpers.migrate on API-level patterns of pmap-era code that held-out set 7 showed: collectives over an axis name a
+function takes as a parameter, a script's own function named unreplicate, an item of a tuple parameter inside the
+code a pmapped step runs, a metrics collection that gathers over pmap's axis by default, nnx.pmap's in_axes, keys
+drawn in a function the step hands to lax.scan, each key a step draws from, and negatives a contrastive loss picks
+from its own rows. Every snippet here is written for the course."""
+from __future__ import annotations
+
+from migrate_support import rule_list as _rules
+from migrate_support import said as _said
+
+# ------------------------------------------------------------------ an axis name handed as a parameter
+
+AXIS_PARAMETER = """\
+import jax
+import jax.numpy as jnp
+
+def pair_loss(weights, rows, axis='d'):
+    left = encode(weights[0], rows[0])
+    right = encode(weights[1], rows[1])
+    right = jax.lax.all_gather(right, axis)
+    return jnp.mean(left @ right.reshape(-1, left.shape[-1]).T)
+
+def step(weights, moments, rows, axis='d'):
+    both = jax.value_and_grad(pair_loss)(weights, rows, axis)
+    loss, grads = jax.lax.pmean(both, axis)
+    count = jax.lax.psum(1, axis)
+    return loss, apply(weights, grads, moments), count
+
+p_step = jax.pmap(step, axis_name='d')
+"""
+
+
+def test_a_collective_over_an_axis_parameter_whose_default_is_pmaps_axis_is_renamed():
+    assert (7, "pmap-collective") in _rules(AXIS_PARAMETER)
+    assert "name the mesh axes" in _said(AXIS_PARAMETER, 7, "pmap-collective")
+    assert "N times too large" not in _said(AXIS_PARAMETER, 13, "pmap-collective")
+
+
+def test_a_pmean_of_what_value_and_grad_gave_back_over_an_axis_parameter_is_the_trap():
+    text = _said(AXIS_PARAMETER, 12, "pmap-collective")
+    assert "N times too large" in text and "keep only what is not a gradient" in text
+
+
+def test_an_axis_parameter_whose_default_is_another_axis_is_no_pmap_axis():
+    source = AXIS_PARAMETER.replace("axis='d'", "axis='model'")
+    assert not any(rule == "pmap-collective" for _, rule in _rules(source))
+
+
+def test_an_axis_parameter_without_a_default_is_read_from_what_its_callers_hand_it():
+    source = AXIS_PARAMETER.replace("def pair_loss(weights, rows, axis='d')", "def pair_loss(weights, rows, axis)")
+    assert (7, "pmap-collective") in _rules(source)
+    alone = source.replace("jax.value_and_grad(pair_loss)(weights, rows, axis)", "jax.value_and_grad(other)(weights)")
+    assert (7, "pmap-collective") not in _rules(alone)
+
+
+# ------------------------------------------------------------------ a script's own unreplicate
+
+OWN_UNREPLICATE = """\
+import jax
+
+def unreplicate(tree):
+    return jax.tree_util.tree_map(lambda leaf: leaf[0], tree)
+
+def fit(state, batches, p_step):
+    for rows in batches:
+        state, loss = p_step(state, rows)
+        print(unreplicate(loss))
+    return unreplicate(state)
+
+p_step = jax.pmap(lambda s, r: (s, r.sum()), axis_name='d')
+"""
+
+
+def test_calls_of_a_scripts_own_unreplicate_take_device_zeros_copy():
+    rules = _rules(OWN_UNREPLICATE)
+    assert {(9, "jax-utils-replicate"), (10, "jax-utils-replicate")} <= set(rules)
+
+
+def test_a_scripts_own_unreplicate_that_does_not_index_is_no_copy():
+    source = OWN_UNREPLICATE.replace("leaf[0]", "leaf")
+    assert not any(rule == "jax-utils-replicate" for _, rule in _rules(source))
+
+
+# ------------------------------------------------------------------ an item of a tuple inside the pmapped code
+
+TUPLE_PARAMETER = """\
+import jax
+
+def two_towers(params, rows):
+    return encode(params[0], rows) + encode(params[1], rows)
+
+def step(params, rows):
+    return jax.grad(two_towers)(params, rows)
+
+p_step = jax.pmap(step, axis_name='d')
+
+def train(params, data):
+    for rows in data:
+        params = p_step(params, rows)
+    return params
+"""
+
+
+def test_an_item_of_a_tuple_parameter_in_a_function_the_step_runs_is_no_device_copy():
+    assert not any(rule == "jax-utils-replicate" for _, rule in _rules(TUPLE_PARAMETER))
+
+
+def test_the_same_index_outside_the_pmapped_code_is_device_zeros_copy():
+    source = TUPLE_PARAMETER + "\ndef show(params):\n    print(params[0])\n"
+    assert (17, "jax-utils-replicate") in _rules(source)
