@@ -108,3 +108,73 @@ def test_an_item_of_a_tuple_parameter_in_a_function_the_step_runs_is_no_device_c
 def test_the_same_index_outside_the_pmapped_code_is_device_zeros_copy():
     source = TUPLE_PARAMETER + "\ndef show(params):\n    print(params[0])\n"
     assert (17, "jax-utils-replicate") in _rules(source)
+
+
+# ------------------------------------------------------------------ metrics that gather over 'batch' by default
+
+METRICS_BY_DEFAULT = """\
+import jax
+from clu import metrics
+
+def step(state, rows):
+    loss, grads = jax.value_and_grad(loss_of)(state.params, rows)
+    state = state.apply_gradients(grads=jax.lax.pmean(grads, 'batch'))
+    update = state.metrics.gather_from_model_output(loss=loss)
+    return state.replace(metrics=state.metrics.merge(update))
+
+def summary(state, loss):
+    return state.metrics.gather_from_model_output(loss=loss)
+
+p_step = jax.pmap(step, axis_name='batch')
+"""
+
+
+def test_metrics_gathered_in_a_pmapped_step_over_the_default_axis_are_renamed():
+    rules = _rules(METRICS_BY_DEFAULT)
+    assert (7, "pmap-collective") in rules and "axis_name=('host', 'device')" in _said(
+        METRICS_BY_DEFAULT, 7, "pmap-collective")
+    assert "N times too large" not in _said(METRICS_BY_DEFAULT, 7, "pmap-collective")
+
+
+def test_metrics_gathered_outside_the_pmapped_code_or_over_another_axis_are_not():
+    assert (11, "pmap-collective") not in _rules(METRICS_BY_DEFAULT)
+    other = METRICS_BY_DEFAULT.replace("axis_name='batch'", "axis_name='devices'").replace("'batch')", "'devices')")
+    assert (7, "pmap-collective") not in _rules(other)
+
+
+# ------------------------------------------------------------------ nnx.pmap's in_axes without a StateAxes
+
+NNX_IN_AXES = """\
+from flax import nnx
+
+def fit_step(model, optimizer, rows, targets):
+    grads = nnx.grad(lambda m: ((m(rows) - targets) ** 2).mean())(model)
+    optimizer.update(grads)
+
+p_fit = nnx.pmap(
+    fit_step,
+    in_axes=(None, None, 0, 0),
+    axis_name='d')
+"""
+
+
+def test_nnx_pmaps_in_axes_of_replicated_modules_and_a_stacked_batch_is_said_where_written():
+    assert (9, "nnx-state-axes") in _rules(NNX_IN_AXES) and (7, "nnx-pmap") in _rules(NNX_IN_AXES)
+
+
+def test_nnx_pmaps_in_axes_through_a_name_is_said_where_handed():
+    source = NNX_IN_AXES.replace("p_fit = nnx.pmap(", "AXES = (None, None, 0, 0)\np_fit = nnx.pmap(").replace(
+        "in_axes=(None, None, 0, 0)", "in_axes=AXES")
+    assert (10, "nnx-state-axes") in _rules(source)
+
+
+def test_in_axes_all_mapped_or_with_a_state_axes_get_no_second_finding():
+    assert not any(rule == "nnx-state-axes" for _, rule in _rules(NNX_IN_AXES.replace("None, None, 0, 0", "0, 0, 0, 0")))
+    source = NNX_IN_AXES.replace("p_fit = nnx.pmap(", "axes = nnx.StateAxes({nnx.Param: None, ...: 0})\np_fit = nnx.pmap(")
+    source = source.replace("in_axes=(None, None, 0, 0)", "in_axes=(axes, None, 0, 0)")
+    assert [line for line, rule in _rules(source) if rule == "nnx-state-axes"] == [7]
+
+
+def test_in_axes_of_a_vmap_inside_a_device_is_nothing_for_the_port():
+    source = "import jax\nf = jax.vmap(g, in_axes=(None, 0))\n"
+    assert not any(rule == "nnx-state-axes" for _, rule in _rules(source))

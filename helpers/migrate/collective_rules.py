@@ -10,6 +10,7 @@ import re
 from typing import Iterator
 
 from helpers.migrate.gradients import Parts, whole
+from helpers.migrate.reach import runs_under_pmap
 from helpers.migrate.script import MESH_AXES, Script, argument, code_of, is_name, keyword, strings
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
@@ -37,6 +38,12 @@ def pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if set(s.axis_names(axis)) & s.pmap_axes and not (op in COLLECTIVES and is_name(name, f"jax.lax.{op}")) \
                 and call not in pmaps and not s.in_pmap_over_hosts(call):
             yield _handed_axis(s, call, axis)
+            continue
+        if axis is None and _gathers_metrics_by_default(s, call):
+            yield (call, "pmap-collective",
+                   f"{code_of(call.func)}(...) of a CLU metrics collection all_gathers the metrics over the axis "
+                   f"'{_CLU_AXIS}' by default, pmap's axis here, which shard_map does not have",
+                   f"pass axis_name={MESH_AXES}: the mesh axes reach every device of every host")
             continue
         flax = is_name(name, *FLAX_COLLECTIVES)
         if not flax and (op not in COLLECTIVES or not is_name(name, f"jax.lax.{op}")) or s.in_pmap_over_hosts(call):
@@ -129,6 +136,14 @@ def _axis_keyword(s: Script, call: ast.Call) -> ast.AST | None:
 
 
 _STATUSES = ["no", "unknown", "yes"]
+_CLU_AXIS = "batch"  # the axis_name clu.metrics' gather_from_model_output gathers over unless told
+
+
+def _gathers_metrics_by_default(s: Script, call: ast.Call) -> bool:
+    """`state.metrics.gather_from_model_output(loss=loss, ...)` (CLU's metrics: an all_gather over axis_name,
+    'batch' unless given) in code a pmap over the axis 'batch' runs."""
+    return isinstance(call.func, ast.Attribute) and call.func.attr == "gather_from_model_output" \
+        and _CLU_AXIS in s.pmap_axes and runs_under_pmap(getattr(s, "script", s), call)
 
 
 def _some_not_gradients(s: Script, expr: ast.AST) -> bool:
@@ -144,7 +159,7 @@ class _ParameterAxes:
     own parameters; every other attribute is the script's."""
 
     def __init__(self, s: Script):
-        self._s = s
+        self._s = self.script = s
 
     def __getattr__(self, name: str):
         return getattr(self._s, name)

@@ -81,6 +81,31 @@ def nnx_state_axes(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "jax.make_array_from_process_local_data and put it in with set_value")
 
 
+def nnx_pmap_in_axes(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`nnx.pmap(step, in_axes=(None, None, 0, 0))` without a StateAxes: the tuple says, argument by argument, which
+    state is one copy per local device (None: the modules and optimizers) and which carries a leading axis of this
+    host's devices (0: the batch), what a port says with shardings."""
+    for call in s.nnx_pmaps():
+        axes = keyword(call, "in_axes")
+        spelled = s.value(axes) if isinstance(axes, ast.Name) else axes
+        if not isinstance(spelled, (ast.Tuple, ast.List)) or _has_state_axes(s, spelled):
+            continue
+        entries = [e.value if isinstance(e, ast.Constant) else e for e in spelled.elts]
+        if None in entries and any(e is not None for e in entries):
+            yield (axes, "nnx-state-axes",
+                   f"in_axes={code_of(axes)} tells nnx.pmap which arguments are one copy per local device (None: the "
+                   "modules and optimizers, replicated) and which carry a leading axis of this host's devices (0)",
+                   f"shardings instead: P() for what in_axes said None, P({MESH_AXES}) for what it said 0, the batch "
+                   "made a global array with jax.make_array_from_process_local_data (nnx.shard_map's in_specs, or "
+                   "nnx.jit on global arrays)")
+
+
+def _has_state_axes(s: Script, node: ast.AST) -> bool:
+    """An nnx.StateAxes in the expression, or in what a name in it is assigned."""
+    return any(isinstance(n, ast.Call) and _nnx(s, n, "StateAxes")
+               for part in ast.walk(node) for n in ast.walk(s.value(part) if isinstance(part, ast.Name) else part))
+
+
 def nnx_split_copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`int(nnx.split(optimizer)[-1].step[0])` of a module handed to an nnx.pmapped function: the split state is
     per-device stacked, and [0] of a leaf is device 0's copy, taken by hand."""
@@ -111,4 +136,4 @@ def _splits_a_module(s: Script, node: ast.AST, modules: set[str]) -> bool:
         and isinstance(node.args[0], ast.Name) and node.args[0].id in modules
 
 
-RULES = (nnx_pmap, nnx_split_rngs, nnx_state_axes, nnx_split_copy_zero)
+RULES = (nnx_pmap, nnx_split_rngs, nnx_state_axes, nnx_pmap_in_axes, nnx_split_copy_zero)
