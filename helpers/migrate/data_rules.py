@@ -211,15 +211,24 @@ def _only_counted_with(s: Script, product: ast.BinOp) -> bool:
         return False
     name = holder.targets[0].id
     uses = [n for n in ast.walk(s.tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
-    return bool(uses) and all(isinstance(s.parent.get(n), (ast.BinOp, ast.FormattedValue)) for n in uses)
+    return bool(uses) and all(isinstance(s.parent.get(n), (ast.BinOp, ast.FormattedValue)) and not _picks_rows(s, n)
+                              for n in uses)
+
+
+def _picks_rows(s: Script, use: ast.Name) -> bool:
+    """`range(step * bs, (step + 1) * bs)`, `order[i * bs:(i + 1) * bs]`: arithmetic that bounds the rows a step
+    reads, not a count."""
+    holder = s.parent.get(use)
+    while isinstance(holder, ast.BinOp):
+        use, holder = holder, s.parent.get(holder)
+    return isinstance(holder, ast.Slice) or isinstance(holder, ast.Call) and s.name(holder.func) == "range" \
+        and use in holder.args
 
 
 def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     if not _pmap_era(s) or any(is_name(s.name(c.func), "jax.process_count") for c in s.calls):
         return  # a script that divides by the process count splits the global batch itself
-    collated = set()
     for read, size in _collations(s):
-        collated.add(size)
         yield (read, "global-batch-per-host",
                f"{code_of(read)} collates a batch by an index list of {size} rows, the global batch "
                "(jax.device_count() counts every host's devices): every host collates the whole global batch",
@@ -230,7 +239,7 @@ def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for reshape, leading in _device_stacks(s):
         if device_count_of(s, leading) == "every":
             named.setdefault(s.value(leading), reshape)
-    for product, side in _every_device_products(s, collated):
+    for product, side in _every_device_products(s):
         if isinstance(side, ast.Name) and _handed_to_jax(s, product):  # `split(key, n_devices * num_envs + 1)`
             named.setdefault(s.value(side), product)
         else:
@@ -276,13 +285,13 @@ def _shared_out_per_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]
                        f"shard_map divide by jax.device_count(): {code_of(node.left)} // jax.device_count()")
 
 
-def _every_device_products(s: Script, collated: set[str]) -> Iterator[tuple[ast.BinOp, ast.AST]]:
+def _every_device_products(s: Script) -> Iterator[tuple[ast.BinOp, ast.AST]]:
     """(product, its factor) for each product with a count of every device (`per_device * jax.device_count()`,
     `n_devices * num_envs` with `n_devices = len(jax.devices())`) that sizes something: not one only counted with
-    or logged, nor one whose rows are said where they are collated."""
+    or logged (the size of rows a host collates is said at both: where it is made and where the rows are read)."""
     for node in ast.walk(s.tree):
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and not _only_counted_with(s, node) \
-                and _assigned_name(s, node) not in collated and not _only_a_dummy_shape(s, node):
+                and not _only_a_dummy_shape(s, node):
             for side in (node.left, node.right):
                 if isinstance(side, (ast.Name, ast.Call)) and device_count_of(s, side) == "every" \
                         and isinstance(s.value(side), ast.Call):
@@ -530,6 +539,10 @@ def drawn_global_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                "fold jax.process_index() into the key for rows of each host's own, or draw the global batch once "
                "and let each host pass its part to jax.make_array_from_process_local_data")
 
+
+# for batch_rules, which reads batch sizes and rows the same way
+pmap_era, reads_host_number = _pmap_era, _reads_host_number
+global_sizes, reads_by_index = _global_sizes, _reads_by_index
 
 # the roots of libraries whose loaders the other rules read (or that load no batches): not a project's own library
 RULES = (shared_shuffle, shared_loader_order, global_batch_per_host, shared_draws, drawn_global_batches,

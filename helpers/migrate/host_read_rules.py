@@ -132,6 +132,40 @@ def numpy_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "reads as it is")
 
 
+_READS_ON_HOST = ("item", "tolist", "float", "int")
+
+
+def _reads_each_leaf(s: Script, function: ast.AST) -> ast.AST | None:
+    """A tree map's lambda that reads its leaf on the host: `lambda x: jnp.mean(x).item()`, `lambda x: float(x)`,
+    `lambda x: np.asarray(x)`; the reading call, or None."""
+    if not isinstance(function, ast.Lambda) or not function.args.args:
+        return None
+    for node in ast.walk(function.body):
+        if isinstance(node, ast.Call) and (isinstance(node.func, ast.Attribute) and node.func.attr in _READS_ON_HOST
+                                           and not node.args or s.name(node.func) in _READS_ON_HOST
+                                           or _numpy_call(s, node)):
+            return node
+    return None
+
+
+def leaves_read_on_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`jax.tree_map(lambda x: jnp.mean(x).item(), losses)` of a pmap output: each leaf read as a Python number or
+    numpy on this host."""
+    pmapped = _pmapped(s)
+    outputs = _pmap_outputs_by_scope(s)
+    for call in s.calls:
+        if not (s.is_tree_map(call) and len(call.args) == 2 and _is_pmap_output(s, call.args[1], outputs, pmapped)):
+            continue
+        read = _reads_each_leaf(s, call.args[0])
+        if read is not None:
+            yield (call, "numpy-of-global",
+                   f"{code_of(call.func)}(lambda ...: {code_of(read)}, {code_of(call.args[1])}) reads each leaf of a "
+                   "pmap output on this host; after the port a per-device output is one global array over every "
+                   "host's devices, which this host cannot read whole (other hosts hold part of it)",
+                   "reduce inside the step (jax.lax.pmean over the mesh's axes, out_specs P()) and read the "
+                   "replicated value; or multihost_utils.process_allgather(out) first")
+
+
 def host_rows_by_size(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`jnp.reshape(out, [local_batch_size, n])` of a pmap output, the size counted per host: this host's rows."""
     pmapped = _pmapped(s)
@@ -198,4 +232,4 @@ _THIS_HOSTS_ROWS = ("this host's rows: jax.experimental.multihost_utils.global_a
                     f"P({MESH_AXES}))")
 
 
-RULES = (pmap_over_hosts, numpy_of_global, host_rows_of_global, host_rows_by_size)
+RULES = (pmap_over_hosts, numpy_of_global, host_rows_of_global, host_rows_by_size, leaves_read_on_host)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
+from helpers.migrate.batch_rules import shares_a_global_count
 from helpers.migrate.bindings import bound_value, reaches
 from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, is_name,
                                     is_name_call, keyword, pmap_axis, root_name, strings)
@@ -331,7 +332,8 @@ def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                            "no stacking: pass the host's rows as they are to jax.make_array_from_"
                            "process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows), "
                            "and JAX splits them over the devices")
-                elif not _knows_the_global_batch(s, node) and "param" not in code_of(node).lower():
+                elif not _knows_the_global_batch(s, node) and "param" not in code_of(node).lower() \
+                        and not shares_a_global_count(s, node):  # batch_rules: a global total, not a host's
                     yield (inner, "local-batch",
                            "jax.local_device_count() sizes the batch per host: on several hosts "
                            "the batch a step trains on is process_count() times this number",

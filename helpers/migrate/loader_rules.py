@@ -22,13 +22,22 @@ _LIBRARIES = frozenset({"jax", "jaxlib", "flax", "numpy", "tensorflow", "tensorf
 _DATA_WORDS = re.compile(r"data|batch|load|iter|pipeline|preprocess|input|stream|sampler", re.I)
 
 
-def _project_loader(s: Script, call: ast.Call) -> bool:
+_DATASET_WORDS = re.compile(_DATA_WORDS.pattern + r"|(?<![a-z])ds(?![a-z])|dataset|generator|reader", re.I)
+
+
+def project_call(s: Script, call: ast.Call) -> bool:
+    """A call into the project's own library named for data, or for a dataset (`create_emilia_ds(...)`,
+    `DataGenerator(...)`): where a batch each host reads is made."""
+    return _project_loader(s, call, _DATASET_WORDS)
+
+
+def _project_loader(s: Script, call: ast.Call, words: re.Pattern = _DATA_WORDS) -> bool:
     """A call into the project's own library (`Preprocessor(...)`, `dataset.create_dataset(config, rng)`) named
     for data: an imported name whose module is neither jax's nor a known library's."""
     root = call.func
     while isinstance(root, ast.Attribute):
         root = root.value
-    if not isinstance(root, ast.Name) or not _DATA_WORDS.search(code_of(call.func)):
+    if not isinstance(root, ast.Name) or not words.search(code_of(call.func)):
         return False
     if root.id not in s.names.alias:
         return _from_a_project_star(s, root)

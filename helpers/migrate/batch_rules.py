@@ -1,0 +1,351 @@
+"""The rules for how big a batch each host loads, and whose rows, where the size is not written as a product with
+`jax.device_count()` (data_rules' rule): a global count shared out over this host's devices only
+(`self.num_envs // jax.local_device_count()`); a count of every device handed to the project's loader
+(`DataGenerator(..., num_devices=jax.device_count())`); rows read in a loop by a batch size the script splits over
+every device of its mesh or made global with `jax.device_count()`; a loader whose batches a helper of the script
+stacks over every device (its batch size is the global batch); the helper itself (`shard_batch(batch, n)`,
+`psplit(x, n)`: a stack per device by hand); and the project's loader feeding a training step with nothing on its
+path reading the process index (every host reads the same rows).
+
+Each rule reads a `Script` and yields (node, rule name, what the line does on several hosts, what to write
+instead).
+"""
+from __future__ import annotations
+
+import ast
+import re
+from typing import Iterator
+
+from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, host_index_in, loop_items
+from helpers.migrate.data_rules import (global_sizes as _global_sizes, pmap_era as _pmap_era,
+                                        reads_by_index as _reads_by_index, reads_host_number as _reads_host_number)
+from helpers.migrate.loader_rules import project_call
+from helpers.migrate.script import MESH_AXES, Script, code_of, is_name
+
+LESSONS: dict[str, tuple[str, str]] = {}  # global-batch-per-host, shared-shuffle: data_rules'; local-batch: jax_rules'
+
+_PER_HOST_WORDS = re.compile(r"local|host|process|node|proc|rank|per_|param", re.I)
+_HOST_NUMBERS = ("jax.process_count", "jax.process_index", "jax.host_count", "jax.host_id")
+_TO_EACH_HOST = ("each host reads its part: global // jax.process_count() (its own rows: split the data by "
+                 "jax.process_index()), and jax.make_array_from_process_local_data assembles the global batch")
+
+
+def _counts_hosts(s: Script) -> bool:
+    """The script reads a host number or counts every device: it thinks of hosts (or of the global batch) already."""
+    return any(is_name(s.name(c.func), *_HOST_NUMBERS, "jax.device_count") for c in s.calls)
+
+
+def shares_a_global_count(s: Script, node: ast.AST) -> bool:
+    """`self.num_envs_per_device = self.num_envs // num_devices` with `num_devices = jax.local_device_count()`, in a
+    script that never counts hosts nor every device: a total the config gives for the whole run (not one named for a
+    host, `host_batch // n`) shared out as if this host's devices were all the devices; assigned, not printed."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Div))
+            and isinstance(node.left, (ast.Name, ast.Attribute, ast.Subscript))
+            and isinstance(node.right, (ast.Name, ast.Call)) and device_count_of(s, node.right) == "local"):
+        return False
+    holder = s.parent.get(node)
+    while isinstance(holder, ast.Call) and s.name(holder.func) in ("int", "round", "math.ceil", "math.floor"):
+        holder = s.parent.get(holder)
+    return isinstance(holder, ast.Assign) and not _PER_HOST_WORDS.search(code_of(node.left)) \
+        and not _counts_hosts(s) and not any(node in set(ast.walk(f)) for f in s.pmapped_functions())
+
+
+def global_count_over_local_devices(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    for node in ast.walk(s.tree):
+        if shares_a_global_count(s, node):
+            yield (node, "global-batch-per-host",
+                   f"{code_of(node)} shares {code_of(node.left)}, a total for the whole run, out over this host's "
+                   f"devices only ({code_of(node.right)}): each host makes all of it, so on several hosts the run "
+                   f"makes process_count() times {code_of(node.left)}",
+                   f"divide by every device: {code_of(node.left)} // jax.device_count() per device (or under jax.jit "
+                   f"size it once, global, and let the sharding split it over the {MESH_AXES} mesh)")
+
+
+def device_count_handed_to_a_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`DataGenerator(..., num_devices=jax.device_count())`: the project's loader told to make a batch for every
+    device of every host, on each host."""
+    if not _pmap_era(s):
+        return
+    for call in s.calls:
+        if not project_call(s, call):
+            continue
+        for k in call.keywords:
+            if k.arg and "device" in k.arg.lower() and device_count_of(s, k.value) == "every":
+                yield (k.value, "global-batch-per-host",
+                       f"{code_of(call.func)}(..., {k.arg}={code_of(k.value)}) has the project's loader build batches "
+                       f"for every host's devices ({code_of(k.value)} counts them all): every host loads the whole "
+                       "global batch",
+                       "hand it this host's count, jax.local_device_count(), or better no count: "
+                       f"{_TO_EACH_HOST}")
+
+
+def _mesh_shape_codes(s: Script) -> set[str]:
+    """The code of each axis size a mesh is built with (`create_device_mesh((args.num_gpu,))`, `jax.make_mesh((n,),
+    ...)`): counts of the mesh's devices."""
+    codes = set()
+    for call in s.calls:
+        name = s.name(call.func)
+        if call.args and (name.endswith("create_device_mesh") or is_name(name, "jax.make_mesh")) \
+                and isinstance(call.args[0], (ast.Tuple, ast.List)):
+            codes |= {code_of(e) for e in call.args[0].elts}
+    return codes
+
+
+def _split_over_devices(s: Script) -> set[str]:
+    """The code of each batch size the script splits over every device: `args.batch_size % args.num_gpu` with the
+    count a mesh's axis size, `batch_size % jax.device_count()`; and the sizes made with jax.device_count()."""
+    mesh_sizes = _mesh_shape_codes(s)
+    sizes = set(_global_sizes(s))
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and (
+                device_count_of(s, node.right) == "every" or code_of(node.right) in mesh_sizes):
+            sizes.add(code_of(node.left))
+    return sizes
+
+
+def _size_of(s: Script, node: ast.AST, sizes: set[str]) -> str | None:
+    """The split size a batch size read here is (itself, or what the script's callers hand its parameter)."""
+    if code_of(node) in sizes:
+        return code_of(node)
+    if isinstance(node, ast.Name):
+        for handed in arguments_for(s, node):
+            if code_of(handed) in sizes:
+                return code_of(handed)
+    return None
+
+
+def _batch_of_loop(s: Script, iterated: ast.AST, sizes: set[str]) -> str | None:
+    """The split size a loop's index runs by: `perms.reshape((steps, batch_size))` (a row of indices each step),
+    `range(0, n, batch_size)` (a slice's start each step), through the names that hold them."""
+    value = bound_value(s, iterated) if isinstance(iterated, ast.Name) else iterated
+    for _ in range(4):
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "reshape" \
+                and value.args:
+            shape = value.args[0]
+            last = shape.elts[-1] if isinstance(shape, (ast.Tuple, ast.List)) and len(shape.elts) == 2 else None
+            return _size_of(s, last, sizes) if last is not None else None
+        if isinstance(value, ast.Call) and s.name(value.func) == "range" and len(value.args) == 3:
+            return _size_of(s, value.args[2], sizes)
+        if not isinstance(value, ast.Name):
+            return None
+        value = bound_value(s, value)
+    return None
+
+
+def rows_of_a_split_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """A loop that reads the rows of each batch by index or slice (`ds['x'][perm, ...]`, `ds['x'][start:end]`), the
+    batch a size the script splits over every device: on several hosts each host reads the whole global batch."""
+    if not _pmap_era(s) or _reads_host_number(s, s.tree):
+        return
+    sizes = _split_over_devices(s)
+    for loop in (n for n in ast.walk(s.tree) if isinstance(n, (ast.For, ast.AsyncFor))):
+        for target, iterated in loop_items(loop):
+            size = _batch_of_loop(s, iterated, sizes) if isinstance(target, ast.Name) else None
+            reads = sorted(_reads_by_index(loop, target.id), key=lambda n: (n.lineno, n.col_offset)) if size else []
+            if reads and not _reads_host_number(s, s.enclosing_function(loop)):
+                yield (reads[0], "global-batch-per-host",
+                       f"{code_of(reads[0])} reads the rows of a batch of {size}, the size the script splits over "
+                       "every device (all of them, each host's too): on several hosts every host reads the whole "
+                       "global batch", _TO_EACH_HOST)
+    yield from _global_row_ranges(s)
+
+
+def _global_row_ranges(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`range(step * bs, (step + 1) * bs)` or `rows[step * bs:(step + 1) * bs]` with `bs = per_device *
+    jax.device_count()`: the indices of a whole global batch, on each host."""
+    if any(is_name(s.name(c.func), "jax.process_count") for c in s.calls):
+        return
+    sizes = _global_sizes(s)
+
+    def by_size(node: ast.AST | None) -> str | None:
+        return next((n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in sizes), None) \
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) else None
+
+    for node in ast.walk(s.tree):
+        bounds = node.args[:2] if isinstance(node, ast.Call) and s.name(node.func) == "range" else \
+            [node.lower, node.upper] if isinstance(node, ast.Slice) else []
+        size = by_size(bounds[0]) if len(bounds) == 2 else None
+        if size and by_size(bounds[1]) == size:
+            yield (node, "global-batch-per-host",
+                   f"{code_of(node)} picks the rows of step's batch of {size} rows, the global batch ({size} is made "
+                   "with jax.device_count(), every host's devices): every host reads the whole global batch",
+                   "each host picks its part of the step's rows: [step * global + process_index() * per_host, ...) "
+                   "with per_host = global // jax.process_count(); jax.make_array_from_process_local_data assembles "
+                   "the global batch")
+
+
+_SPLITS = ("jax.numpy.split", "numpy.split", "jax.numpy.array_split", "numpy.array_split")
+
+
+def _leading_axis(s: Script, reshape: ast.Call) -> ast.AST | None:
+    """The first axis of `x.reshape(n, ...)`, `x.reshape((n, -1) + x.shape[1:])` or `x.reshape(new_shape)` with
+    `new_shape = (n, per_device) + x.shape[1:]`."""
+    first = reshape.args[0] if reshape.args else None
+    for _ in range(4):
+        if isinstance(first, ast.Name) and isinstance(s.value(first), (ast.Tuple, ast.List, ast.BinOp)):
+            first = s.value(first)
+        while isinstance(first, ast.BinOp):
+            first = first.left
+        if isinstance(first, (ast.Tuple, ast.List)):
+            first = first.elts[0] if first.elts else None
+        if not isinstance(first, ast.Name) or not isinstance(s.value(first), (ast.Tuple, ast.List, ast.BinOp)):
+            return first
+    return first
+
+
+def _stacked_by(s: Script, function: ast.FunctionDef, params: set[str]) -> str | None:
+    """How a function of the script stacks its rows per device by one of `params`: 'split' (`jnp.split(x, n)`),
+    'reshape' (a leading axis `n`), through a shape tuple held in a name; None if it does neither."""
+    for node in ast.walk(function):
+        if not isinstance(node, ast.Call):
+            continue
+        if is_name(s.name(node.func), *_SPLITS) and len(node.args) > 1 and isinstance(node.args[1], ast.Name) \
+                and node.args[1].id in params:
+            return "split"
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "reshape":
+            first = _leading_axis(s, node)
+            if isinstance(first, ast.Name) and first.id in params:
+                return "reshape"
+    return None
+
+
+def _stacking_helpers(s: Script) -> Iterator[tuple[ast.Call, ast.AST, str, str]]:
+    """(call, its count, 'local' or 'every', how) for each call of a function of the script that stacks the rows it
+    is handed per device by the count it is handed (`shard_batch(batch, jax.device_count())`, `psplit(x, n_local)`)."""
+    if not _pmap_era(s):
+        return
+    defs = {f.name: f for f in ast.walk(s.tree) if isinstance(f, ast.FunctionDef)}
+    for call in s.calls:
+        function = defs.get(call.func.id) if isinstance(call.func, ast.Name) else None
+        if function is None or not call.args:
+            continue
+        params = [a.arg for a in function.args.args]
+        for i, a in enumerate(call.args[1:len(params)], start=1):
+            whose = device_count_of(s, a)
+            how = _stacked_by(s, function, {params[i]}) if whose else None
+            if how:
+                yield call, a, whose, how
+                break
+
+
+def stacked_by_a_helper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """The call of a script's helper that stacks a host's rows per device: a split, a reshape through a shape held in
+    a name, or a count of every device (jax_rules says a plain reshape by jax.local_device_count())."""
+    for call, count, whose, how in _stacking_helpers(s):
+        if whose == "local" and how == "reshape" and _plainly_local(s, count):
+            continue
+        yield (call, "local-batch",
+               f"{code_of(call)} stacks this host's rows one slice per device ({call.func.id} {how}s them by "
+               f"{code_of(count)}, a count of {'this host' if whose == 'local' else 'every host'}'s devices), the "
+               "leading axis pmap strips",
+               "no stacking: pass the host's rows as they are to jax.make_array_from_process_local_data("
+               f"NamedSharding(mesh, P({MESH_AXES})), rows), and JAX splits them over the devices")
+
+
+def _plainly_local(s: Script, count: ast.AST) -> bool:
+    value = s.value(count)
+    return isinstance(value, ast.Call) and is_name(s.name(value.func), "jax.local_device_count")
+
+
+_PASS_ON = ("next", "iter", "tqdm", "enumerate", "list", "asarray", "array", "prefetch_to_device", "shard",
+            "device_put", "as_numpy_iterator", "numpy", "__next__", "tolist")
+
+
+def batch_source(s: Script, expr: ast.AST, depth: int = 0) -> ast.Call | None:
+    """The call of the project's loader the rows of `expr` come from: through names, items, loops, `next`/`iter`,
+    prefetching and tree maps, a function of the script (what it returns, else what it is handed first), and a
+    method of an object the project's loader made (`gen.genDS()`, the call returned)."""
+    if depth > 12 or expr is None:
+        return None
+    if isinstance(expr, ast.Subscript):
+        return batch_source(s, expr.value, depth + 1)
+    if isinstance(expr, (ast.Name, ast.Attribute)):
+        bound = bound_value(s, expr)
+        if bound is not None:
+            return batch_source(s, bound, depth + 1)
+        if isinstance(expr, ast.Name):
+            return next(filter(None, (batch_source(s, a, depth + 1) for a in arguments_for(s, expr))), None)
+        return None
+    if not isinstance(expr, ast.Call):
+        return None
+    if project_call(s, expr):
+        return expr
+    name = s.name(expr.func)
+    short = name.rsplit(".", 1)[-1]
+    if isinstance(expr.func, ast.Attribute) and not name.startswith(("jax.", "numpy.", "flax.")):
+        owner = batch_source(s, expr.func.value, depth + 1)
+        made = expr.func.value if isinstance(expr.func.value, ast.Call) else bound_value(s, expr.func.value)
+        if owner is not None:  # `gen.genDS()` of `gen = DataGenerator(...)`: the method makes the batches
+            return expr if owner is made and short not in _PASS_ON else owner
+    if s.is_tree_map(expr) and len(expr.args) == 2:
+        return batch_source(s, expr.args[1], depth + 1)
+    if short in _PASS_ON and expr.args:
+        return batch_source(s, expr.args[0], depth + 1)
+    defs = {f.name: f for f in ast.walk(s.tree) if isinstance(f, ast.FunctionDef)}
+    function = defs.get(expr.func.id) if isinstance(expr.func, ast.Name) else None
+    if function is not None:
+        returned = [r.value for r in ast.walk(function) if isinstance(r, ast.Return) and r.value is not None]
+        found = next(filter(None, (batch_source(s, r, depth + 1) for r in returned)), None)
+        return found or (batch_source(s, expr.args[0], depth + 1) if expr.args else None)
+    return None
+
+
+def _batch_keywords(call: ast.Call) -> list[ast.keyword]:
+    """The batch-size keywords of a loader's call, or of a call it is handed (`load(Config(batch_size=b))`)."""
+    return [k for c in ast.walk(call) if isinstance(c, ast.Call) for k in c.keywords
+            if k.arg and "batch" in k.arg.lower() and "device" not in k.arg.lower()]
+
+
+def loader_batch_stacked_over_every_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`load(batch_size=cfg.batch_size)` whose batches the script stacks over jax.device_count() devices
+    (`shard_batch(batch, jax.device_count())`): the loader's batch is the global one, and every host loads it."""
+    said = set()
+    for call, count, whose, _ in _stacking_helpers(s):
+        loader = batch_source(s, call.args[0]) if whose == "every" else None
+        for k in _batch_keywords(loader) if loader is not None else []:
+            if k.value not in said:
+                said.add(k.value)
+                yield (k.value, "global-batch-per-host",
+                       f"{code_of(loader.func)}(..., {k.arg}={code_of(k.value)}) loads batches that {code_of(call)} "
+                       f"(line {call.lineno}) splits over {code_of(count)}, every host's devices: the global batch, "
+                       "loaded whole on every host", _TO_EACH_HOST)
+
+
+def _trains(s: Script, call: ast.Call) -> bool:
+    """A call of a pmapped function that takes gradients (a training step, not an evaluation)."""
+    defs = {f.name: f for f in ast.walk(s.tree) if isinstance(f, ast.FunctionDef)}
+    target = call.func.id if isinstance(call.func, ast.Name) else None
+    value = s.value(call.func) if target else None
+    if isinstance(value, ast.Call) and value.args and isinstance(value.args[0], ast.Name):
+        target = value.args[0].id
+    function = defs.get(target)
+    return function is not None and any(isinstance(n, ast.Call) and s.name(n.func).endswith("grad")
+                                        for n in ast.walk(function))
+
+
+def shared_project_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """The project's loader whose batches feed a training step, in a script where nothing reads the process index
+    as data: nothing tells the loader which host it runs on, so every host reads the same rows."""
+    if not _pmap_era(s) or _reads_host_number(s, s.tree):
+        return
+    pmapped = s.pmapped_names()
+    said = set()
+    for call in s.calls:
+        if not (isinstance(call.func, ast.Name) and call.func.id in pmapped and _trains(s, call)):
+            continue
+        for argument in [*call.args, *(k.value for k in call.keywords)]:
+            loader = batch_source(s, argument)
+            if loader is None or loader in said or host_index_in(s, loader) is not None:
+                continue
+            said.add(loader)
+            yield (loader, "shared-shuffle",
+                   f"{code_of(loader.func)}(...) makes the batches the training step reads, and nothing the script "
+                   "hands it reads jax.process_index(): unless it splits the data by host on its own, every host "
+                   "reads the same rows",
+                   "give each host its own part: shard the files or rows by jax.process_index() out of "
+                   "jax.process_count() (or read a shared order and take rows [process_index() * per_host, ...) of "
+                   "each global batch)")
+
+
+RULES = (global_count_over_local_devices, device_count_handed_to_a_loader, rows_of_a_split_batch,
+         stacked_by_a_helper, loader_batch_stacked_over_every_device, shared_project_loader)
