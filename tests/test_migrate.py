@@ -56,6 +56,11 @@ CASES = {
         ("import jax\nfrom jax.experimental import shard_map, multihost_utils\n", 2,
          "from jax.experimental import multihost_utils\n"),
     ],
+    "mesh-of-local-devices": [
+        ("import jax\nimport numpy as np\nfrom jax.sharding import Mesh\n"
+         "mesh = Mesh(np.array(jax.local_devices()), ('data',))\n", 4,
+         "import jax\nimport numpy as np\nfrom jax.sharding import Mesh\nmesh = Mesh(np.array(jax.devices()), ('data',))\n"),
+    ],
     "with-mesh": [
         ("from jax.experimental import maps\nmesh = maps.Mesh(devices, ('dp', 'mp'))\nwith mesh:\n    pass\n", 3,
          "from jax.experimental import maps\nmesh = maps.Mesh(devices, ('dp', 'mp'))\nwith open('f') as mesh_log:\n"

@@ -1,8 +1,11 @@
 """The migration assistant's data rules met on a seventh set of published scripts: a run's total shared out over one
 host's devices, a count of every device handed to the project's loader, rows read by a batch size split over every
 device, a helper of the script that stacks rows per device, the project's loader feeding a training step with no
-host index, and each leaf of a step's output read on the host. The snippets are written for these tests."""
+host index, each leaf of a step's output read on the host, and a mesh of one host's devices. The snippets are
+written for these tests."""
 from __future__ import annotations
+
+import pytest
 
 from migrate_support import rule_set as _rules
 from migrate_support import said as _said
@@ -203,3 +206,26 @@ def test_each_leaf_of_a_pmap_output_read_as_a_number_on_the_host_is_a_numpy_of_g
     found = _rules(LEAVES_READ)
     assert (6, "numpy-of-global") in found
     assert (7, "numpy-of-global") not in found and (8, "numpy-of-global") not in found
+
+
+@pytest.mark.parametrize("source, line", [
+    ("import jax\nimport numpy as np\nfrom jax.sharding import Mesh\n"
+     "mesh = Mesh(np.array(jax.local_devices()).reshape(2, -1), ('a', 'b'))\n", 4),
+    ("import jax\nmesh = jax.make_mesh((jax.local_device_count(),), ('data',))\n", 2),
+    ("import jax\nfrom jax.experimental import mesh_utils\n\ndef check(wanted):\n"
+     "    assert len(jax.local_devices()) == wanted\n\ncheck(args.gpus)\n"
+     "grid = mesh_utils.create_device_mesh((args.gpus, 1))\n", 8),
+])
+def test_a_mesh_of_this_hosts_devices_only_is_a_mesh_of_local_devices(source, line):
+    assert (line, "mesh-of-local-devices") in _rules(source)
+
+
+@pytest.mark.parametrize("source", [
+    "import jax\nmesh = jax.make_mesh((jax.process_count(), jax.local_device_count()), ('host', 'device'))\n",
+    "import jax\nmesh = jax.make_mesh((jax.device_count(),), ('data',))\n",
+    "import jax\nfrom jax.experimental import mesh_utils\ngrid = mesh_utils.create_device_mesh((args.gpus,))\n",
+    "import jax\nfrom jax.sharding import Mesh\nmine = Mesh(jax.local_devices(), ('d',))\n"
+    "print(jax.process_index())\n",  # a script that counts hosts builds a host's own mesh on purpose
+])
+def test_a_mesh_of_every_device_or_of_an_unknown_count_is_no_mesh_of_local_devices(source):
+    assert not any(rule == "mesh-of-local-devices" for _, rule in _rules(source))
