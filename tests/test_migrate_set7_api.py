@@ -169,8 +169,10 @@ def test_nnx_pmaps_in_axes_through_a_name_is_said_where_handed():
 
 
 def test_in_axes_all_mapped_or_with_a_state_axes_get_no_second_finding():
-    assert not any(rule == "nnx-state-axes" for _, rule in _rules(NNX_IN_AXES.replace("None, None, 0, 0", "0, 0, 0, 0")))
-    source = NNX_IN_AXES.replace("p_fit = nnx.pmap(", "axes = nnx.StateAxes({nnx.Param: None, ...: 0})\np_fit = nnx.pmap(")
+    mapped = NNX_IN_AXES.replace("None, None, 0, 0", "0, 0, 0, 0")
+    assert not any(rule == "nnx-state-axes" for _, rule in _rules(mapped))
+    axes = "axes = nnx.StateAxes({nnx.Param: None, ...: 0})\n"
+    source = NNX_IN_AXES.replace("p_fit = nnx.pmap(", axes + "p_fit = nnx.pmap(")
     source = source.replace("in_axes=(None, None, 0, 0)", "in_axes=(axes, None, 0, 0)")
     assert [line for line, rule in _rules(source) if rule == "nnx-state-axes"] == [7]
 
@@ -178,3 +180,31 @@ def test_in_axes_all_mapped_or_with_a_state_axes_get_no_second_finding():
 def test_in_axes_of_a_vmap_inside_a_device_is_nothing_for_the_port():
     source = "import jax\nf = jax.vmap(g, in_axes=(None, 0))\n"
     assert not any(rule == "nnx-state-axes" for _, rule in _rules(source))
+
+
+# ------------------------------------------------------------------ a tree map of [0] over two lines
+
+SAVED_COPIES = """\
+import pickle
+import jax
+
+p_step = jax.pmap(lambda w, m: (w, m), axis_name='d')
+
+def save(path, weights, moments):
+    with open(path, 'wb') as out:
+        pickle.dump(jax.tree_util.tree_map(
+            lambda leaf: leaf[0], (weights, moments)), out)
+
+def train(weights, moments, batches, path):
+    for rows in batches:
+        weights, moments = p_step(weights, moments)
+    host_weights, host_moments = jax.tree_util.tree_map(
+        lambda leaf: leaf[0], (weights, moments))
+    return host_weights, host_moments
+"""
+
+
+def test_a_tree_map_of_the_scripts_values_is_said_at_its_call_a_helpers_at_the_index():
+    rules = _rules(SAVED_COPIES)
+    assert (14, "jax-utils-replicate") in rules and (15, "jax-utils-replicate") not in rules
+    assert (9, "jax-utils-replicate") in rules and (8, "jax-utils-replicate") not in rules

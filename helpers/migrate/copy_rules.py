@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import Callable, Iterator
 
-from helpers.migrate.bindings import reaches
+from helpers.migrate.bindings import bound_value, reaches
 from helpers.migrate.jax_rules import counts_devices
 from helpers.migrate.reach import runs_under_pmap
 from helpers.migrate.script import Script, code_of, first_copy, is_name
@@ -29,7 +29,8 @@ def _entries_of(s: Script, stacks: set[str]) -> set[str]:
 
 def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`jax.tree.map(lambda x: x[0], state)`, `loss[0]` or `np.asarray(loss)[0]` of a pmap output: pmap's
-    unreplicate, by hand (said where the [0] is)."""
+    unreplicate, by hand (said where the [0] is: in a helper's body at the [0], where the script's values are
+    mapped at the tree map's call)."""
     if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
         return
     stacks = s.pmap_outputs() | _entries_of(s, s.pmap_outputs())
@@ -49,11 +50,22 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         params = {a.arg for a in lam.args.args}
         first = next((n for n in ast.walk(lam.body) if first_copy(n, params)), None)
         if first is not None and not s.in_pmap_over_hosts(call):
-            yield (first, "jax-utils-replicate",
+            yield (first if _maps_a_parameter(s, call) else call, "jax-utils-replicate",
                    f"{code_of(call)} takes device 0's copy of pmap's stack by hand ({code_of(first)} of each leaf); "
                    "after the port each leaf is one global value, and [0] would take its first row",
                    "nothing: a P() array already is the value (read it on any host, device_get it to save or print); "
                    "a leaf sharded over the hosts is read with multihost_utils.process_allgather on every host")
+
+
+def _maps_a_parameter(s: Script, call: ast.Call) -> bool:
+    """A tree map over what its function was handed (`lambda tree: jax.tree.map(lambda x: x[0], tree)`): a helper's
+    body, not the script's own values."""
+    function = s.scope(call)
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        return False
+    params = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    return any(isinstance(n, ast.Name) and n.id in params and bound_value(s, n) is None
+               for a in call.args[1:] for n in ast.walk(a))
 
 
 def _not_yet_an_output(s: Script, node: ast.AST, stacks: set[str],
@@ -79,7 +91,7 @@ def _a_parameter_under_pmap(s: Script, node: ast.AST, stacks: set[str]) -> bool:
     function = s.scope(name)
     return isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
         and name.id in {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)} \
-        and s.value(name) is name and runs_under_pmap(s, name)
+        and bound_value(s, name) is None and runs_under_pmap(s, name)
 
 
 def _in_a_loop(s: Script, node: ast.AST, scope: ast.AST) -> bool:
