@@ -208,3 +208,69 @@ def test_a_tree_map_of_the_scripts_values_is_said_at_its_call_a_helpers_at_the_i
     rules = _rules(SAVED_COPIES)
     assert (14, "jax-utils-replicate") in rules and (15, "jax-utils-replicate") not in rules
     assert (9, "jax-utils-replicate") in rules and (8, "jax-utils-replicate") not in rules
+
+
+# ------------------------------------------------------------------ keys a pmapped step draws from
+
+TWO_KEYS = """\
+import jax
+
+def step(state, rows, noise_key, mask_key):
+    noise_key, next_noise = jax.random.split(noise_key)
+    mask_key, next_mask = jax.random.split(mask_key)
+    noise = jax.random.normal(noise_key, rows.shape)
+    keep = jax.random.bernoulli(mask_key, 0.9, rows.shape)
+    return update(state, rows * keep + noise), next_noise, next_mask
+
+p_step = jax.pmap(step, axis_name='d')
+"""
+
+
+def test_each_key_a_pmapped_step_is_handed_is_said_at_its_first_draw():
+    assert [line for line, rule in _rules(TWO_KEYS) if rule == "pmap-body-keys"] == [4, 5]
+
+
+def test_draws_from_keys_split_off_one_key_are_one_stream():
+    source = TWO_KEYS.replace("mask_key, next_mask = jax.random.split(mask_key)",
+                              "mask_key, next_mask = jax.random.split(noise_key)")
+    assert [line for line, rule in _rules(source) if rule == "pmap-body-keys"] == [4]
+
+
+def test_a_step_that_folds_in_the_device_index_draws_its_own_numbers():
+    source = TWO_KEYS.replace("    noise_key, next_noise", "    noise_key = jax.random.fold_in(noise_key, "
+                              "jax.lax.axis_index('d'))\n    noise_key, next_noise")
+    assert not any(rule == "pmap-body-keys" for _, rule in _rules(source))
+
+
+SCANNED_BODY = """\
+import jax
+from functools import partial
+
+def one_update(carry, rows):
+    weights, key = carry
+    key, drop_key = jax.random.split(key)
+    kept = rows * jax.random.bernoulli(drop_key, 0.9, rows.shape)
+    return (weights - 0.1 * kept.mean(), key), kept.sum()
+
+@partial(jax.pmap, axis_name='d')
+def several_updates(weights, key, chunks):
+    carry, sums = jax.lax.scan(one_update, (weights, key), chunks)
+    return carry, sums
+"""
+
+
+def test_a_draw_in_the_function_a_pmapped_step_hands_to_scan_is_the_steps():
+    found = [line for line, rule in _rules(SCANNED_BODY) if rule == "pmap-body-keys"]
+    assert found == [6]
+    assert "one_update (which several_updates calls)" in _said(SCANNED_BODY, 6, "pmap-body-keys")
+
+
+def test_a_function_no_pmapped_step_reaches_is_not_read_for_its_keys():
+    source = SCANNED_BODY.replace("jax.lax.scan(one_update,", "jax.lax.scan(other_update,")
+    assert not any(rule == "pmap-body-keys" for _, rule in _rules(source))
+
+
+def test_a_helper_of_a_step_that_draws_itself_is_not_said_again():
+    source = SCANNED_BODY.replace("    carry, sums = jax.lax.scan", "    key, other = jax.random.split(key)\n"
+                                  "    carry, sums = jax.lax.scan")
+    assert [line for line, rule in _rules(source) if rule == "pmap-body-keys"] == [12]

@@ -10,7 +10,8 @@ import ast
 import re
 from typing import Iterator
 
-from helpers.migrate.bindings import host_index_in, reaches
+from helpers.migrate.bindings import bound_value, host_index_in, reaches
+from helpers.migrate.reach import run_under_pmap
 from helpers.migrate.script import MESH_AXES, Script, argument, code_of, is_name, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
@@ -124,21 +125,60 @@ def _draws_from_a_passed_key(s: Script, call: ast.Call) -> bool:
 
 
 def _pmap_body_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    reached = run_under_pmap(s)
     for function in set(s.pmapped_functions()):
         if _initialises(function):
             continue  # under pmap an init draws the same parameters on every device, as a P() port must
         calls = [n for n in ast.walk(function) if isinstance(n, ast.Call)]
         if any(is_name(s.name(c.func), "jax.lax.axis_index") for c in calls) or _binds_keys_in_a_helper(s, function):
             continue
-        draws = sorted((c for c in calls if _draws_from_a_passed_key(s, c)), key=lambda c: c.lineno)
-        uses = draws or _uses_of_per_device_keys(s, function)
-        if uses:
-            yield (uses[0], "pmap-body-keys",
-                   f"{code_of(uses[0])} inside {function.name}, which pmap runs: under pmap each device had a "
+        where, uses = function.name, _first_draw_of_each_key(s, function)
+        uses = uses or _uses_of_per_device_keys(s, function)
+        for runs in sorted((f for f, top in reached.items() if top is function), key=lambda f: f.lineno):
+            if uses:
+                break
+            if not _initialises(runs) and not _binds_keys_in_a_helper(s, runs) and not any(
+                    isinstance(c, ast.Call) and is_name(s.name(c.func), "jax.lax.axis_index") for c in ast.walk(runs)):
+                where, uses = f"{runs.name} (which {function.name} calls)", _first_draw_of_each_key(s, runs)
+        for use in uses:
+            yield (use, "pmap-body-keys",
+                   f"{code_of(use)} inside {where}, which pmap runs: under pmap each device had a "
                    "key of its own (split per local device before the step); with one replicated key every "
                    "device draws the same numbers",
                    f"keep one key and fold each device's position into it: jax.random.fold_in(key, "
                    f"jax.lax.axis_index({MESH_AXES}))")
+
+
+def _first_draw_of_each_key(s: Script, function: ast.AST) -> list[ast.Call]:
+    """The function's first draw from each key it is handed (`split(dropout_rng)` and `split(gumbel_rng)`: two keys;
+    a draw from a key split off one of them is the same key's stream); its first draw where no key is a parameter."""
+    draws = sorted((c for c in ast.walk(function) if isinstance(c, ast.Call) and _draws_from_a_passed_key(s, c)),
+                   key=lambda c: (c.lineno, c.col_offset))
+    params = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    first: dict[str, ast.Call] = {}
+    for draw in draws:
+        origin = _key_origin(s, argument(draw, 0, "key"))
+        if origin in params:
+            first.setdefault(origin, draw)
+    return sorted(first.values(), key=lambda c: (c.lineno, c.col_offset)) or draws[:1]
+
+
+def _key_origin(s: Script, key: ast.AST | None) -> str | None:
+    """The name a key comes from, back through the splits and unpackings that made it (`rng` of `rng, sub =
+    jax.random.split(rng)`; `state` of `rng, params = state`): a parameter, or a name nothing binds."""
+    for _ in range(12):
+        while isinstance(key, ast.Subscript):
+            key = key.value
+        if isinstance(key, ast.Call) and s.name(key.func).startswith("jax.random.") and key.args:
+            key = key.args[0]
+            continue
+        if not isinstance(key, ast.Name):
+            return None
+        bound = bound_value(s, key)
+        if bound is None or any(n is key for n in ast.walk(bound)):  # unbound, or read before its first binding
+            return key.id
+        key = bound
+    return None
 
 
 def _initialises(function: ast.FunctionDef) -> bool:
