@@ -274,3 +274,46 @@ def test_a_helper_of_a_step_that_draws_itself_is_not_said_again():
     source = SCANNED_BODY.replace("    carry, sums = jax.lax.scan", "    key, other = jax.random.split(key)\n"
                                   "    carry, sums = jax.lax.scan")
     assert [line for line, rule in _rules(source) if rule == "pmap-body-keys"] == [12]
+
+
+# ------------------------------------------------------------------ negatives a loss picks by index
+
+SAMPLED_NEGATIVES = """\
+import jax
+import jax.numpy as jnp
+
+def contrastive_loss(anchors, targets, neg_ids):
+    width = targets.shape[-1]
+    others = targets.reshape(-1, width)[neg_ids.reshape(-1)]
+    scores = jnp.einsum('nd,nkd->nk', anchors, others.reshape(anchors.shape[0], -1, width))
+    return -jax.nn.log_softmax(scores)[:, 0].mean()
+
+def train_step(params, rows):
+    anchors, targets = encode(params, rows)
+    return jax.grad(lambda p: contrastive_loss(anchors, targets, rows['neg_ids']))(params)
+
+def eval_step(params, rows):
+    anchors, targets = encode(params, rows)
+    return contrastive_loss(anchors, targets, rows['neg_ids'])
+
+p_train = jax.pmap(train_step, axis_name='d')
+p_eval = jax.pmap(eval_step, axis_name='d')
+"""
+
+
+def test_negatives_a_scripts_loss_picks_by_index_are_said_once_where_picked():
+    found = [line for line, rule in _rules(SAMPLED_NEGATIVES) if rule == "per-device-negatives"]
+    assert found == [6]
+    assert "picks negatives by index" in _said(SAMPLED_NEGATIVES, 6, "per-device-negatives")
+
+
+def test_a_loss_that_gathers_the_rows_first_picks_from_every_device():
+    source = SAMPLED_NEGATIVES.replace("    width = targets.shape[-1]\n",
+                                       "    targets = jax.lax.all_gather(targets, 'd', tiled=True)\n"
+                                       "    width = targets.shape[-1]\n")
+    assert not any(rule == "per-device-negatives" for _, rule in _rules(source))
+
+
+def test_a_loss_without_an_index_of_negatives_is_said_at_its_calls():
+    source = SAMPLED_NEGATIVES.replace("[neg_ids.reshape(-1)]", "[:8]")
+    assert [line for line, rule in _rules(source) if rule == "per-device-negatives"] == [12, 16]

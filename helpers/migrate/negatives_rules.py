@@ -52,9 +52,32 @@ def _gathers(s: Script, function: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) and s.name(n.func).rsplit(".", 1)[-1] == "all_gather" for n in ast.walk(function))
 
 
+_NEGATIVES = re.compile(r"neg", re.I)
+
+
+def _defined(s: Script, call: ast.AST) -> ast.AST | None:
+    """The script's def of the function a call runs (`compute_contrastive_loss(...)`), if it defines it once."""
+    name = call.func.id if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) else None
+    found = [n for n in ast.walk(s.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
+    return found[0] if len(found) == 1 else None
+
+
+def _negatives_picked_in(s: Script, call: ast.AST) -> ast.AST | None:
+    """Where the loss a call runs, defined in the script and gathering nothing, takes its negatives by index from
+    the rows it was handed (`features.reshape(-1, d)[negative_indices.reshape(-1)]`): the first such index."""
+    function = _defined(s, call)
+    if function is None or _gathers(s, function):
+        return None
+    return next((n for n in ast.walk(function) if isinstance(n, ast.Subscript) and any(
+        isinstance(r, (ast.Name, ast.Attribute)) and _NEGATIVES.search(r.id if isinstance(r, ast.Name) else r.attr)
+        for r in ast.walk(n.slice))), None)
+
+
 def per_device_negatives(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """A contrastive loss in a pmapped function, on its own rows only: said at the loss's call, else at the
-    similarity matrix whose targets are its diagonal."""
+    """A contrastive loss in a pmapped function, on its own rows only: said at the loss's call (once, where a loss
+    the script defines picks its negatives by index from the rows it is handed), else at the similarity matrix
+    whose targets are its diagonal."""
+    said: set[ast.AST | None] = set()
     for function in sorted(set(s.pmapped_functions()), key=lambda f: f.lineno):
         if _gathers(s, function):
             continue
@@ -62,9 +85,19 @@ def per_device_negatives(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if not losses and _diagonal_targets(s, function):
             losses = [n for n in ast.walk(function) if _similarity(s, n)]
         for loss in losses:
-            yield (loss, "per-device-negatives",
-                   f"{code_of(loss)} in {function.name}, which pmap runs, contrasts each device's rows only with its "
-                   "own rows (no all_gather of the embeddings over pmap's axis): every device has its own negatives; "
+            defined = _defined(s, loss)
+            if defined is not None and _gathers(s, defined):
+                continue  # the loss the script defines gathers the rows over the devices first
+            picked = _negatives_picked_in(s, loss)
+            if picked is not None and picked in said:
+                continue
+            said.add(picked)
+            yield (picked or loss, "per-device-negatives",
+                   f"{code_of(picked or loss)} in "
+                   + (f"{_defined(s, loss).name}, which {function.name} calls under pmap, picks negatives by index "
+                      "among this device's rows only" if picked else
+                      f"{function.name}, which pmap runs, contrasts each device's rows only with its own rows")
+                   + " (no all_gather of the embeddings over pmap's axis): every device has its own negatives; "
                    "after a port to jax.jit on the global batch the loss sees every row's negatives, another "
                    "objective (and a batch-size-dependent one)",
                    f"to keep the objective, keep the loss per device in shard_map over {MESH_AXES}; to contrast with "
