@@ -13,14 +13,23 @@ checks against the notebooks' own headings. A line kept on purpose ends with `# 
 (or every finding acknowledged), 1 findings, 2 a file that cannot be read.
 
 The package, one module a job:
-  script     the learner's script as the rules read it (`Script`: its tree and imported names)
+  script     the learner's script as the rules read it (`Script`: its tree and imported names); bindings
+             what a name is bound to; reach  the functions a pmapped step runs beyond its own body
   gradients  which values hold gradients, function by function (what `Script.gradient_status` answers)
   jax_rules  JAX's own pmap-era patterns          nnx_rules  Flax NNX's (nnx.pmap, split_rngs, StateAxes)
+  collective_rules  pmap's collectives: the gradient trap, a rename, or both outcomes
+  copy_rules  pmap's copies taken apart or made by hand (x[0], get_first, stacks of copies)
   key_rules  per-device randomness (keys split per local device, draws inside the step)
+  data_rules, batch_rules, loader_rules  what each host loads: shuffles, global batch sizes, project loaders
+  mesh_rules  a mesh of one host's devices     negatives_rules  a contrastive loss with its own negatives
+  flax_rules, old_api_rules  Flax's linen-era helpers; xmap, pjit and removed APIs
   process_zero_rules  work on process 0 only (a collective, a step's outputs, a save)
   host_read_rules  a step's results read on the host (numpy of a global output, a pmap across hosts)
+  gradient_rules  a pmapped step that applies each device's own gradient, unreduced
+  unread     no false all-clear: a parallel API no rule reads is said as "not read"
   findings   `Finding`, `LESSONS` and `findings(source)`, every rule applied
   rewriter   `rewrite(source)`: what `--diff` can rewrite safely
+  proof, proof_runs  prove a port: the old step and the new on the same per-host data, compared
   cli        files, notebooks and folders read, and the command line (`main`)
 """
 from helpers.migrate.cli import MigrateError, main, migrate
