@@ -228,8 +228,98 @@ def host_rows_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{_THIS_HOSTS_ROWS}; or keep the computation global and index with global positions")
 
 
+_STRIPS = ("reshape", "astype", "squeeze", "block_until_ready", "copy", "flatten", "ravel", "transpose")
+
+
+def _root(node: ast.AST | None) -> ast.AST | None:
+    """The value an expression reads pmap's arrays from: `out` of `out.metrics`, `out[1]`, `out.reshape(-1, d)`."""
+    while True:
+        if isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _STRIPS:
+            node = node.func.value
+        else:
+            return node
+
+
+def _yielded_by(s: Script, function: ast.FunctionDef) -> list[ast.AST]:
+    return [n.value for n in ast.walk(function) if isinstance(n, (ast.Yield, ast.Return)) and n.value is not None]
+
+
+def _stacked_input(s: Script, node: ast.AST | None, depth: int = 0) -> ast.Call | None:
+    """Flax's `shard(batch)` that a value's rows come from: a batch stacked per local device for pmap, through names,
+    items, `next(loader)` and the script's own loader functions (what they yield or return)."""
+    node = _root(node)
+    if depth > 8 or node is None:
+        return None
+    if isinstance(node, ast.Name):
+        return _stacked_input(s, bound_value(s, node), depth + 1)
+    if not isinstance(node, ast.Call):
+        return None
+    name = s.name(node.func)
+    if is_name(name, "flax.training.common_utils.shard"):
+        return node
+    if is_name(name, "next", "iter") and node.args:
+        return _stacked_input(s, node.args[0], depth + 1)
+    defs = {f.name: f for f in ast.walk(s.tree) if isinstance(f, ast.FunctionDef)}
+    function = defs.get(node.func.id) if isinstance(node.func, ast.Name) else None
+    if function is not None:
+        return next(filter(None, (_stacked_input(s, v, depth + 1) for v in _yielded_by(s, function))), None)
+    return None
+
+
+_SAVES = ("pickle.dump", "pickle.dumps", "numpy.save", "numpy.savez", "numpy.savez_compressed")
+
+
+def _items(node: ast.AST) -> list[ast.AST]:
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return [i for e in node.elts for i in _items(e)]
+    if isinstance(node, ast.Dict):
+        return [i for e in node.values for i in _items(e)]
+    return [node]
+
+
+def global_read_whole(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`jax.device_get(out)` or `pickle.dump((out.metrics, ...), f)` of a pmap output, or device_get of a batch flax's
+    shard() stacked for pmap: after the port each is one global array over every host's devices, which no host holds
+    whole."""
+    pmapped = _pmapped(s)
+    outputs = _pmap_outputs_by_scope(s)
+    for call in s.calls:
+        name = s.name(call.func)
+        if is_name(name, "jax.device_get") and call.args:
+            read = call.args[0]
+            holder = s.parent.get(call)
+            if _indexed_at_zero(s, call) or (isinstance(holder, ast.Call) and s.name(holder.func).endswith(
+                    "unreplicate")) or (isinstance(read, ast.Call) and _flattens_devices(read)
+                                        and _is_pmap_output(s, _root(read), outputs, pmapped)):
+                continue  # device 0's copy (jax_rules), or a reshape of the stack host_rows_of_global says
+            items = [read]
+        elif is_name(name, *_SAVES) and call.args:
+            items = _items(call.args[1] if name.startswith("numpy.") and len(call.args) > 1 else call.args[0])
+        else:
+            continue
+        output = next((i for i in items if _is_pmap_output(s, _root(i), outputs, pmapped)), None)
+        stacked = None if output is not None or not name.endswith("device_get") else _stacked_input(s, items[0])
+        if output is not None:
+            yield (call, "numpy-of-global",
+                   f"{code_of(call.func)}(...) reads {code_of(output)}, a pmap output, whole on this host; after "
+                   "the port a per-device output is one global array over every host's devices, and reading it "
+                   "whole raises on several hosts (other hosts hold part of it)",
+                   f"{_THIS_HOSTS_ROWS}; every host's: multihost_utils.process_allgather(out); a P() output (a "
+                   "pmean) reads as it is")
+        elif stacked is not None:
+            yield (call, "numpy-of-global",
+                   f"{code_of(call.func)}({code_of(items[0])}) reads rows of a batch {code_of(stacked.func)}() "
+                   "stacked for pmap; after the port the batch is one global array over every host's devices "
+                   "(jax.make_array_from_process_local_data), and reading it whole raises on several hosts",
+                   "keep this host's rows from before the batch is made global (the loader's numpy batch), or "
+                   "multihost_utils.process_allgather(batch) for every host's")
+
+
 _THIS_HOSTS_ROWS = ("this host's rows: jax.experimental.multihost_utils.global_array_to_host_local_array(out, mesh, "
                     f"P({MESH_AXES}))")
 
 
-RULES = (pmap_over_hosts, numpy_of_global, host_rows_of_global, host_rows_by_size, leaves_read_on_host)
+RULES = (pmap_over_hosts, numpy_of_global, host_rows_of_global, host_rows_by_size, leaves_read_on_host,
+         global_read_whole)

@@ -1,0 +1,63 @@
+"""The migration assistant's data rules met on an eighth set of published scripts: a step's outputs read whole on
+the host (device_get, pickled) and a batch stacked for pmap read back with device_get. The snippets are written for
+these tests."""
+from __future__ import annotations
+
+from migrate_support import rule_set as _rules
+from migrate_support import said as _said
+
+PICKLED = """import pickle
+import jax
+
+@jax.pmap
+def play(key):
+    return jax.random.normal(key, (8,))
+
+keys = jax.random.split(jax.random.key(0), jax.local_device_count())
+games = play(keys)
+with open('games.pkl', 'wb') as f:
+    pickle.dump((games, keys), f)
+rows = jax.device_get(games)
+first = jax.device_get(games)[0]
+"""
+
+
+def test_a_pmap_output_pickled_or_fetched_whole_on_the_host_is_a_numpy_of_global():
+    found = _rules(PICKLED)
+    assert (11, "numpy-of-global") in found and (12, "numpy-of-global") in found
+    assert "process_allgather" in _said(PICKLED, 12, "numpy-of-global")
+    assert (13, "numpy-of-global") not in found  # device 0's copy: jax_rules says it
+
+
+def test_host_values_pickled_or_fetched_are_no_global_read():
+    plain = PICKLED.replace("(games, keys)", "(keys, 3)").replace("jax.device_get(games)", "jax.device_get(keys)")
+    found = _rules(plain)
+    assert not {f for f in found if f[1] == "numpy-of-global"}
+
+
+STACKED_BATCH = """import jax
+import numpy as np
+from flax.training.common_utils import shard
+
+def loader(data, size):
+    for i in range(0, len(data), size):
+        yield shard(data[i:i + size])
+
+step = jax.pmap(lambda b: b * 2)
+batches = loader(np.zeros((64, 3)), 16)
+for _ in range(4):
+    batch = next(batches)
+    labels = batch["labels"]
+    out = step(batch)
+    seen = jax.device_get(labels.reshape(-1, 3))
+"""
+
+
+def test_device_get_of_a_batch_shard_stacked_for_pmap_is_a_numpy_of_global():
+    assert (15, "numpy-of-global") in _rules(STACKED_BATCH)
+    assert "make_array_from_process_local_data" in _said(STACKED_BATCH, 15, "numpy-of-global")
+
+
+def test_device_get_of_a_loader_batch_never_stacked_is_no_global_read():
+    plain = STACKED_BATCH.replace("yield shard(data[i:i + size])", "yield data[i:i + size]")
+    assert (15, "numpy-of-global") not in _rules(plain)
