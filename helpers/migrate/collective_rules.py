@@ -11,7 +11,7 @@ from typing import Iterator
 
 from helpers.migrate.gradients import Parts, whole
 from helpers.migrate.reach import runs_under_pmap
-from helpers.migrate.script import MESH_AXES, Script, argument, code_of, is_name, keyword, strings
+from helpers.migrate.script import MESH_AXES, Script, argument, code_of, is_name, keyword, pmap_axis, strings
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {"pmap-collective": ("06", "The gradient trap")}
@@ -39,6 +39,10 @@ def pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                 and call not in pmaps and not s.in_pmap_over_hosts(call):
             yield _handed_axis(s, call, axis)
             continue
+        handed = _handed_by_position(s, call, pmaps) if axis is None or not s.axis_names(axis) else None
+        if handed is not None:
+            yield _handed_axis(s, call, handed)
+            continue
         if axis is None and _gathers_metrics_by_default(s, call):
             yield (call, "pmap-collective",
                    f"{code_of(call.func)}(...) of a CLU metrics collection all_gathers the metrics over the axis "
@@ -52,29 +56,77 @@ def pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if flax:  # old Flax's pmean(tree, axis_name='batch'): a psum over 'batch' divided by its size
             yield _flax_collective(s, call, op, axis)
             continue
-        if not set(s.axis_names(axis)) & s.pmap_axes:
+        unresolved = bool(pmaps) and _unresolved(s, axis)
+        if not (set(s.axis_names(axis)) & s.pmap_axes or unresolved):
             continue
+        where = _HELD if unresolved else "pmap's axis"
         operand = code_of(call.args[0]) if call.args and op != "axis_index" else ""
         status = s.gradient_status(call.args[0]) if op in ("pmean", "psum") and call.args else "no"
         named = status == "no" and op in ("pmean", "psum") and bool(call.args) and named_for_gradients(call.args[0])
+        if unresolved and status == "no" and not named and _parameter_of_unused_function(s, axis):
+            continue  # no gradient, in code the script never runs: nothing says the axis is pmap's
         if status == "yes":
             together = isinstance(call.args[0], (ast.Tuple, ast.List)) or _some_not_gradients(s, call.args[0])
             # `pmean((loss, grads), 'batch')`, or of the (loss, grads) pair value_and_grad gave back
             yield (call, "pmap-collective",
                    f"{op}({operand}, {code_of(axis)}) {'averages' if op == 'pmean' else 'adds'} the gradients "
-                   f"over pmap's axis{_MEAN if op == 'psum' else ''}; {_TRAP}",
+                   f"over {where}{_MEAN if op == 'psum' else ''}; {_TRAP}",
                    f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and "
                    + (f"keep only what is not a gradient in this {op}" if together else f"drop this {op}")
                    + "; renaming the axis is not enough")
         elif status == "unknown" or named:
             yield (call, "pmap-collective",
-                   f"{op}({operand}, {code_of(axis)}) names pmap's axis, and {_NAMED_MAYBE if named else _MAYBE}",
+                   f"{op}({operand}, {code_of(axis)}) names {where}, and {_NAMED_MAYBE if named else _MAYBE}",
                    _EITHER)
         else:
             yield (call, "pmap-collective",
-                   f"{op}(..., {code_of(axis)}) names pmap's axis, which shard_map does not have",
+                   f"{op}(..., {code_of(axis)}) names {where}, which shard_map does not have",
                    f"name the mesh axes: jax.lax.{op}(..., {MESH_AXES}) reaches every device of "
                    "every host")
+
+
+_HELD = ("an axis held in a name the tool cannot resolve to a string (a parameter), in a script that pmaps: pmap's "
+         "axis, unless shown otherwise")
+
+
+def _unresolved(s: Script, axis: ast.AST | None) -> bool:
+    """An axis name the tool cannot read as a string (`axis_name=pmap_axis_name`, a constructor's parameter): in a
+    script that pmaps, taken for pmap's axis, so a reduction of gradients over it is never left unsaid."""
+    return axis is not None and not isinstance(axis, ast.Constant) and not s.axis_names(axis) \
+        and not any(isinstance(n, ast.Constant) and isinstance(n.value, str) for n in ast.walk(axis))
+
+
+def _parameter_of_unused_function(s: Script, axis: ast.AST) -> bool:
+    """The axis is a parameter of the function the collective is in, and the script names that function nowhere
+    (never calls it, never hands it on): its callers, if any, are out of view."""
+    function = s.scope(axis)
+    if not isinstance(axis, ast.Name) or not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+            or axis.id not in {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}:
+        return False
+    return not any(isinstance(n, ast.Name) and n.id == function.name or isinstance(n, ast.Attribute)
+                   and n.attr == function.name for n in ast.walk(s.tree))
+
+
+def _axis_variables(s: Script, pmaps: set[ast.AST]) -> set[str]:
+    """The names pmap's axis is handed in when the tool cannot resolve them (`jax.pmap(f, axis_name=axis_name)` with
+    `axis_name` a parameter)."""
+    return {a.id for call in pmaps if isinstance(call, ast.Call)
+            for a in [pmap_axis(call)]
+            if isinstance(a, ast.Name) and not s.axis_names(a)}
+
+
+def _handed_by_position(s: Script, call: ast.Call, pmaps: set[ast.AST]) -> ast.AST | None:
+    """`fns.update(stats, observations, pmap_axis_name)`: the name pmap's axis is held in (unresolved), handed to
+    code of a library the tool cannot read, by position or under a keyword; never a pmap, a collective (its own
+    finding), nor a function of the script (its body is read)."""
+    name = s.name(call.func) or ""
+    short = name.rsplit(".", 1)[-1]
+    if call in pmaps or short in s.defined or name.startswith("jax.") or s.in_pmap_over_hosts(call):
+        return None
+    s = getattr(s, "script", s)  # the names as written, no parameter's default read
+    held = _axis_variables(s, pmaps)
+    return next((a for a in [*call.args, *(k.value for k in call.keywords)]
+                 if isinstance(a, ast.Name) and a.id in held and not s.axis_names(a)), None)
 
 
 _MEAN = " (their mean, when the loss was divided by the device count)"
@@ -214,16 +266,18 @@ def _handed_axis(s: Script, call: ast.Call, axis: ast.AST) -> tuple[ast.AST, str
     if isinstance(mapping, ast.Call) and s.is_tree_map(mapping) and mapping.args[:1] == [call]:
         handed += mapping.args[1:]
     status = max((s.gradient_status(a) for a in handed), key=_STATUSES.index, default="no")
-    held = next(k.arg for k in call.keywords if k.value is axis)
+    held = next((k.arg for k in call.keywords if k.value is axis), None)
+    spelled = f"{held}={code_of(axis)}" if held else code_of(axis)  # or handed by position
     for_gradients = status == "no" and "grad" in (s.name(call.func) or code_of(call.func)).rsplit(".", 1)[-1].lower()
-    said = f"{code_of(call.func)}(..., {held}={code_of(axis)}) hands pmap's axis name to code that runs " \
+    said = f"{code_of(call.func)}(..., {spelled}) hands pmap's axis name to code that runs " \
            "collectives over it"
     return _by_gradient_status(
         axis, "unknown" if for_gradients else status, said,
         trap=(f"on gradients; {_TRAP}", f"no collective here: take the gradient of jax.lax.pmean(loss, {MESH_AXES}); "
               "renaming the axis is not enough"),
         rename=(" (a key bound to each device, statistics synced), and shard_map has no such axis",
-                f"{held}={MESH_AXES}: the mesh axes reach every device of every host"),
+                (f"{held}={MESH_AXES}" if held else f"hand it {MESH_AXES}")
+                + ": the mesh axes reach every device of every host"),
         maybe=_NAMED_FOR_GRADIENTS if for_gradients else _MAYBE)
 
 
