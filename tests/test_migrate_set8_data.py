@@ -62,19 +62,3 @@ def test_device_get_of_a_loader_batch_never_stacked_is_no_global_read():
     plain = STACKED_BATCH.replace("yield shard(data[i:i + size])", "yield data[i:i + size]")
     assert (15, "numpy-of-global") not in _rules(plain)
 
-
-SAVED_ON_HOST_ZERO = """import jax
-import flax
-from flax.training import checkpoints
-
-state = flax.jax_utils.replicate({'w': 1.0})
-if jax.process_index() == 0:
-    kept = jax.device_get(flax.jax_utils.unreplicate(state))
-    whole = jax.device_get(state)
-"""
-
-
-def test_device_get_of_unreplicate_on_host_zero_is_device_zeros_copy_not_a_collective():
-    found = _rules(SAVED_ON_HOST_ZERO)
-    assert (7, "process-zero-collective") not in found and (7, "jax-utils-replicate") in found
-    assert (8, "process-zero-collective") in found  # the whole stack, split over the hosts after the port

@@ -49,9 +49,7 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                        "call the save on every host; Orbax lets process 0 write the shared metadata")
             elif is_name(name, "jax.device_get") and _scalar(s, inner):
                 continue  # `jax.device_get(state.step).item()`: a scalar, P() after the port, whole on every host
-            elif is_name(name, "jax.device_get") and inner.args and (s.copy_zero_by_hand(inner.args[0]) or (
-                    isinstance(inner.args[0], ast.Call)
-                    and is_name(s.name(inner.args[0].func), "flax.jax_utils.unreplicate"))):
+            elif is_name(name, "jax.device_get") and inner.args and s.copy_zero_by_hand(inner.args[0]):
                 continue  # device 0's copy, on this host: jax-utils-replicate says what the port reads instead
             elif is_name(name, "jax.device_get"):
                 yield (inner, "process-zero-collective",
