@@ -62,3 +62,29 @@ def test_device_get_of_a_loader_batch_never_stacked_is_no_global_read():
     plain = STACKED_BATCH.replace("yield shard(data[i:i + size])", "yield data[i:i + size]")
     assert (15, "numpy-of-global") not in _rules(plain)
 
+
+
+PRIVATE = """import jax
+from jax.experimental import maps
+from jax.experimental import pjit
+
+_Semantics = maps._PositionalSemantics
+_resources = pjit._prepare_axis_resources
+spec = pjit.PartitionSpec('data')
+size = jax.numpy._something
+"""
+
+
+def test_a_private_name_of_an_old_experimental_module_is_a_removed_internal_not_xmap():
+    found = _rules(PRIVATE)
+    assert (5, "removed-internals") in found and (5, "xmap") not in found
+    assert (6, "removed-internals") in found
+    assert "ModuleNotFoundError" in _said(PRIVATE, 5, "removed-internals")
+    assert "ModuleNotFoundError" not in _said(PRIVATE, 6, "removed-internals")
+    assert not {f for f in found if f[0] in (7, 8) and f[1] == "removed-internals"}  # public, or no old module's
+
+
+def test_a_public_name_of_the_same_modules_is_no_removed_internal():
+    public = PRIVATE.replace("maps._PositionalSemantics", "maps.xmap").replace("pjit._prepare_axis_resources",
+                                                                              "pjit.pjit")
+    assert not {f for f in _rules(public) if f[1] == "removed-internals"}

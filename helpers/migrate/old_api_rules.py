@@ -74,6 +74,16 @@ def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "drop the internal: read pmap's work as jax.jit(jax.shard_map(...)) over a mesh (no primitive of "
                    "its own to match), and use the public jax.sharding / jax.Array APIs; for a library, a release "
                    "that no longer imports it")
+        elif _private_name(name) and (imported or _module_attribute(s, node, name)):
+            module, private = name.rsplit(".", 1)
+            gone = ("; the module itself was deleted in jax 0.4.31 (ModuleNotFoundError)"
+                    if module == "jax.experimental.maps" else "")
+            yield (node, "removed-internals",
+                   f"{name}: {private} is a private name of {module}, no part of JAX's API: JAX removes or changes "
+                   f"such names between releases without notice{gone}, so the line breaks at import on jax 0.12",
+                   "drop the internal and do with public APIs what it did: jax.jit's in_shardings/out_shardings with "
+                   "NamedSharding(mesh, P(...)) for pjit's axis resources, jax.shard_map over a mesh for xmap's "
+                   "named axes; for a library, a release that no longer reaches it")
         elif name.startswith("jax.lib.xla_bridge.") and name.rsplit(".", 1)[-1] in _XLA_BRIDGE and not imported:
             yield (node, "host-count",
                    f"{name}: jax.lib.xla_bridge is not in jax 0.12 (ImportError)", _XLA_BRIDGE[name.rsplit(".", 1)[-1]])
@@ -97,6 +107,17 @@ def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "jax 0.4.31 (ModuleNotFoundError)",
                    f"jax.shard_map(f, mesh=jax.make_mesh(..., {MESH_AXES}), in_specs=..., out_specs=...): "
                    "xmap's named axes become mesh axes, its axis resources the specs")
+
+
+_INTERNAL_MODULES = ("jax.experimental.", "jax.interpreters.", "jax.lib.")
+
+
+def _private_name(name: str) -> bool:
+    """`jax.experimental.pjit._prepare_axis_resources`: a private name (one leading underscore) of one of JAX's old
+    experimental or internal modules, reached from the script."""
+    module, _, last = name.rpartition(".")
+    return module.startswith(_INTERNAL_MODULES) and last.startswith("_") and not last.startswith("__") \
+        and "._" not in module
 
 
 def _reads_the_mesh(name: str) -> bool:
