@@ -196,11 +196,11 @@ def _devices_of(s: Script, node: ast.AST, depth: int) -> str | None:
     if isinstance(node, ast.Call):
         name = s.name(node.func)
         return ("local" if "local" in name else "every") if is_name(name, "jax.local_devices", "jax.devices") else None
-    if not isinstance(node, ast.Name):
+    if not isinstance(node, (ast.Name, ast.Attribute)):
         return None
-    bound = bound_value(s, node)
-    if bound is not None:
-        return _devices_of(s, bound, depth + 1)
+    bound = bound_value(s, node)  # `self.devices = jax.local_devices()` too
+    if bound is not None or not isinstance(node, ast.Name):
+        return _devices_of(s, bound, depth + 1) if bound is not None else None
     pmaps = {*s.pmaps(), *s.nnx_pmaps()}
     handed = any(isinstance(k.value, ast.Name) and k.value.id == node.id and k.arg == "devices"
                  for c in ast.walk(_binding_scope(s, node)) if c in pmaps or isinstance(c, ast.Call)

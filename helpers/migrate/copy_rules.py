@@ -7,10 +7,10 @@ from __future__ import annotations
 import ast
 from typing import Callable, Iterator
 
-from helpers.migrate.bindings import bound_value, reaches
+from helpers.migrate.bindings import bound_value, device_count_of, reaches
 from helpers.migrate.jax_rules import counts_devices
 from helpers.migrate.reach import runs_under_pmap
-from helpers.migrate.script import Script, code_of, first_copy, is_name
+from helpers.migrate.script import Script, code_of, first_copy, first_copy_of, is_name
 
 LESSONS: dict[str, tuple[str, str]] = {}  # jax-utils-replicate and process-zero-save: jax_rules' and process_zero_rules'
 
@@ -176,7 +176,7 @@ def copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "device_put_sharded of len(devices) * [x], pmap's replicate): one value replicated, not a "
                    "batch split",
                    "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
-        elif s.stacks_per_device(call):
+        elif s.stacks_per_device(call) or _stacks_local_copies(s, call):
             yield (call, "jax-utils-replicate",
                    f"{code_of(call)} stacks a copy of one value per device by hand (pmap's replicate; put on a "
                    "sharding over the devices' axis, it is device_put_sharded of the copies)",
@@ -194,6 +194,101 @@ def copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "save its shards of",
                    "an orbax.checkpoint.CheckpointManager called on every host with the global state (no [0]); "
                    "Orbax lets process 0 write the shared metadata")
+
+
+def _copies_per_local_device(s: Script, node: ast.AST) -> bool:
+    """`[x] * len(self.local_devices)` or `n * [x]` (also starred), its count one of this host's devices (through
+    names and attributes the script binds)."""
+    node = node.value if isinstance(node, ast.Starred) else node
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
+        return False
+    sides = (node.left, node.right)
+    count = next((b for a, b in (sides, sides[::-1]) if isinstance(a, ast.List) and len(a.elts) == 1), None)
+    return count is not None and device_count_of(s, count) == "local"
+
+
+def _stacks_local_copies(s: Script, call: ast.Call) -> bool:
+    """In a pmap-era script, copies of one value stacked per local device by hand: `jnp.stack([x] * n_local)`, or a
+    tree map of a function that stacks what it is handed over copies per device (`jax.tree.map(lambda *xs:
+    jnp.stack(xs), *[tree] * len(local_devices))`): pmap's replicate."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+        return False
+    if is_name(s.name(call.func), "numpy.stack", "jax.numpy.stack") and call.args:
+        return _copies_per_local_device(s, call.args[0])
+    if not (s.is_tree_map(call) and call.args and isinstance(call.args[0], ast.Lambda)):
+        return False
+    stacks = any(isinstance(n, ast.Call) and is_name(s.name(n.func), "numpy.stack", "jax.numpy.stack")
+                 for n in ast.walk(call.args[0].body))
+    return stacks and any(_copies_per_local_device(s, a) for a in call.args[1:])
+
+
+def copy_of_a_made_stack(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`params[...][0]` or `keys[0]` of a stack the script made itself (flax's replicate, copies stacked per local
+    device, keys split one a local device), also of a field of one (`params = state.params`), of what a method such
+    as `.replace(...)` makes of one, and of what a call it is handed gives back under the same name (`state, keys =
+    step(keys, state, batch)`: a step out of view carries the stacks): device 0's copy, by hand."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]) and not any(s.replicates(c) for c in s.calls):
+        return
+    outputs = s.pmap_outputs()
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.Subscript) and not first_copy(node, outputs) \
+                and first_copy_of(node, lambda held: True) and _of_a_made_stack(s, node.value) \
+                and not runs_under_pmap(s, node):
+            yield (node, "jax-utils-replicate",
+                   f"{code_of(node)} takes device 0's copy of a stack made one a local device (pmap's replicate, or "
+                   "keys split per local device); after the port it is one global value, and [0] would take its "
+                   "first row",
+                   "use the value as it is: a P() array is the same on every device (one key: fold in "
+                   "jax.lax.axis_index inside the step where each device needs its own)")
+
+
+def _of_a_made_stack(s: Script, node: ast.AST) -> bool:
+    """The chain of fields and entries `[0]` is taken of (`self.state.num_steps`, `np.asarray(keys)`) starts at, or
+    passes, a stack the script made."""
+    if isinstance(node, ast.Call) and len(node.args) == 1:  # np.asarray(x)[0]
+        node = node.args[0]
+    while True:
+        if _made_stack(s, node):
+            return True
+        if isinstance(node, ast.Attribute) or isinstance(node, ast.Subscript) and isinstance(
+                node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            node = node.value
+        else:
+            return False
+
+
+def _made_stack(s: Script, held: ast.AST, depth: int = 0) -> bool:
+    """A name or `self.` attribute whose value, where it is read, is a stack of copies one a local device."""
+    if depth > 6 or not isinstance(held, (ast.Name, ast.Attribute)):
+        return False
+    value = bound_value(s, held)
+    if value is None:
+        return False
+    if s.replicates(value) or isinstance(value, ast.Call) and (s.stacks_copies(value) or _stacks_local_copies(
+            s, value) or _splits_per_local_device(s, value)):
+        return True
+    while isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) and isinstance(
+            value.slice.value, str) or isinstance(value, ast.Attribute):  # a field or entry: `state.params['p']`
+        value = value.value
+    if isinstance(value, (ast.Name, ast.Attribute)):
+        return _made_stack(s, value, depth + 1)
+    if not isinstance(value, ast.Call):
+        return False
+    func = value.func
+    if isinstance(func, ast.Attribute) and func.attr in ("replace", "_replace", "copy"):  # a dataclass's new copy
+        return _made_stack(s, func.value, depth + 1)
+    name = (s.name(func) or code_of(func)).rsplit(".", 1)[-1].lower()
+    if "unreplicate" in name or "first" in name or "get" in name or s.copy_helper(value) is not None:
+        return False
+    carried = [a for a in [*value.args, *(k.value for k in value.keywords)]
+               if isinstance(a, (ast.Name, ast.Attribute)) and code_of(a) == code_of(held)]
+    return any(_made_stack(s, a, depth + 1) for a in carried)
+
+
+def _splits_per_local_device(s: Script, call: ast.Call) -> bool:
+    """`jax.random.split(key, jax.local_device_count())`: one key a local device."""
+    return is_name(s.name(call.func), "jax.random.split") and len(call.args) > 1 \
+        and device_count_of(s, call.args[1]) == "local"
 
 
 def _repeats_over_local_devices(s: Script, call: ast.Call) -> bool:
@@ -229,4 +324,4 @@ def _stack_attributes(s: Script) -> set[str]:
             if isinstance(n, ast.Attribute)}
 
 
-RULES = (copy_zero, copy_at_another_index, copy_helpers)
+RULES = (copy_zero, copy_at_another_index, copy_helpers, copy_of_a_made_stack)

@@ -125,6 +125,8 @@ def first_copy_of(node: ast.AST, stacked: Callable[[ast.AST], bool]) -> bool:
     if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0):
         return False
     held = node.value
+    if isinstance(held, ast.Attribute) and held.attr in ("shape", "strides"):  # `x.shape[0]`: a size, no copy
+        return False
     if isinstance(held, ast.Attribute) and held.attr == "addressable_shards":
         held = held.value
     elif isinstance(held, ast.Call) and isinstance(held.func, ast.Attribute) and held.func.attr in ("asarray", "array") \
@@ -170,7 +172,8 @@ class Folder:
 _LIBRARIES = ("jax.", "flax.", "haiku.", "equinox.", "optax.", "numpy.", "functools.", "self.")  # not a project's
 # helpers that published pmap-era projects keep in files of their own (jaxline's utils, acme's, kfac's), by name
 KNOWN_COPIES = {"get_first": "unreplicate", "bcast_local_devices": "replicate",
-                "replicate_all_local_devices": "replicate", "replicate_on_devices": "replicate"}
+                "replicate_all_local_devices": "replicate", "replicate_on_devices": "replicate",
+                "get_from_first_device": "unreplicate"}
 
 
 class Script:
