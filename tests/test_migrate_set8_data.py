@@ -88,3 +88,27 @@ def test_a_public_name_of_the_same_modules_is_no_removed_internal():
     public = PRIVATE.replace("maps._PositionalSemantics", "maps.xmap").replace("pjit._prepare_axis_resources",
                                                                               "pjit.pjit")
     assert not {f for f in _rules(public) if f[1] == "removed-internals"}
+
+
+HOST_LOCAL_SAVE = """import jax
+from flax.jax_utils import replicate
+from orbax.checkpoint.utils import fully_replicated_host_local_array_to_global_array
+
+state = replicate({'w': 1.0})
+step = jax.pmap(lambda s: s)
+to_save = jax.tree.map(fully_replicated_host_local_array_to_global_array, state)
+one = fully_replicated_host_local_array_to_global_array(state['w'])
+"""
+
+
+def test_orbax_host_local_to_global_of_pmap_state_is_said_as_the_old_checkpoint_path():
+    found = _rules(HOST_LOCAL_SAVE)
+    assert (7, "flax-checkpoints") in found and (8, "flax-checkpoints") in found
+    assert (3, "flax-checkpoints") not in found  # the import: each use is said
+    assert "already is global" in _said(HOST_LOCAL_SAVE, 7, "flax-checkpoints")
+
+
+def test_the_same_helper_in_a_script_with_no_pmap_is_left_alone():
+    ported = HOST_LOCAL_SAVE.replace("from flax.jax_utils import replicate\n", "").replace(
+        "replicate({'w': 1.0})", "{'w': 1.0}").replace("step = jax.pmap(lambda s: s)\n", "")
+    assert not {f for f in _rules(ported) if f[1] == "flax-checkpoints"}

@@ -109,6 +109,34 @@ def flax_checkpoints(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    _ORBAX_ON_EVERY_HOST)
 
 
+def _host_local_to_global(s: Script, node: ast.AST) -> str | None:
+    """Orbax's helper that makes pmap's per-host copies one global array for a save
+    (`fully_replicated_host_local_array_to_global_array`), called or read (a call's callee is not said twice)."""
+    if isinstance(node, ast.Call):
+        name = s.name(node.func)
+    elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load) \
+            and not isinstance(s.parent.get(node), ast.Attribute) and getattr(s.parent.get(node), "func", None) is not node:
+        name = s.name(node)
+    else:
+        return None
+    return name.rsplit(".", 1)[-1] if name.startswith("orbax.") and name.endswith("host_local_array_to_global_array") \
+        else None
+
+
+def host_local_checkpoints(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """A pmap-era script that makes its per-device state global by hand for Orbax: after the port it already is."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]) and not any(s.replicates(c) for c in s.calls):
+        return
+    for node in ast.walk(s.tree):
+        if (name := _host_local_to_global(s, node)) is not None:
+            yield (node, "flax-checkpoints",
+                   f"{name} turns this host's copy of pmap's replicated state into a global array by hand, so "
+                   "Orbax can save what pmap kept per host: a bridge from the per-host copies of the old "
+                   "checkpoint path",
+                   "nothing to convert after the port: the state already is global arrays (P() or sharded over the "
+                   f"mesh); {_ORBAX_ON_EVERY_HOST}")
+
+
 def _pmapped_steps(s: Script) -> set[ast.FunctionDef]:
     """The functions pmap maps, also through a jit bound to a name (`jitted = jax.jit(step)`, then
     `jax.pmap(partial(jitted, ...))`)."""
@@ -300,5 +328,5 @@ def stateful_state(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 
 READS = {*_CALLS, "flax.jax_utils.replicate", "flax.jax_utils.unreplicate"}
-RULES = (flax_calls, project_get_metrics, replicate_method, flax_checkpoints, per_device_state, returned_state,
-         stateful_state)
+RULES = (flax_calls, project_get_metrics, replicate_method, flax_checkpoints, host_local_checkpoints, per_device_state,
+         returned_state, stateful_state)
