@@ -112,3 +112,29 @@ def test_the_same_helper_in_a_script_with_no_pmap_is_left_alone():
     ported = HOST_LOCAL_SAVE.replace("from flax.jax_utils import replicate\n", "").replace(
         "replicate({'w': 1.0})", "{'w': 1.0}").replace("step = jax.pmap(lambda s: s)\n", "")
     assert not {f for f in _rules(ported) if f[1] == "flax-checkpoints"}
+
+
+PJIT_STEP = """import jax
+from jax.experimental import pjit
+
+def mixup_step(state, images, labels):
+    images = images.reshape((jax.device_count(), -1) + images.shape[1:])
+    labels = labels.reshape((jax.local_device_count(), -1) + labels.shape[1:])
+    return state, images, labels
+
+step = pjit.pjit(mixup_step, in_shardings=None, out_shardings=None)
+grid = jax.numpy.zeros(8).reshape((jax.device_count(), -1))
+"""
+
+
+def test_a_reshape_to_every_devices_slices_in_a_pjit_era_step_is_a_local_batch():
+    found = _rules(PJIT_STEP)
+    assert (5, "local-batch") in found
+    assert "one device's block" in _said(PJIT_STEP, 5, "local-batch")
+    assert (10, "local-batch") not in found  # at module level: no step's batch
+
+
+def test_the_same_reshape_with_no_pjit_or_in_a_pmap_script_is_left_to_the_other_rules():
+    jitted = PJIT_STEP.replace("from jax.experimental import pjit\n", "").replace(
+        "pjit.pjit(mixup_step, in_shardings=None, out_shardings=None)", "jax.jit(mixup_step)")
+    assert (4, "local-batch") not in _rules(jitted)  # a jit step over global arrays: the global reshape is right

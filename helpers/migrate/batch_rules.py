@@ -347,5 +347,29 @@ def shared_project_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "each global batch)")
 
 
+def blocks_per_device_in_a_step(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`images.reshape((jax.device_count(), -1) + images.shape[1:])` inside a function of a pmap- or pjit-era script:
+    the global batch a pjit'd step sees, cut one slice per device (to keep work on each device); in shard_map the body
+    sees one device's block, which has not jax.device_count() slices. Only in a pjit-era script with no pmap: there
+    the batch a function reshapes so is a pjit'd step's (a pmap-era host stacks its rows by its own devices)."""
+    if any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]) or not any(
+            name.startswith(("jax.experimental.pjit", "jax.experimental.maps")) for _, name, _ in s.used_names()):
+        return
+    for call in s.calls:
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr == "reshape") \
+                or s.enclosing_function(call) is s.tree:
+            continue
+        first = _leading_axis(s, call)
+        if first is not None and device_count_of(s, first) == "every":
+            yield (first, "local-batch",
+                   f"{code_of(call.func.value)}.reshape(...) cuts the step's batch into {code_of(first)} slices, "
+                   "one a device (under pjit or jit the step sees the global batch); in shard_map the body sees one "
+                   f"device's block, which has no {code_of(first)} slices (the reshape fails or mixes rows)",
+                   "in the shard_map body the block already is this device's rows: a leading axis of 1 "
+                   "(x[None]) where the code wants one per device, or no reshape; or keep this step under jax.jit "
+                   "with shardings, where the global reshape stays right")
+
+
 RULES = (global_count_over_local_devices, device_count_handed_to_a_loader, rows_of_a_split_batch,
-         stacked_by_a_helper, loader_batch_stacked_over_every_device, shared_project_loader)
+         stacked_by_a_helper, loader_batch_stacked_over_every_device, shared_project_loader,
+         blocks_per_device_in_a_step)
