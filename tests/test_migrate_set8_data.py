@@ -138,3 +138,28 @@ def test_the_same_reshape_with_no_pjit_or_in_a_pmap_script_is_left_to_the_other_
     jitted = PJIT_STEP.replace("from jax.experimental import pjit\n", "").replace(
         "pjit.pjit(mixup_step, in_shardings=None, out_shardings=None)", "jax.jit(mixup_step)")
     assert (4, "local-batch") not in _rules(jitted)  # a jit step over global arrays: the global reshape is right
+
+
+MERGED = """import jax
+
+@jax.pmap
+def play(key):
+    return {'obs': jax.random.normal(key, (4, 2, 3))}
+
+keys = jax.random.split(jax.random.key(0), jax.local_device_count())
+games = jax.device_get(play(keys))
+rows = jax.tree_util.tree_map(lambda x: x.reshape((-1, *x.shape[2:])), games)
+kept = jax.tree_util.tree_map(lambda x: x.reshape((-1, 3)), {'obs': keys})
+"""
+
+
+def test_pmaps_device_axis_folded_into_rows_in_a_tree_map_is_a_local_batch():
+    found = _rules(MERGED)
+    assert (9, "local-batch") in found
+    assert "no device axis" in _said(MERGED, 9, "local-batch")
+    assert (10, "local-batch") not in found  # no pmap output
+
+
+def test_a_tree_map_reshape_of_host_values_is_no_local_batch():
+    plain = MERGED.replace("games = jax.device_get(play(keys))", "games = {'obs': jax.numpy.zeros((8, 4, 3))}")
+    assert (9, "local-batch") not in _rules(plain)

@@ -299,7 +299,8 @@ def global_read_whole(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             items = _items(call.args[1] if name.startswith("numpy.") and len(call.args) > 1 else call.args[0])
         else:
             continue
-        output = next((i for i in items if _is_pmap_output(s, _root(i), outputs, pmapped)), None)
+        output = next((i for i in items if _is_pmap_output(s, _root(i), outputs, pmapped)
+                       or _pmap_output_call(s, _root(i), pmapped)), None)
         stacked = None if output is not None or not name.endswith("device_get") else _stacked_input(s, items[0])
         if output is not None:
             yield (call, "numpy-of-global",
@@ -317,9 +318,42 @@ def global_read_whole(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "multihost_utils.process_allgather(batch) for every host's")
 
 
+def _through_host_copies(s: Script, node: ast.AST | None, outputs, pmapped, depth: int = 0) -> bool:
+    """A pmap output, or its copy on the host (`jax.device_get(out)`, `np.asarray(out)`), through names."""
+    if depth > 6 or node is None:
+        return False
+    if _is_pmap_output(s, node, outputs, pmapped) or _pmap_output_call(s, node, pmapped):
+        return True
+    value = bound_value(s, node) if isinstance(node, ast.Name) else node
+    if isinstance(value, ast.Call) and value.args and (
+            is_name(s.name(value.func), "jax.device_get") or _numpy_call(s, value)):
+        return _through_host_copies(s, value.args[0], outputs, pmapped, depth + 1)
+    return False
+
+
+def device_axis_merged_in_a_tree_map(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`tree_map(lambda x: x.reshape((-1, *x.shape[3:])), samples)` of a pmap output (or its device_get): pmap's
+    leading device axis folded into the rows by hand."""
+    pmapped = _pmapped(s)
+    outputs = _pmap_outputs_by_scope(s)
+    for call in s.calls:
+        if not (s.is_tree_map(call) and len(call.args) == 2 and isinstance(call.args[0], ast.Lambda)
+                and _through_host_copies(s, call.args[1], outputs, pmapped)):
+            continue
+        merge = next((n for n in ast.walk(call.args[0].body) if isinstance(n, ast.Call)
+                      and isinstance(n.func, ast.Attribute) and n.func.attr == "reshape" and _flattens_devices(n)), None)
+        if merge is not None:
+            yield (call, "local-batch",
+                   f"{code_of(merge)} folds pmap's leading axis of local devices into the rows of each leaf of "
+                   f"{code_of(call.args[1])}, by hand; after the port the output has no device axis (its first axis "
+                   "already is every device's rows), so the merge takes the wrong axes",
+                   "drop the merge: the global output's rows are one axis; this host's rows are "
+                   "multihost_utils.global_array_to_host_local_array(out, mesh, P(('host', 'device')))")
+
+
 _THIS_HOSTS_ROWS = ("this host's rows: jax.experimental.multihost_utils.global_array_to_host_local_array(out, mesh, "
                     f"P({MESH_AXES}))")
 
 
 RULES = (pmap_over_hosts, numpy_of_global, host_rows_of_global, host_rows_by_size, leaves_read_on_host,
-         global_read_whole)
+         global_read_whole, device_axis_merged_in_a_tree_map)
