@@ -163,3 +163,41 @@ def test_pmaps_device_axis_folded_into_rows_in_a_tree_map_is_a_local_batch():
 def test_a_tree_map_reshape_of_host_values_is_no_local_batch():
     plain = MERGED.replace("games = jax.device_get(play(keys))", "games = {'obs': jax.numpy.zeros((8, 4, 3))}")
     assert (9, "local-batch") not in _rules(plain)
+
+
+JITTED_BESIDE_PMAP = """import jax
+import optax
+from flax import nnx
+
+@nnx.jit
+def fit(model, opt, x, y):
+    def loss_of(model, x, y):
+        return ((model(x) - y) ** 2).mean()
+    loss, grads = nnx.value_and_grad(loss_of)(model, x, y)
+    opt.update(grads)
+    return loss
+
+@nnx.jit
+def score(model, x):
+    return model(x).mean()
+
+rollout = jax.pmap(lambda k: jax.random.normal(k, (4,)))
+for x, y in batches:
+    loss = fit(model, opt, x, y)
+    s = score(model, x)
+"""
+
+
+def test_a_step_jitted_beside_a_pmap_that_applies_unreduced_gradients_is_said_where_it_is_fed():
+    found = _rules(JITTED_BESIDE_PMAP)
+    assert (19, "unreduced-gradients") in found
+    assert "make_array_from_process_local_data" in _said(JITTED_BESIDE_PMAP, 19, "unreduced-gradients")
+    assert (20, "unreduced-gradients") not in found  # no gradient applied
+
+
+def test_a_jitted_step_that_reduces_or_a_script_with_no_pmap_is_left_alone():
+    reduced = JITTED_BESIDE_PMAP.replace("opt.update(grads)", "opt.update(jax.lax.pmean(grads, 'd'))")
+    assert (19, "unreduced-gradients") not in _rules(reduced)
+    no_pmap = JITTED_BESIDE_PMAP.replace("rollout = jax.pmap(lambda k: jax.random.normal(k, (4,)))",
+                                         "rollout = jax.jit(lambda k: jax.random.normal(k, (4,)))")
+    assert (19, "unreduced-gradients") not in _rules(no_pmap)

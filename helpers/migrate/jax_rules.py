@@ -460,5 +460,49 @@ def _feeds_global_array(s: Script, spec: ast.Call, used: set[str]) -> bool:
 
 
 READS = {*_OLD_CALLS, "jax.experimental.shard_map.shard_map"}  # besides the collectives and pmap
+_JITS = ("jax.jit", "flax.nnx.jit", "equinox.filter_jit")
+_COLLECTIVES = ("pmean", "psum", "psum_scatter", "all_gather", "all_reduce", "pmax", "pmin", "ppermute", "all_to_all")
+
+
+def _jitted_steps(s: Script) -> list[ast.FunctionDef]:
+    """The script's functions jitted with a decorator (`@nnx.jit`, `@jax.jit`, `@partial(jax.jit, ...)`), not
+    pmapped, that apply gradients (`optimizer.update(grads)`, `state.apply_gradients(grads=grads)`) and call no
+    collective."""
+    pmapped = set(s.pmapped_functions())
+    found = []
+    for function in ast.walk(s.tree):
+        if not isinstance(function, ast.FunctionDef) or function in pmapped or not any(
+                is_name(s.name(d.func if isinstance(d, ast.Call) else d), *_JITS) or (
+                    isinstance(d, ast.Call) and is_name(s.name(d.func), "functools.partial") and d.args
+                    and is_name(s.name(d.args[0]), *_JITS)) for d in function.decorator_list):
+            continue
+        calls = [n for n in ast.walk(function) if isinstance(n, ast.Call)]
+        if any(s.name(c.func).rsplit(".", 1)[-1] in _COLLECTIVES for c in calls):
+            continue
+        if any(isinstance(c.func, ast.Attribute) and c.func.attr in ("update", "apply_gradients")
+               and any(s.gradient_status(a) == "yes" for a in [*c.args, *(k.value for k in c.keywords)])
+               for c in calls):
+            found.append(function)
+    return found
+
+
+def jitted_step_on_host_rows(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """In a script that pmaps, a step jitted on its own (no pmap) that applies gradients with no collective, called
+    from the host: each host trains its own copy on its own rows, and nothing averages them over the hosts."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+        return
+    steps = {f.name: f for f in _jitted_steps(s)}
+    for call in s.calls:
+        if isinstance(call.func, ast.Name) and call.func.id in steps \
+                and s.enclosing_function(call) not in {*steps.values(), *s.pmapped_functions()}:
+            yield (call, "unreduced-gradients",
+                   f"{call.func.id}(...) is jitted on its own (not pmapped) and applies gradients with no reduction "
+                   "over hosts or devices: fed this host's rows, on several hosts each host steps its own copy of "
+                   "the model with its own gradient, and the copies drift apart once the hosts' data differ",
+                   "make the batch global (jax.make_array_from_process_local_data(NamedSharding(mesh, "
+                   f"P({MESH_AXES})), rows)) and the model state P() on the mesh: the jitted step's gradient then is "
+                   "the mean over every host's rows")
+
+
 RULES = (_pmap, _pmap_wrapper, _pmapped_out_of_view, _library_pmaps, _old_calls, experimental_shard_map, with_mesh, _local_batch,
-         _device_only_spec, _stacks_in_a_helper)
+         _device_only_spec, _stacks_in_a_helper, jitted_step_on_host_rows)
