@@ -201,3 +201,33 @@ def test_a_jitted_step_that_reduces_or_a_script_with_no_pmap_is_left_alone():
     no_pmap = JITTED_BESIDE_PMAP.replace("rollout = jax.pmap(lambda k: jax.random.normal(k, (4,)))",
                                          "rollout = jax.jit(lambda k: jax.random.normal(k, (4,)))")
     assert (19, "unreduced-gradients") not in _rules(no_pmap)
+
+
+MASKED = """import jax
+
+@jax.pmap
+def play(key):
+    return {'length': jax.random.randint(key, (4,), 0, 9), 'terminated': jax.random.bernoulli(key, 0.5, (4,)),
+            'order': jax.random.permutation(key, 4)}
+
+def report(out):
+    finished = out['length'][out['terminated']]
+    long = out['length'][out['length'] > 3]
+    picked = out['length'][out['order']]
+    return finished, long, picked
+
+keys = jax.random.split(jax.random.key(0), jax.local_device_count())
+report(play(keys))
+"""
+
+
+def test_rows_of_a_pmap_output_picked_by_a_mask_on_the_host_are_a_numpy_of_global():
+    found = _rules(MASKED)
+    assert (9, "numpy-of-global") in found and (10, "numpy-of-global") in found
+    assert "jnp.where" in _said(MASKED, 9, "numpy-of-global")
+    assert (11, "numpy-of-global") not in found  # integer positions: a gather, which runs on a global array
+
+
+def test_a_mask_of_host_values_is_no_global_read():
+    plain = MASKED.replace("report(play(keys))", "report({'length': keys, 'terminated': keys, 'order': keys})")
+    assert not {f for f in _rules(plain) if f[1] == "numpy-of-global"}

@@ -542,7 +542,7 @@ def drawn_global_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 # for batch_rules, which reads batch sizes and rows the same way
 pmap_era, reads_host_number = _pmap_era, _reads_host_number
-global_sizes, reads_by_index = _global_sizes, _reads_by_index
+global_sizes, reads_by_index, traced = _global_sizes, _reads_by_index, _traced
 
 # the roots of libraries whose loaders the other rules read (or that load no batches): not a project's own library
 RULES = (shared_shuffle, shared_loader_order, global_batch_per_host, shared_draws, drawn_global_batches,

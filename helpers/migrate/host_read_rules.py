@@ -7,9 +7,11 @@ instead); `LESSONS` names the notebook section that teaches each rule's fix.
 from __future__ import annotations
 
 import ast
+import re
 from typing import Iterator
 
 from helpers.migrate.bindings import bound_value
+from helpers.migrate.data_rules import traced as _traced
 from helpers.migrate.jax_rules import holds_pmap_stacks, pmapped_out_of_view
 from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, keyword
 
@@ -80,7 +82,8 @@ def _pmap_outputs_by_scope(s: Script) -> set[tuple[ast.AST, str]]:
         if target is not None:
             params = [a.arg for a in target.args.args]
             found |= {(target, params[i]) for i, arg in enumerate(call.args[:len(params)])
-                      if isinstance(arg, ast.Name) and (s.enclosing_function(call), arg.id) in found}
+                      if isinstance(arg, ast.Name) and (s.enclosing_function(call), arg.id) in found
+                      or _pmap_output_call(s, arg, pmapped)}
     return found
 
 
@@ -351,9 +354,41 @@ def device_axis_merged_in_a_tree_map(s: Script) -> Iterator[tuple[ast.AST, str, 
                    "multihost_utils.global_array_to_host_local_array(out, mesh, P(('host', 'device')))")
 
 
+_MASK_WORDS = re.compile(r"(^|_)(mask|masks|valid|done|dones|terminated|truncated|keep)$|^is_")
+
+
+def _a_mask(s: Script, index: ast.AST, outputs, pmapped) -> bool:
+    """An index that is an array of booleans: a comparison (`x == 1`), `~m`, `a & b`, or an array of a pmap output
+    named as a mask (`out.terminated`, `batch_mask`)."""
+    if isinstance(index, ast.Compare) or isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.Invert) \
+            or isinstance(index, ast.BinOp) and isinstance(index.op, (ast.BitAnd, ast.BitOr)):
+        return True
+    last = index.attr if isinstance(index, ast.Attribute) else index.id if isinstance(index, ast.Name) else ""
+    if isinstance(index, ast.Subscript) and isinstance(index.slice, ast.Constant):  # out['terminated']
+        last = str(index.slice.value)
+    return bool(_MASK_WORDS.search(last)) and _through_host_copies(s, _root(index), outputs, pmapped)
+
+
+def masked_rows_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`out.lengths[out.terminated]` on the host, of a pmap output: boolean indexing, whose result's shape depends on
+    the data, reads the mask's values on this host."""
+    pmapped = _pmapped(s)
+    outputs = _pmap_outputs_by_scope(s)
+    for node in ast.walk(s.tree):
+        if not (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)) or _traced(s, node):
+            continue
+        if _through_host_copies(s, _root(node.value), outputs, pmapped) and _a_mask(s, node.slice, outputs, pmapped):
+            yield (node, "numpy-of-global",
+                   f"{code_of(node)} picks rows of a pmap output by a mask on the host: a shape that depends on the "
+                   "mask's values, which the host must read whole; after the port the output and the mask are global "
+                   "arrays over every host's devices, which no host holds whole (it raises on several hosts)",
+                   "reduce with the mask instead of selecting (jnp.where(mask, x, 0).sum() / mask.sum(), in the step "
+                   f"or under jit); or select on {_THIS_HOSTS_ROWS}")
+
+
 _THIS_HOSTS_ROWS = ("this host's rows: jax.experimental.multihost_utils.global_array_to_host_local_array(out, mesh, "
                     f"P({MESH_AXES}))")
 
 
 RULES = (pmap_over_hosts, numpy_of_global, host_rows_of_global, host_rows_by_size, leaves_read_on_host,
-         global_read_whole, device_axis_merged_in_a_tree_map)
+         global_read_whole, device_axis_merged_in_a_tree_map, masked_rows_of_global)
