@@ -58,9 +58,16 @@ def _is_parameter(s: Script, name: ast.Name) -> bool:
 
 def _pmap_output_call(s: Script, value: ast.AST | None, pmapped: set[str]) -> bool:
     """`step(...)` of a pmapped function, or an item of its output (`step(...)[0]`)."""
-    while isinstance(value, ast.Subscript) or _waits_for(value):
-        value = value.value if isinstance(value, ast.Subscript) else value.func.value
+    while isinstance(value, ast.Subscript) or _waits_for(value) or _a_field(s, value):
+        value = value.func.value if _waits_for(value) else value.value
     return isinstance(value, ast.Call) and _calls_pmapped(s, value.func, pmapped)
+
+
+def _a_field(s: Script, value: ast.AST | None) -> bool:
+    """`generate(...).sequences`: a field of the output (not a method called on it)."""
+    holder = s.parent.get(value)
+    return isinstance(value, ast.Attribute) and isinstance(value.value, ast.Call) \
+        and not (isinstance(holder, ast.Call) and holder.func is value)
 
 
 def _waits_for(value: ast.AST) -> bool:
@@ -91,7 +98,16 @@ def _calls_pmapped(s: Script, func: ast.AST, pmapped: set[str]) -> bool:
     """`step(...)` of a pmapped name, or `pad_shard_unpad(step)(...)`: Flax's wrapper, whose output is pmap's rows."""
     if isinstance(func, ast.Call) and s.name(func.func).endswith("pad_shard_unpad") and func.args:
         func = func.args[0]
-    return isinstance(func, ast.Name) and func.id in pmapped
+    return isinstance(func, ast.Name) and func.id in pmapped or _a_pmapped_attribute(s, func)
+
+
+def _a_pmapped_attribute(s: Script, func: ast.AST) -> bool:
+    """`self.p_generate(...)` where a method binds `self.p_generate = jax.pmap(...)`."""
+    pmaps = {*s.pmaps(), *s.nnx_pmaps()}
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
+        and any(isinstance(node, ast.Assign) and node.value in pmaps and any(
+            isinstance(t, ast.Attribute) and code_of(t) == code_of(func) for t in node.targets)
+            for node in ast.walk(s.tree))
 
 
 def _is_pmap_output(s: Script, name: ast.AST, outputs: set[tuple[ast.AST, str]], pmapped: set[str]) -> bool:

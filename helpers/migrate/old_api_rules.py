@@ -32,6 +32,7 @@ _MOVED = {  # removed in jax 0.4.11 (deprecated in 0.4.1)
     "jax.interpreters.pxla.Mesh": "jax.make_mesh(shape, names) or jax.sharding.Mesh",
     "jax.interpreters.sharded_jit.PartitionSpec": "jax.sharding.PartitionSpec (jax.P)",
 }
+_ENTERED_ONLY = {"jax.experimental.maps.mesh"}  # a function that only made and entered a mesh: with-mesh says it all
 _FROM_INTERNALS = "a jax 0.4 release from JAX's internals (ImportError on jax 0.12: it lives in jax.sharding)"
 _GONE_FROM = {"jax.experimental.maps.mesh": "jax 0.4.31 with jax.experimental.maps (ModuleNotFoundError): the old "
                                            "context manager that made a mesh and entered it",
@@ -61,8 +62,8 @@ _XLA_BRIDGE = {  # jax.lib.xla_bridge: not in jax 0.12 (ImportError, on the pinn
 
 def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for node, name, imported in s.used_names():
-        if name in _MOVED and _entered_by_with(s, node):
-            continue  # with_mesh says what replaces `with maps.mesh(...):`
+        if name in _ENTERED_ONLY and _entered_by_with(s, node):
+            continue  # with_mesh says what replaces `with maps.mesh(...):`; a Mesh class built there is both
         if name in _MOVED and (imported or _module_attribute(s, node, name)):  # each use would repeat an
             yield (node, "experimental-sharding-names",  # imported name: the import is what changes
                    f"{name} was removed in {_GONE_FROM.get(name, 'jax 0.4.11 (ImportError or AttributeError)')}"
@@ -192,12 +193,15 @@ def pjit(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         keywords = _keywords(s, call)
         old = [k.arg for k in keywords if k.arg in _OLD_KEYWORDS]
         handed = _handed_pjit(s, call)
+        by_position = not old and not _is_pjit(s, call.func) and handed is None
         axes = _spec_axes(s, [k.value for k in keywords if k.arg in ("in_axis_resources", "in_shardings")]
                           + _positional_in_spec(s, call, handed))
         data = next((a for a in axes if any(w in a.lower() for w in ("dp", "data", "batch"))), None)
         fed = _fed_in_loops(s, call)
         yield (call, "pjit",
                ("pjit's " + " and ".join(old) + " were deleted in jax 0.4.14 (TypeError); " if old else "")
+               + (f"{code_of(call.func)}, called elsewhere with pjit's in_axis_resources, is handed the function and "
+                  "its in and out axis resources by position (pjit's old signature); " if by_position else "")
                + (f"pjit is handed to {code_of(call.func)} with the function and its in and out axis resources "
                   "as positional arguments (pjit's old signature); " if handed is not None else "")
                + "pjit before jax 0.4.1 (jax.Array) took each host's numpy batch as that host's part; "
@@ -222,14 +226,26 @@ def _pjit_calls(s: Script) -> Iterator[ast.Call]:
     """Calls of pjit: by its name, through a name bound to it (`maybe_pjit = pjit`, `p = partial(pjit, ...)`), a
     `@partial(pjit, ...)` decorator, any call with pjit's own keywords (a pjit handed in as an argument), or a call
     that pjit is handed to with the function and its specs (`timeit("JIT", pjit, f, in_spec, out_spec)`)."""
+    keyworded = {code_of(c.func) for c in s.calls if any(k.arg in _OLD_KEYWORDS for k in c.keywords)
+                 and isinstance(c.func, ast.Attribute) and not _own_pjit_wrapper(s, c.func)}
     for call in s.calls:
         partial = is_name(s.name(call.func), "functools.partial")
+        if _positional_like_keyworded(call, keyworded):
+            yield call
+            continue
         if partial and not isinstance(s.parent.get(call), ast.FunctionDef):
             continue  # `p = partial(pjit, ...)`: its calls are the pjit calls
         target = call.args[0] if partial and call.args else call.func
         if _is_pjit(s, target) or any(k.arg in _OLD_KEYWORDS for k in call.keywords) \
                 and not _own_pjit_wrapper(s, call.func) or not partial and _handed_pjit(s, call) is not None:
             yield call
+
+
+def _positional_like_keyworded(call: ast.Call, keyworded: set[str]) -> bool:
+    """`partitioner.partition(fn, (spec,), spec)` where the script calls the same `partitioner.partition` elsewhere
+    with in_axis_resources=: a pjit (t5x's partitioner passes them on) with its axis resources by position."""
+    return isinstance(call.func, ast.Attribute) and code_of(call.func) in keyworded and len(call.args) >= 3 \
+        and not call.keywords
 
 
 def _own_pjit_wrapper(s: Script, func: ast.AST) -> bool:
