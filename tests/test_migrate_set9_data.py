@@ -73,3 +73,48 @@ def test_a_field_of_an_attribute_pmaps_output_folded_and_fetched_is_a_numpy_of_g
 def test_an_attribute_bound_to_a_jit_is_no_pmap_output():
     plain = ATTRIBUTE_PMAP.replace('jax.pmap(fn, "batch")', "jax.jit(fn)")
     assert not {f for f in _rules(plain) if f[1] == "numpy-of-global"}
+
+
+SLIDING = """import jax
+import numpy as np
+from flax import nnx
+
+class Inference:
+    def __init__(self, fn, devices):
+        self.groups = len(devices)
+        self.forward = nnx.pmap(fn, in_axes=(None, 0), devices=devices)
+
+    def run(self, model, rows, bs):
+        outs = []
+        for start in range(0, len(rows), bs):
+            x = rows[start:start + bs]
+            n = self.groups
+            x = x.reshape(n, bs // n, x.shape[1])
+            y = self.forward(model, x)
+            y_host = np.asarray(jax.device_get(y))
+            y_host = y_host.reshape((bs,) + y_host.shape[2:])
+            outs.append(y_host)
+        return outs
+"""
+
+
+def test_rows_cut_into_groups_and_handed_to_a_pmap_are_a_local_batch():
+    assert (15, "local-batch") in _rules(SLIDING)
+    assert "make_array_from_process_local_data" in _said(SLIDING, 15, "local-batch")
+
+
+def test_rows_cut_into_groups_for_a_jitted_function_are_no_local_batch():
+    plain = SLIDING.replace("nnx.pmap(fn, in_axes=(None, 0), devices=devices)", "nnx.jit(fn)")
+    assert (15, "local-batch") not in _rules(plain)
+    assert (18, "local-batch") not in _rules(plain)
+
+
+def test_the_device_axis_folded_on_a_host_copy_of_a_pmap_output_is_a_local_batch():
+    found = _rules(SLIDING)
+    assert (17, "numpy-of-global") in found and (18, "local-batch") in found
+    assert "global_array_to_host_local_array" in _said(SLIDING, 18, "local-batch")
+
+
+def test_a_reshape_keeping_the_leading_axes_of_a_host_copy_is_no_merge():
+    kept = SLIDING.replace("y_host.reshape((bs,) + y_host.shape[2:])", "y_host.reshape(y_host.shape[0], -1)")
+    assert (18, "local-batch") not in _rules(kept)

@@ -370,6 +370,42 @@ def blocks_per_device_in_a_step(s: Script) -> Iterator[tuple[ast.AST, str, str, 
                    "with shardings, where the global reshape stays right")
 
 
+def _split_in_groups(call: ast.Call) -> ast.AST | None:
+    """`x.reshape(n, bs // n, ...)` or `x.reshape((n, bs // n) + rest)`: rows cut into n groups; n (its leading axis)."""
+    shape = call.args if len(call.args) > 1 else call.args[:1]
+    first = shape[0] if shape else None
+    while isinstance(first, ast.BinOp) and isinstance(first.op, ast.Add):
+        first = first.left
+    parts = first.elts if isinstance(first, (ast.Tuple, ast.List)) else shape
+    if len(parts) < 2 or not isinstance(parts[0], (ast.Name, ast.Attribute)):
+        return None
+    second = parts[1]
+    return parts[0] if isinstance(second, ast.BinOp) and isinstance(second.op, (ast.FloorDiv, ast.Div)) \
+        and code_of(second.right) == code_of(parts[0]) else None
+
+
+def stacked_for_a_pmapped_call(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`x = x.reshape(n, bs // n, ...)` then `self._forward(model, x)` of a pmap: this host's rows cut into one group
+    per mapped device, the leading axis pmap strips, whatever names the count (one the other rules do not follow)."""
+    pmapped_call = s.pmapped_call_test()
+    for call in s.calls:
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr == "reshape"):
+            continue
+        leading = _split_in_groups(call)
+        holder = s.parent.get(call)
+        if leading is None or device_count_of(s, leading) is not None or not (
+                isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name)):
+            continue
+        name, function = holder.targets[0].id, s.enclosing_function(call)
+        if any(pmapped_call(c) and c.lineno > call.lineno and s.enclosing_function(c) is function
+               and any(isinstance(a, ast.Name) and a.id == name for a in c.args) for c in s.calls):
+            yield (call, "local-batch",
+                   f"{code_of(call)} cuts this host's rows into {code_of(leading)} groups, one a device, and hands "
+                   "the stack to a pmapped function: the leading axis pmap strips, of this host's devices only",
+                   "no stacking: pass the host's rows as they are to jax.make_array_from_process_local_data("
+                   f"NamedSharding(mesh, P({MESH_AXES})), rows), and JAX splits them over the devices")
+
+
 RULES = (global_count_over_local_devices, device_count_handed_to_a_loader, rows_of_a_split_batch,
          stacked_by_a_helper, loader_batch_stacked_over_every_device, shared_project_loader,
-         blocks_per_device_in_a_step)
+         blocks_per_device_in_a_step, stacked_for_a_pmapped_call)

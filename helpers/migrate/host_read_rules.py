@@ -370,6 +370,37 @@ def device_axis_merged_in_a_tree_map(s: Script) -> Iterator[tuple[ast.AST, str, 
                    "multihost_utils.global_array_to_host_local_array(out, mesh, P(('host', 'device')))")
 
 
+def _merges_two_leading(call: ast.Call, owner: ast.AST) -> bool:
+    """`y.reshape((bs,) + y.shape[2:])` or `y.reshape(bs, *y.shape[2:])`: the two leading axes merged into one."""
+    return any(isinstance(n, ast.Subscript) and code_of(n.value) == f"{code_of(owner)}.shape"
+               and isinstance(n.slice, ast.Slice) and n.slice.upper is None and isinstance(n.slice.lower, ast.Constant)
+               and n.slice.lower.value == 2 for a in call.args for n in ast.walk(a)) and bool(call.args) and not any(
+        isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value in (0, 1)
+        and code_of(n.value) == f"{code_of(owner)}.shape" for a in call.args for n in ast.walk(a))
+
+
+def device_axis_merged_on_a_host_copy(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`y_np = np.asarray(jax.device_get(y))` of a pmap output, then `y_np.reshape((bs,) + y_np.shape[2:])` or
+    `y_np.reshape(-1, ...)`: pmap's leading axis of local devices folded into the rows by hand, on the host."""
+    pmapped = _pmapped(s)
+    outputs = _pmap_outputs_by_scope(s)
+    for call in s.calls:
+        owner = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "reshape" else None
+        if not isinstance(owner, ast.Name) or _is_pmap_output(s, owner, outputs, pmapped) \
+                or not (_flattens_devices(call) or _merges_two_leading(call, owner)):
+            continue  # a reshape of the output itself: host_rows_of_global
+        copy = bound_value(s, owner)
+        if isinstance(copy, ast.Call) and copy.args and (is_name(s.name(copy.func), "jax.device_get")
+                                                         or _numpy_call(s, copy)) \
+                and _through_host_copies(s, copy.args[0], outputs, pmapped):
+            yield (call, "local-batch",
+                   f"{code_of(call)} folds pmap's leading axis of local devices into the rows of {code_of(owner)}, "
+                   "this host's copy of a pmap output, by hand; after the port the output has no device axis (its "
+                   "first axis already is every device's rows), so the merge takes the wrong axes",
+                   "drop the merge: the global output's rows are one axis; this host's rows are "
+                   f"multihost_utils.global_array_to_host_local_array(out, mesh, P({MESH_AXES}))")
+
+
 _MASK_WORDS = re.compile(r"(^|_)(mask|masks|valid|done|dones|terminated|truncated|keep)$|^is_")
 
 
@@ -407,4 +438,5 @@ _THIS_HOSTS_ROWS = ("this host's rows: jax.experimental.multihost_utils.global_a
 
 
 RULES = (pmap_over_hosts, numpy_of_global, host_rows_of_global, host_rows_by_size, leaves_read_on_host,
-         global_read_whole, device_axis_merged_in_a_tree_map, masked_rows_of_global)
+         global_read_whole, device_axis_merged_in_a_tree_map, masked_rows_of_global,
+         device_axis_merged_on_a_host_copy)
