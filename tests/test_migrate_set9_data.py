@@ -118,3 +118,53 @@ def test_the_device_axis_folded_on_a_host_copy_of_a_pmap_output_is_a_local_batch
 def test_a_reshape_keeping_the_leading_axes_of_a_host_copy_is_no_merge():
     kept = SLIDING.replace("y_host.reshape((bs,) + y_host.shape[2:])", "y_host.reshape(y_host.shape[0], -1)")
     assert (18, "local-batch") not in _rules(kept)
+
+
+PROJECT_STACKS = """import jax
+import jax.numpy as jnp
+import loaders as ld
+import helpers as hp
+
+train_x, train_y = ld.load_shard(split='train')
+valid_x, valid_y = ld.load_shard(split='valid')
+wide_x = ld.augment_batches(train_x)
+params = hp.replicate(init(jax.random.key(0)))
+
+@jax.pmap
+def predict(params, x):
+    return jnp.argmax(params['w'] @ x, axis=-1)
+
+@jax.pmap
+def update(params, x, y):
+    return params, jax.grad(lambda p: ((p['w'] @ x - y) ** 2).mean())(params)
+
+def accuracy(params, x, y):
+    return float(jnp.mean(predict(params, x) == y))
+
+params, grads = update(params, wide_x, train_y)
+print(accuracy(params, train_x, train_y), accuracy(params, valid_x, valid_y))
+"""
+
+
+def test_every_loader_a_function_s_callers_hand_to_pmap_is_a_local_batch():
+    found = _rules(PROJECT_STACKS)
+    assert (6, "local-batch") in found and (7, "local-batch") in found
+
+
+def test_a_project_call_handed_rows_another_loader_read_is_no_loader():
+    found = _rules(PROJECT_STACKS)
+    assert (8, "local-batch") not in found and (8, "shared-shuffle") not in found
+
+
+def test_a_project_module_s_replicate_in_a_pmap_script_is_a_replicate():
+    assert (9, "jax-utils-replicate") in _rules(PROJECT_STACKS)
+    assert "NamedSharding(mesh, P())" in _said(PROJECT_STACKS, 9, "jax-utils-replicate")
+
+
+def test_a_replicate_of_a_library_or_of_an_object_is_not_the_project_s():
+    for other in ("import numpy as hp", "from helpers import model as hp"):
+        source = PROJECT_STACKS.replace("import helpers as hp", other)
+        said = (9, "jax-utils-replicate") in _rules(source)
+        assert said == (other != "import numpy as hp")
+    no_pmap = "import helpers as hp\nparams = hp.replicate(w)\n"
+    assert not _rules(no_pmap)

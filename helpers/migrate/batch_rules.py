@@ -19,7 +19,7 @@ from typing import Iterator
 from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, host_index_in, loop_items
 from helpers.migrate.data_rules import (global_sizes as _global_sizes, pmap_era as _pmap_era,
                                         reads_by_index as _reads_by_index, reads_host_number as _reads_host_number)
-from helpers.migrate.loader_rules import project_call
+from helpers.migrate.loader_rules import handed_loaded_rows, project_call
 from helpers.migrate.script import MESH_AXES, Script, code_of, is_name
 
 LESSONS: dict[str, tuple[str, str]] = {}  # global-batch-per-host, shared-shuffle: data_rules'; local-batch: jax_rules'
@@ -335,7 +335,8 @@ def shared_project_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             continue
         for argument in [*call.args, *(k.value for k in call.keywords)]:
             loader = batch_source(s, argument)
-            if loader is None or loader in said or host_index_in(s, loader) is not None:
+            if loader is None or loader in said or host_index_in(s, loader) is not None \
+                    or handed_loaded_rows(s, loader) is not None:  # a transform of rows another loader read
                 continue
             said.add(loader)
             yield (loader, "shared-shuffle",

@@ -155,7 +155,7 @@ def copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     followed to their bodies in the script or its folder), a repeat or broadcast of `x[None]` over the local
     devices, and a checkpointer of the project handed pmap's stacks."""
     for call in s.calls:
-        kind = s.copy_helper(call)
+        kind = s.copy_helper(call) or _a_project_module_copy(s, call)
         short = s.name(call.func).rsplit(".", 1)[-1].lower()
         if kind == "unreplicate" and ("save" in short or "checkpoint" in short):
             yield (call, "jax-utils-replicate",
@@ -194,6 +194,23 @@ def copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "save its shards of",
                    "an orbax.checkpoint.CheckpointManager called on every host with the global state (no [0]); "
                    "Orbax lets process 0 write the shared metadata")
+
+
+_NOT_A_PROJECT = ("jax", "jaxlib", "flax", "haiku", "equinox", "optax", "numpy", "chex", "torch", "tensorflow",
+                  "functools", "copy", "ray", "dask", "multiprocessing")
+
+
+def _a_project_module_copy(s: Script, call: ast.Call) -> str | None:
+    """`u.replicate(params)` with `import util as u`, a module of the script's own project (not flax's jax_utils,
+    not a method of an object), in a script that pmaps: the project's replicate (or unreplicate) of pmap's copies."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr in ("replicate", "unreplicate")
+            and isinstance(func.value, ast.Name) and call.args and len(call.args) == 1 and not call.keywords):
+        return None
+    module = s.names.alias.get(func.value.id)
+    if module is None or module.split(".")[0] in _NOT_A_PROJECT or not any(True for _ in s.pmaps()):
+        return None
+    return func.attr
 
 
 def _copies_per_local_device(s: Script, node: ast.AST) -> bool:

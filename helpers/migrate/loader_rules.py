@@ -111,9 +111,10 @@ def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
     device; and `[0]` of such a batch, device 0's slice."""
     stacked = {}
     for argument in fed_to_pmap(s):
-        loader = _loader_of(s, argument)
-        if loader is not None:
-            stacked.setdefault(loader, argument)
+        for source in _each_caller_s(s, argument):
+            loader = _loader_of(s, source)
+            if loader is not None and handed_loaded_rows(s, loader) is None:
+                stacked.setdefault(loader, argument)
     for loader, argument in stacked.items():
         sized = [k.arg for k in loader.keywords if k.arg and "device" in k.arg]
         yield (loader, "local-batch",
@@ -128,6 +129,25 @@ def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
             yield (node, "local-batch",
                    f"{code_of(node)} takes device 0's slice of a batch the project's loader stacks per local device",
                    "after the port a batch has no device axis: take the rows you need (batch[:n]), or the batch itself")
+
+
+def _each_caller_s(s: Script, argument: ast.AST) -> list[ast.AST]:
+    """A parameter of the script's function fed to pmap: what each of its callers hands it (`accuracy(params,
+    train_x, ...)` and `accuracy(params, valid_x, ...)`), each a batch of its own; anything else as it is."""
+    if isinstance(argument, ast.Name) and bound_value(s, argument) is None:
+        return list(arguments_for(s, argument)) or [argument]
+    return [argument]
+
+
+def handed_loaded_rows(s: Script, call: ast.Call) -> ast.Call | None:
+    """`data.augment_batches(train_x)` where train_x comes as it is from another of the project's loaders
+    (`train_x, train_y = data.load_shard(...)`): a transform of rows loaded already, not a loader; the loader it is
+    handed (where what each host reads is said)."""
+    for argument in [*call.args, *(k.value for k in call.keywords)]:
+        upstream = _loader_of(s, argument)
+        if upstream is not None and upstream is not call:
+            return upstream
+    return None
 
 
 def _only_counted(s: Script, node: ast.AST) -> bool:
