@@ -10,7 +10,8 @@ import re
 from typing import Iterator
 
 from helpers.migrate.gradients import Parts, whole
-from helpers.migrate.reach import runs_under_pmap
+from helpers.migrate.bodies import collective_axes
+from helpers.migrate.reach import pmapped_out_of_view, runs_under_pmap
 from helpers.migrate.script import MESH_AXES, Script, argument, code_of, is_name, keyword, pmap_axis, strings
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
@@ -22,67 +23,90 @@ FLAX_COLLECTIVES = ("flax.training.common_utils.pmean", "flax.training.common_ut
 
 def pmap_collective(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     pmaps = {*s.pmaps(), *s.nnx_pmaps(), *s.wrappers}
+    bodies = pmapped_out_of_view(s)
     s = _ParameterAxes(s)
     for call in s.calls:
-        name = s.name(call.func)
-        op = name.rsplit(".", 1)[-1]
-        axis = _axis_keyword(s, call)
-        if op == "value_and_grad" and set(s.axis_names(axis)) & s.pmap_axes:
-            yield (call, "pmap-collective",
-                   f"{code_of(call.func)}(..., axis_name={code_of(axis)}) averages the gradients over pmap's axis "
-                   "itself (a pmean inside); under shard_map with check_vma the gradient of P() parameters is "
-                   "already summed over the devices, so a renamed axis here makes it N times too large",
-                   f"no axis_name: take the gradient of jax.lax.pmean(loss, {MESH_AXES}) (with a dynamic "
-                   "scale, keep its finiteness check global yourself)")
-            continue
-        if set(s.axis_names(axis)) & s.pmap_axes and not (op in COLLECTIVES and is_name(name, f"jax.lax.{op}")) \
-                and call not in pmaps and not s.in_pmap_over_hosts(call):
-            yield _handed_axis(s, call, axis)
-            continue
-        handed = _handed_by_position(s, call, pmaps) if axis is None or not s.axis_names(axis) else None
-        if handed is not None:
-            yield _handed_axis(s, call, handed)
-            continue
-        if axis is None and _gathers_metrics_by_default(s, call):
-            yield (call, "pmap-collective",
-                   f"{code_of(call.func)}(...) of a CLU metrics collection all_gathers the metrics over the axis "
-                   f"'{_CLU_AXIS}' by default, pmap's axis here, which shard_map does not have",
-                   f"pass axis_name={MESH_AXES}: the mesh axes reach every device of every host")
-            continue
-        flax = is_name(name, *FLAX_COLLECTIVES)
-        if not flax and (op not in COLLECTIVES or not is_name(name, f"jax.lax.{op}")) or s.in_pmap_over_hosts(call):
-            continue
-        axis = argument(call, 0 if op == "axis_index" else 1, "axis_name")
-        if flax:  # old Flax's pmean(tree, axis_name='batch'): a psum over 'batch' divided by its size
-            yield _flax_collective(s, call, op, axis)
-            continue
-        unresolved = bool(pmaps) and _unresolved(s, axis)
-        if not (set(s.axis_names(axis)) & s.pmap_axes or unresolved):
-            continue
-        where = _HELD if unresolved else "pmap's axis"
-        operand = code_of(call.args[0]) if call.args and op != "axis_index" else ""
-        status = s.gradient_status(call.args[0]) if op in ("pmean", "psum") and call.args else "no"
-        named = status == "no" and op in ("pmean", "psum") and bool(call.args) and named_for_gradients(call.args[0])
-        if unresolved and status == "no" and not named and _parameter_of_unused_function(s, axis):
-            continue  # no gradient, in code the script never runs: nothing says the axis is pmap's
-        if status == "yes":
-            together = isinstance(call.args[0], (ast.Tuple, ast.List)) or _some_not_gradients(s, call.args[0])
-            # `pmean((loss, grads), 'batch')`, or of the (loss, grads) pair value_and_grad gave back
-            yield (call, "pmap-collective",
-                   f"{op}({operand}, {code_of(axis)}) {'averages' if op == 'pmean' else 'adds'} the gradients "
-                   f"over {where}{_MEAN if op == 'psum' else ''}; {_TRAP}",
-                   f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and "
-                   + (f"keep only what is not a gradient in this {op}" if together else f"drop this {op}")
-                   + "; renaming the axis is not enough")
-        elif status == "unknown" or named:
-            yield (call, "pmap-collective",
-                   f"{op}({operand}, {code_of(axis)}) names {where}, and {_NAMED_MAYBE if named else _MAYBE}",
-                   _EITHER)
+        axes = set(collective_axes(s, call))
+        body = next((f for f in _enclosing(s, call) if f in bodies), None)
+        if body is not None and axes and not axes & s.pmap_axes and axes <= set(bodies[body]):
+            unseen = _ParameterAxes(s.script, s.pmap_axes | axes)  # the collective names the unseen pmap's axis
+            yield from ((node, rule, f"{does}; {_OUT_OF_VIEW}", instead)
+                        for node, rule, does, instead in _collective(unseen, call, pmaps))
         else:
-            yield (call, "pmap-collective",
-                   f"{op}(..., {code_of(axis)}) names {where}, which shard_map does not have",
-                   f"name the mesh axes: jax.lax.{op}(..., {MESH_AXES}) reaches every device of "
-                   "every host")
+            yield from _collective(s, call, pmaps)
+
+
+_OUT_OF_VIEW = ("this function runs under a pmap this file does not show (a framework's or another module's): its "
+                "collectives name that pmap's axis")
+
+
+def _enclosing(s: Script, node: ast.AST) -> Iterator[ast.AST]:
+    while node in s.parent:
+        node = s.parent[node]
+        yield node
+
+
+def _collective(s: Script, call: ast.Call, pmaps: set[ast.AST]) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """The finding of one call (a collective, or pmap's axis handed on), if any."""
+    name = s.name(call.func)
+    op = name.rsplit(".", 1)[-1]
+    axis = _axis_keyword(s, call)
+    if op == "value_and_grad" and set(s.axis_names(axis)) & s.pmap_axes:
+        yield (call, "pmap-collective",
+               f"{code_of(call.func)}(..., axis_name={code_of(axis)}) averages the gradients over pmap's axis "
+               "itself (a pmean inside); under shard_map with check_vma the gradient of P() parameters is "
+               "already summed over the devices, so a renamed axis here makes it N times too large",
+               f"no axis_name: take the gradient of jax.lax.pmean(loss, {MESH_AXES}) (with a dynamic "
+               "scale, keep its finiteness check global yourself)")
+        return
+    if set(s.axis_names(axis)) & s.pmap_axes and not (op in COLLECTIVES and is_name(name, f"jax.lax.{op}")) \
+            and call not in pmaps and not s.in_pmap_over_hosts(call):
+        yield _handed_axis(s, call, axis)
+        return
+    handed = _handed_by_position(s, call, pmaps) if axis is None or not s.axis_names(axis) else None
+    if handed is not None:
+        yield _handed_axis(s, call, handed)
+        return
+    if axis is None and _gathers_metrics_by_default(s, call):
+        yield (call, "pmap-collective",
+               f"{code_of(call.func)}(...) of a CLU metrics collection all_gathers the metrics over the axis "
+               f"'{_CLU_AXIS}' by default, pmap's axis here, which shard_map does not have",
+               f"pass axis_name={MESH_AXES}: the mesh axes reach every device of every host")
+        return
+    flax = is_name(name, *FLAX_COLLECTIVES)
+    if not flax and (op not in COLLECTIVES or not is_name(name, f"jax.lax.{op}")) or s.in_pmap_over_hosts(call):
+        return
+    axis = argument(call, 0 if op == "axis_index" else 1, "axis_name")
+    if flax:  # old Flax's pmean(tree, axis_name='batch'): a psum over 'batch' divided by its size
+        yield _flax_collective(s, call, op, axis)
+        return
+    unresolved = bool(pmaps) and _unresolved(s, axis)
+    if not (set(s.axis_names(axis)) & s.pmap_axes or unresolved):
+        return
+    where = _HELD if unresolved else "pmap's axis"
+    operand = code_of(call.args[0]) if call.args and op != "axis_index" else ""
+    status = s.gradient_status(call.args[0]) if op in ("pmean", "psum") and call.args else "no"
+    named = status == "no" and op in ("pmean", "psum") and bool(call.args) and named_for_gradients(call.args[0])
+    if unresolved and status == "no" and not named and _parameter_of_unused_function(s, axis):
+        return  # no gradient, in code the script never runs: nothing says the axis is pmap's
+    if status == "yes":
+        together = isinstance(call.args[0], (ast.Tuple, ast.List)) or _some_not_gradients(s, call.args[0])
+        # `pmean((loss, grads), 'batch')`, or of the (loss, grads) pair value_and_grad gave back
+        yield (call, "pmap-collective",
+               f"{op}({operand}, {code_of(axis)}) {'averages' if op == 'pmean' else 'adds'} the gradients "
+               f"over {where}{_MEAN if op == 'psum' else ''}; {_TRAP}",
+               f"take the gradient of jax.lax.pmean(loss, {MESH_AXES}) and "
+               + (f"keep only what is not a gradient in this {op}" if together else f"drop this {op}")
+               + "; renaming the axis is not enough")
+    elif status == "unknown" or named:
+        yield (call, "pmap-collective",
+               f"{op}({operand}, {code_of(axis)}) names {where}, and {_NAMED_MAYBE if named else _MAYBE}",
+               _EITHER)
+    else:
+        yield (call, "pmap-collective",
+               f"{op}(..., {code_of(axis)}) names {where}, which shard_map does not have",
+               f"name the mesh axes: jax.lax.{op}(..., {MESH_AXES}) reaches every device of "
+               "every host")
 
 
 _HELD = ("an axis held in a name the tool cannot resolve to a string (a parameter), in a script that pmaps: pmap's "
@@ -210,8 +234,9 @@ class _ParameterAxes:
     keyword, also through `jax.value_and_grad(loss_fn)(params, batch, axis_name)`), followed through the callers'
     own parameters; every other attribute is the script's."""
 
-    def __init__(self, s: Script):
+    def __init__(self, s: Script, pmap_axes: set[str] | None = None):
         self._s = self.script = s
+        self.pmap_axes = s.pmap_axes if pmap_axes is None else pmap_axes
 
     def __getattr__(self, name: str):
         return getattr(self._s, name)

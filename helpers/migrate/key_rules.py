@@ -11,7 +11,7 @@ import re
 from typing import Iterator
 
 from helpers.migrate.bindings import bound_value, host_index_in, reaches
-from helpers.migrate.reach import run_under_pmap
+from helpers.migrate.reach import pmapped_bodies, pmapped_out_of_view, run_under_pmap
 from helpers.migrate.script import MESH_AXES, Script, argument, code_of, is_name, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
@@ -125,42 +125,78 @@ def _draws_from_a_passed_key(s: Script, call: ast.Call) -> bool:
 
 
 def _pmap_body_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    reached = run_under_pmap(s)
-    for function in set(s.pmapped_functions()):
+    reached, unseen = run_under_pmap(s), pmapped_out_of_view(s)
+    for function in pmapped_bodies(s):
         if _initialises(function):
             continue  # under pmap an init draws the same parameters on every device, as a P() port must
         calls = [n for n in ast.walk(function) if isinstance(n, ast.Call)]
         if any(is_name(s.name(c.func), "jax.lax.axis_index") for c in calls) or _binds_keys_in_a_helper(s, function):
             continue
-        where, uses = function.name, _first_draw_of_each_key(s, function)
+        where, uses = function.name, _first_draw_of_each_key(s, function, function in unseen)
         uses = uses or _uses_of_per_device_keys(s, function)
         for runs in sorted((f for f, top in reached.items() if top is function), key=lambda f: f.lineno):
             if uses:
                 break
             if not _initialises(runs) and not _binds_keys_in_a_helper(s, runs) and not any(
                     isinstance(c, ast.Call) and is_name(s.name(c.func), "jax.lax.axis_index") for c in ast.walk(runs)):
-                where, uses = f"{runs.name} (which {function.name} calls)", _first_draw_of_each_key(s, runs)
+                where, uses = f"{runs.name} (which {function.name} calls)", _first_draw_of_each_key(
+                    s, runs, function in unseen)
+        runner = "a pmap this file does not show runs (a framework's or another module's)" if function in unseen \
+            else "pmap runs"
         for use in uses:
             yield (use, "pmap-body-keys",
-                   f"{code_of(use)} inside {where}, which pmap runs: under pmap each device had a "
+                   f"{_spelled(use)} inside {where}, which {runner}: under pmap each device had a "
                    "key of its own (split per local device before the step); with one replicated key every "
                    "device draws the same numbers",
                    f"keep one key and fold each device's position into it: jax.random.fold_in(key, "
                    f"jax.lax.axis_index({MESH_AXES}))")
 
 
-def _first_draw_of_each_key(s: Script, function: ast.AST) -> list[ast.Call]:
+def _first_draw_of_each_key(s: Script, function: ast.AST, unseen: bool = False) -> list[ast.Call]:
     """The function's first draw from each key it is handed (`split(dropout_rng)` and `split(gumbel_rng)`: two keys;
-    a draw from a key split off one of them is the same key's stream); its first draw where no key is a parameter."""
-    draws = sorted((c for c in ast.walk(function) if isinstance(c, ast.Call) and _draws_from_a_passed_key(s, c)),
-                   key=lambda c: (c.lineno, c.col_offset))
+    a draw from a key split off one of them is the same key's stream; a model's apply handed the key in training,
+    `model.apply(params, x, rngs={'dropout': rng})`, draws too, from a key the function also draws from itself, or
+    any key in a body pmapped out of view (`unseen`), whose keys come from that pmap); its first draw where no key is
+    a parameter."""
     params = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
+    draws = sorted(((c, argument(c, 0, "key")) for c in ast.walk(function) if isinstance(c, ast.Call)
+                    and _draws_from_a_passed_key(s, c)), key=lambda d: (d[0].lineno, d[0].col_offset))
+    drawn = {_key_origin(s, k) for _, k in draws}
+    applies = [(c, k) for c in ast.walk(function) if isinstance(c, ast.Call) for k in _keys_applied(s, c, params)
+               if unseen or _key_origin(s, k) in drawn]
     first: dict[str, ast.Call] = {}
-    for draw in draws:
-        origin = _key_origin(s, argument(draw, 0, "key"))
+    for draw, key in sorted([*draws, *applies], key=lambda d: (d[0].lineno, d[0].col_offset)):
+        origin = _key_origin(s, key)
         if origin in params:
             first.setdefault(origin, draw)
-    return sorted(first.values(), key=lambda c: (c.lineno, c.col_offset)) or draws[:1]
+    return sorted(first.values(), key=lambda c: (c.lineno, c.col_offset)) or [d for d, _ in draws[:1]]
+
+
+_EVALUATION = {"is_training": False, "training": False, "train": False, "deterministic": True}
+
+
+def _keys_applied(s: Script, call: ast.Call, params: set[str]) -> list[ast.AST]:
+    """The keys a model's `apply` is handed (a name, or the values of `rngs={...}`) that come from the function's
+    parameters; none in evaluation (`is_training=False`, `deterministic=True`, `training_mode=...EVAL`), which draws
+    nothing."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "apply"):
+        return []
+    for k in call.keywords:
+        if k.arg in _EVALUATION and isinstance(k.value, ast.Constant) and k.value.value is _EVALUATION[k.arg] \
+                or k.arg and "mode" in k.arg and re.search(r"\bEVAL", code_of(k.value)):
+            return []
+    handed = [*call.args, *(k.value for k in call.keywords if k.arg not in ("rngs",))]
+    handed += [v for k in call.keywords if k.arg == "rngs" and isinstance(k.value, ast.Dict) for v in k.value.values]
+    handed += [k.value for k in call.keywords if k.arg == "rngs" and isinstance(k.value, ast.Name)]
+    return [a for a in handed if isinstance(a, ast.Name) and re.search(r"rng|key", a.id, re.I)
+            and _key_origin(s, a) in params]
+
+
+def _spelled(use: ast.AST) -> str:
+    """A draw as written, a model's apply cut to its callee (`self.forward.apply(...)`)."""
+    if isinstance(use, ast.Call) and isinstance(use.func, ast.Attribute) and use.func.attr == "apply":
+        return f"{code_of(use.func)}(...)"
+    return code_of(use)
 
 
 def _key_origin(s: Script, key: ast.AST | None) -> str | None:

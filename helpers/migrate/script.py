@@ -478,8 +478,9 @@ class Script:
         `@partial(jax.pmap, ...)`, followed to their definitions in the script."""
         defs = {n.name: n for n in ast.walk(self.tree) if isinstance(n, ast.FunctionDef)}
         for call in self.pmaps():
-            if self.pmap_target(call) in defs:
-                yield defs[self.pmap_target(call)]
+            target = self._mapped_def(call, defs)
+            if target is not None:
+                yield target
         for node in defs.values():
             for d in node.decorator_list:
                 head = d.func if isinstance(d, ast.Call) else d
@@ -487,6 +488,23 @@ class Script:
                         isinstance(d, ast.Call) and is_name(self.name(head), "functools.partial")
                         and d.args and is_name(self.name(d.args[0]), "jax.pmap")):
                     yield node
+
+    def _mapped_def(self, call: ast.Call, defs: dict[str, ast.AST]) -> ast.AST | None:
+        """The def a pmap maps: `f`, `partial(f, ...)`, a name bound to `partial(f, ...)` (`step = partial(f, ...)`;
+        `jax.pmap(step)`), or a method of the class the pmap is in (`jax.pmap(self._update)`)."""
+        target = call.args[0] if call.args and not is_name(self.name(call.func), "functools.partial") else None
+        if isinstance(target, ast.Name) and target.id not in defs:
+            target = self.value(target)
+        if isinstance(target, ast.Call) and is_name(self.name(target.func), "functools.partial") and target.args:
+            target = target.args[0]
+        if isinstance(target, ast.Name):
+            return defs.get(target.id)
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+            owner = next((c for c in self._enclosing_defs(call) if isinstance(self.parent.get(c), ast.ClassDef)), None)
+            method = defs.get(target.attr)
+            if owner is not None and method is not None and self.parent.get(method) is self.parent.get(owner):
+                return method
+        return None
 
     def pmap_target(self, call: ast.Call) -> str | None:
         """The name of the function a `jax.pmap(f, ...)` or `jax.pmap(partial(f, ...))` call maps."""
