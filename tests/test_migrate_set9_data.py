@@ -168,3 +168,41 @@ def test_a_replicate_of_a_library_or_of_an_object_is_not_the_project_s():
         assert said == (other != "import numpy as hp")
     no_pmap = "import helpers as hp\nparams = hp.replicate(w)\n"
     assert not _rules(no_pmap)
+
+
+JAXLINE = """import jax
+from jaxline import experiment
+from jaxline import utils as jl
+
+class Trainer(experiment.AbstractExperiment):
+    CHECKPOINT_ATTRS = {'_params': 'params'}
+
+    def __init__(self, mode):
+        self._step = jax.pmap(self._update, axis_name='i')
+
+    def _start(self, make_input):
+        self._input = jl.double_buffer_on_gpu(make_input())
+
+    def _make_input(self, ds):
+        ds = ds.batch(jax.local_device_count())
+        return iter(ds)
+"""
+
+
+def test_jaxline_s_checkpointed_attributes_and_its_double_buffer_in_a_pmap_experiment():
+    found = _rules(JAXLINE)
+    assert (6, "flax-checkpoints") in found and (12, "flax-prefetch") in found
+    assert "NON_BROADCAST_CHECKPOINT_ATTRS" in _said(JAXLINE, 6, "flax-checkpoints")
+
+
+def test_a_dataset_batched_by_the_local_device_count_is_a_local_batch():
+    assert (15, "local-batch") in _rules(JAXLINE)
+
+
+def test_without_pmap_or_jaxline_or_with_a_product_nothing_is_said():
+    no_pmap = JAXLINE.replace("jax.pmap(self._update, axis_name='i')", "jax.jit(self._update)")
+    assert not _rules(no_pmap)
+    own_base = JAXLINE.replace("experiment.AbstractExperiment", "object")
+    assert (6, "flax-checkpoints") not in _rules(own_base)
+    rows = JAXLINE.replace("ds.batch(jax.local_device_count())", "ds.batch(32 * jax.local_device_count())")
+    assert "one per local device" not in _said(rows, 15, "local-batch")  # a host's batch size: another rule's words

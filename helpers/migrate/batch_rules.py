@@ -407,6 +407,21 @@ def stacked_for_a_pmapped_call(s: Script) -> Iterator[tuple[ast.AST, str, str, s
                    f"NamedSharding(mesh, P({MESH_AXES})), rows), and JAX splits them over the devices")
 
 
+def batched_by_local_devices(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`ds = ds.batch(jax.local_device_count())` in a script that pmaps: a dataset's batches grouped one a local
+    device, the leading axis pmap strips (tf.data, grain)."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+        return
+    for call in s.calls:
+        if isinstance(call.func, ast.Attribute) and call.func.attr == "batch" and call.args \
+                and device_count_of(s, call.args[0]) == "local":
+            yield (call, "local-batch",
+                   f"{code_of(call)} groups this host's batches one per local device ({code_of(call.args[0])}), "
+                   "the stack pmap takes",
+                   "no grouping: batch this host's rows (global_batch // jax.process_count()) and pass them to "
+                   f"jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), rows)")
+
+
 RULES = (global_count_over_local_devices, device_count_handed_to_a_loader, rows_of_a_split_batch,
          stacked_by_a_helper, loader_batch_stacked_over_every_device, shared_project_loader,
-         blocks_per_device_in_a_step, stacked_for_a_pmapped_call)
+         blocks_per_device_in_a_step, stacked_for_a_pmapped_call, batched_by_local_devices)

@@ -328,5 +328,36 @@ def stateful_state(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 
 READS = {*_CALLS, "flax.jax_utils.replicate", "flax.jax_utils.unreplicate"}
+_JAXLINE_PREFETCH = ("double_buffer_on_gpu", "double_buffer")
+
+
+def jaxline_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """jaxline's own pmap-era machinery in an experiment that pmaps: `double_buffer_on_gpu(it)` (device_put_sharded of
+    each per-device stack, flax's prefetch_to_device), and a class's `CHECKPOINT_ATTRS` (jaxline saves those
+    attributes as pmap's per-device copies: device 0's on save, broadcast to the local devices on restore)."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+        return
+    for call in s.calls:
+        name = s.name(call.func)
+        if name.startswith("jaxline.") and name.rsplit(".", 1)[-1] in _JAXLINE_PREFETCH and call.args:
+            yield (call, "flax-prefetch",
+                   f"{code_of(call.func)}(...) (jaxline) puts each of the iterator's per-device stacks on this host's "
+                   "devices ahead of the step (device_put_sharded), as flax's prefetch_to_device",
+                   f"make each batch global ({_ROWS}); to overlap input with steps, prefetch in a thread or with your "
+                   "loader (Grain's prefetch)")
+    for cls in (n for n in ast.walk(s.tree) if isinstance(n, ast.ClassDef)):
+        if not any(s.name(b).startswith("jaxline.") for b in cls.bases):
+            continue
+        for node in cls.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CHECKPOINT_ATTRS"
+                                                    for t in node.targets):
+                yield (node, "flax-checkpoints",
+                       f"{cls.name}.CHECKPOINT_ATTRS tells jaxline's checkpointer that these attributes are pmap's "
+                       "per-device copies: it saves device 0's copy and broadcasts it to this host's devices on "
+                       "restore; after the port they are global arrays, and [0] would take the first row of each",
+                       "list global state in NON_BROADCAST_CHECKPOINT_ATTRS (saved as it is), or save it with "
+                       f"{_ORBAX_ON_EVERY_HOST}")
+
+
 RULES = (flax_calls, project_get_metrics, replicate_method, flax_checkpoints, host_local_checkpoints, per_device_state,
-         returned_state, stateful_state)
+         returned_state, stateful_state, jaxline_helpers)
