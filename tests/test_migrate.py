@@ -350,6 +350,14 @@ CASES = {
          "import jax\nkey, sub = jax.random.split(key)\n"),
         ("from jax import random\nrngs = random.split(rng, n_devices)\n", 2, "from jax import random\nrngs = random.split(rng, 3)\n"),
     ],
+    "loss-over-device-count": [
+        ("import jax\ndef cost(w, rows):\n    return (w * rows).sum() / jax.device_count()\n"
+         "def update(w, rows):\n    g = jax.grad(cost)(w, rows)\n    return w - jax.lax.psum(g, 'd')\n"
+         "run = jax.pmap(update, axis_name='d')\n", 3,
+         "import jax\ndef cost(w, rows):\n    return (w * rows).sum() / jax.device_count()\n"  # a pmean: no psum
+         "def update(w, rows):\n    g = jax.grad(cost)(w, rows)\n    return w - jax.lax.pmean(g, 'd')\n"
+         "run = jax.pmap(update, axis_name='d')\n"),
+    ],
     "unreduced-gradients": [
         ("import jax\ndef step(state, batch):\n    loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)\n"
          "    return state.apply_gradients(grads=grads)\np = jax.pmap(step, axis_name='batch')\n", 4,

@@ -51,6 +51,11 @@ def test_a_key_drawn_in_a_body_pmapped_out_of_view_is_each_devices_key():
     assert "_cost (which _train_step calls)" in text and "does not show" in text and "fold_in" in text
 
 
+def test_a_loss_over_the_device_count_with_a_psum_of_its_gradients_is_a_pmean_in_disguise():
+    text = _said(FRAMEWORK_STEP, 12, "loss-over-device-count")
+    assert "psum" in text and "_train_step" in text and "drop the division" in text
+
+
 def test_a_gradient_the_tool_cannot_see_in_such_a_body_gets_both_outcomes():
     source = FRAMEWORK_STEP.replace("grads = jax.lax.psum(grads, axis_name='r')",
                                     "grads = jax.lax.psum(utils.clip(grads), axis_name='r')")
@@ -73,7 +78,7 @@ VMAPPED = FRAMEWORK_STEP.replace("    def report(self, spread):\n        return 
 
 NO_PMAP = FRAMEWORK_STEP.replace("        return utils.get_first(spread)\n", "        return spread\n")
 
-_SAID = {"pmap-collective", "pmap-body-keys"}
+_SAID = {"pmap-collective", "pmap-body-keys", "loss-over-device-count"}
 
 
 def test_a_shard_map_port_of_the_same_body_gets_none_of_these():
@@ -138,3 +143,8 @@ def test_a_partial_bound_to_a_name_then_pmapped_is_followed_to_its_function():
     assert (5, "pmap-body-keys") in _rules(PARTIAL_NAMED)
     assert (5, "pmap-body-keys") not in _rules(PARTIAL_NAMED.replace("jax.pmap(step, axis_name='b')", "jax.jit(step)"))
 
+
+def test_a_device_count_bound_to_a_name_is_read_through_it():
+    source = FRAMEWORK_STEP.replace("return out.mean() / jax.device_count(), out.std()",
+                                    "n_dev = jax.device_count()\n        return out.mean() / n_dev, out.std()")
+    assert (13, "loss-over-device-count") in _rules(source)
