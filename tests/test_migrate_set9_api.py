@@ -148,3 +148,22 @@ def test_a_device_count_bound_to_a_name_is_read_through_it():
     source = FRAMEWORK_STEP.replace("return out.mean() / jax.device_count(), out.std()",
                                     "n_dev = jax.device_count()\n        return out.mean() / n_dev, out.std()")
     assert (13, "loss-over-device-count") in _rules(source)
+
+
+def test_a_tree_psum_of_gradients_in_a_body_pmapped_out_of_view_is_the_trap():
+    source = FRAMEWORK_STEP.replace("grads = jax.lax.psum(grads, axis_name='r')",
+                                    "grads = utils.tree_psum(grads, axis_name='r')")
+    text = _said(source, 16, "pmap-collective")
+    assert "N times too large" in text and "otherwise rename" not in text
+    assert (12, "loss-over-device-count") in _rules(source)
+
+
+def test_a_vmap_naming_its_axis_by_position_maps_the_body_too():
+    source = VMAPPED.replace("in_axes=(None, None, 0, 0), axis_name='r')", "(None, None, 0, 0), 0, 'r')")
+    assert not {rule for _, rule in _rules(source)} & _SAID, _rules(source)
+
+
+def test_a_body_over_an_axis_a_pmap_of_the_file_names_is_not_said_to_be_out_of_view():
+    source = FRAMEWORK_STEP + "\nshow = jax.pmap(lambda v: jax.lax.psum(v, 'r'), axis_name='r')\n"
+    assert "does not show" not in _said(source, 16, "pmap-collective")
+    assert "which pmap runs" in _said(source, 10, "pmap-body-keys")

@@ -59,8 +59,9 @@ def vmapped_axes(s: Script) -> set[str]:
     axes = set()
     for call in s.calls:
         names = [s.name(call.func), *(s.name(a) for a in call.args[:1])]
-        if any(name.rsplit(".", 1)[-1] == "vmap" for name in names):
-            axes |= set(s.axis_names(argument(call, 99, "axis_name")))
+        if any(name.rsplit(".", 1)[-1] == "vmap" for name in names):  # jax.vmap(f, in_axes, out_axes, axis_name)
+            direct = names[0].rsplit(".", 1)[-1] == "vmap" and is_name(names[0], "jax.vmap")
+            axes |= set(s.axis_names(argument(call, 3 if direct else 99, "axis_name")))
     return axes
 
 

@@ -141,8 +141,8 @@ def _pmap_body_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                     isinstance(c, ast.Call) and is_name(s.name(c.func), "jax.lax.axis_index") for c in ast.walk(runs)):
                 where, uses = f"{runs.name} (which {function.name} calls)", _first_draw_of_each_key(
                     s, runs, function in unseen)
-        runner = "a pmap this file does not show runs (a framework's or another module's)" if function in unseen \
-            else "pmap runs"
+        runner = "a pmap this file does not show runs (a framework's or another module's)" \
+            if function in unseen and not set(unseen[function]) & s.pmap_axes else "pmap runs"
         for use in uses:
             yield (use, "pmap-body-keys",
                    f"{_spelled(use)} inside {where}, which {runner}: under pmap each device had a "
