@@ -206,3 +206,27 @@ def test_without_pmap_or_jaxline_or_with_a_product_nothing_is_said():
     assert (6, "flax-checkpoints") not in _rules(own_base)
     rows = JAXLINE.replace("ds.batch(jax.local_device_count())", "ds.batch(32 * jax.local_device_count())")
     assert "one per local device" not in _said(rows, 15, "local-batch")  # a host's batch size: another rule's words
+
+
+SAMPLE_SHAPE = """import jax
+from sampler import draw_images
+
+def train(loader, state, rng):
+    p_step = jax.pmap(step, axis_name='batch')
+    for batch in loader:
+        state, metrics = p_step(rng, state, batch)
+        print(batch['image'].shape, batch['image'].shape[1])
+        images = draw_images(rng, state, tuple(batch['image'].shape))
+    return images
+"""
+
+
+def test_the_whole_shape_of_a_batch_fed_to_pmap_handed_on_as_a_shape_is_a_local_batch():
+    found = _rules(SAMPLE_SHAPE)
+    assert (9, "local-batch") in found and (8, "local-batch") not in found
+    assert "no device axis" in _said(SAMPLE_SHAPE, 9, "local-batch")
+
+
+def test_the_shape_of_a_batch_no_pmap_maps_whole_is_not_said():
+    for other in ("jax.jit(step)", "jax.pmap(step, axis_name='batch', in_axes=(None, 0, 0))"):
+        assert (9, "local-batch") not in _rules(SAMPLE_SHAPE.replace("jax.pmap(step, axis_name='batch')", other))

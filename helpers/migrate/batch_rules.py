@@ -422,6 +422,50 @@ def batched_by_local_devices(s: Script) -> Iterator[tuple[ast.AST, str, str, str
                    f"jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), rows)")
 
 
+_NOT_SIZED = ("print", "len", "str", "repr")
+
+
+def _mapped_whole(s: Script, call: ast.Call) -> bool:
+    """`p_step(rng, state, batch)` with `p_step = jax.pmap(step, axis_name=...)`: every argument mapped at 0 (no
+    in_axes, no static arguments), so each is a stack with a leading axis of this host's devices."""
+    made = s.value(call.func) if isinstance(call.func, ast.Name) else None
+    return isinstance(made, ast.Call) and made in set(s.pmaps()) and not any(
+        k.arg in ("in_axes", "static_broadcasted_argnums") for k in made.keywords) and len(made.args) == 1
+
+
+def shape_of_a_stack_handed_on(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`sample_loop(key, state, tuple(batch['image'].shape), ...)` where `batch` is handed to a pmapped step that
+    maps every argument: the whole shape of pmap's stack (its leading axis of this host's devices) made the shape of
+    something else."""
+    fed = {(s.enclosing_function(c), a.id) for c in s.calls if isinstance(c.func, ast.Name)
+           and c.func.id in s.pmapped_names() and _mapped_whole(s, c) for a in c.args if isinstance(a, ast.Name)}
+    for node in ast.walk(s.tree):
+        if not (isinstance(node, ast.Attribute) and node.attr == "shape"):
+            continue
+        root = node.value
+        while isinstance(root, (ast.Subscript, ast.Attribute)):
+            root = root.value
+        if not (isinstance(root, ast.Name) and (s.enclosing_function(node), root.id) in fed):
+            continue
+        handed = s.parent.get(node)
+        if isinstance(handed, ast.Call) and s.name(handed.func) in ("tuple", "list") and handed.args == [node]:
+            node_or_tuple, handed = handed, s.parent.get(handed)
+        else:
+            node_or_tuple = node
+        if isinstance(handed, ast.keyword):
+            handed = s.parent.get(handed)
+        if isinstance(handed, ast.Call) and handed.func is not node_or_tuple and node_or_tuple is not handed \
+                and not s.name(handed.func).startswith(("logging.", "absl.logging")) \
+                and s.name(handed.func) not in _NOT_SIZED and not s.name(handed.func).startswith("jax.random."):
+            yield (node, "local-batch",
+                   f"{code_of(node)} is the shape of pmap's stack ({root.id} goes to a pmapped step): its leading "
+                   f"axis is this host's devices, handed to {code_of(handed.func)} as a shape; after the port the "
+                   "batch has no device axis (and its first axis is every host's rows)",
+                   "take the shape from the global batch (rows first, no device axis), or build it from the global "
+                   "batch size: (global_batch, *rest)")
+
+
 RULES = (global_count_over_local_devices, device_count_handed_to_a_loader, rows_of_a_split_batch,
          stacked_by_a_helper, loader_batch_stacked_over_every_device, shared_project_loader,
-         blocks_per_device_in_a_step, stacked_for_a_pmapped_call, batched_by_local_devices)
+         blocks_per_device_in_a_step, stacked_for_a_pmapped_call, batched_by_local_devices,
+         shape_of_a_stack_handed_on)
