@@ -230,3 +230,15 @@ def test_the_whole_shape_of_a_batch_fed_to_pmap_handed_on_as_a_shape_is_a_local_
 def test_the_shape_of_a_batch_no_pmap_maps_whole_is_not_said():
     for other in ("jax.jit(step)", "jax.pmap(step, axis_name='batch', in_axes=(None, 0, 0))"):
         assert (9, "local-batch") not in _rules(SAMPLE_SHAPE.replace("jax.pmap(step, axis_name='batch')", other))
+
+
+def test_rows_sliced_by_a_loop_index_and_handed_to_a_pmap_are_the_same_rows_on_every_host():
+    assert (13, "global-batch-per-host") in _rules(SLIDING)
+    assert "process_index" in _said(SLIDING, 13, "global-batch-per-host")
+
+
+def test_rows_sliced_by_a_host_s_own_offset_or_for_a_jit_are_not_said():
+    own = SLIDING.replace("x = rows[start:start + bs]", "x = rows[start:start + bs][jax.process_index()::2]")
+    assert (13, "global-batch-per-host") not in _rules(own)
+    plain = SLIDING.replace("nnx.pmap(fn, in_axes=(None, 0), devices=devices)", "nnx.jit(fn)")
+    assert (13, "global-batch-per-host") not in _rules(plain)

@@ -465,7 +465,43 @@ def shape_of_a_stack_handed_on(s: Script) -> Iterator[tuple[ast.AST, str, str, s
                    "batch size: (global_batch, *rest)")
 
 
+def _slice_from(node: ast.AST, start: str) -> bool:
+    """`rows[start:start + bs]`: the rows from a loop's index on."""
+    return isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice) \
+        and isinstance(node.slice.lower, ast.Name) and node.slice.lower.id == start \
+        and isinstance(node.slice.upper, ast.BinOp) and isinstance(node.slice.upper.op, ast.Add) \
+        and isinstance(node.slice.upper.left, ast.Name) and node.slice.upper.left.id == start
+
+
+def same_rows_to_a_pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`for start in range(0, total, bs): batch = chunks[start:start + bs]` whose rows (through the loop's names)
+    go to a pmapped call, in a script that never reads the process index: every host runs the same rows, the whole
+    batch (a size split over every device is rows_of_a_split_batch's)."""
+    if not _pmap_era(s) or _reads_host_number(s, s.tree):
+        return
+    pmapped_call, sizes = s.pmapped_call_test(), _split_over_devices(s)
+    for loop in (n for n in ast.walk(s.tree) if isinstance(n, ast.For) and isinstance(n.target, ast.Name)):
+        ranged = loop.iter
+        if not (isinstance(ranged, ast.Call) and s.name(ranged.func) == "range" and len(ranged.args) == 3) \
+                or code_of(ranged.args[2]) in sizes:
+            continue
+        assigns = [n for n in ast.walk(loop) if isinstance(n, ast.Assign)]
+        first = next((a for a in assigns if _slice_from(a.value, loop.target.id)), None)
+        if first is None:
+            continue
+        held = {t.id for t in first.targets if isinstance(t, ast.Name)}
+        for _ in range(4):  # `x = jnp.asarray(batch)`, `x = x.reshape(...)`
+            held |= {t.id for a in assigns for t in a.targets if isinstance(t, ast.Name)
+                     and any(isinstance(n, ast.Name) and n.id in held for n in ast.walk(a.value))}
+        if any(pmapped_call(c) and any(isinstance(a, ast.Name) and a.id in held for a in c.args)
+               for c in ast.walk(loop) if isinstance(c, ast.Call)):
+            yield (first.value, "global-batch-per-host",
+                   f"{code_of(first.value)} takes the same rows on every host (nothing here reads "
+                   "jax.process_index()) and hands them to pmap: every host runs the whole batch, and after the port "
+                   "the global batch would hold each host's copy of it", _TO_EACH_HOST)
+
+
 RULES = (global_count_over_local_devices, device_count_handed_to_a_loader, rows_of_a_split_batch,
          stacked_by_a_helper, loader_batch_stacked_over_every_device, shared_project_loader,
          blocks_per_device_in_a_step, stacked_for_a_pmapped_call, batched_by_local_devices,
-         shape_of_a_stack_handed_on)
+         shape_of_a_stack_handed_on, same_rows_to_a_pmap)
