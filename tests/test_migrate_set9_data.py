@@ -242,3 +242,32 @@ def test_rows_sliced_by_a_host_s_own_offset_or_for_a_jit_are_not_said():
     assert (13, "global-batch-per-host") not in _rules(own)
     plain = SLIDING.replace("nnx.pmap(fn, in_axes=(None, 0), devices=devices)", "nnx.jit(fn)")
     assert (13, "global-batch-per-host") not in _rules(plain)
+
+
+PJIT_RETURNED = """from jax.experimental.pjit import pjit
+from jax.sharding import PartitionSpec as P
+
+class Pipe:
+    def build(self, fn):
+        self.p_run = pjit(fn, in_axis_resources=(None, P('data')), out_axis_resources=P('data'))
+
+    def run(self, params, x):
+        out = self.p_run(params, x).tokens
+        return out
+
+    def forward(self, params, x, n):
+        ids = self.run(params, x)[:n]
+        return decode(ids)
+"""
+
+
+def test_rows_of_a_sharded_pjit_output_a_method_returns_picked_on_the_host_are_a_numpy_of_global():
+    assert (13, "numpy-of-global") in _rules(PJIT_RETURNED)
+    assert "process_allgather" in _said(PJIT_RETURNED, 13, "numpy-of-global")
+
+
+def test_a_replicated_pjit_output_or_an_item_is_not_said():
+    replicated = PJIT_RETURNED.replace("out_axis_resources=P('data')", "out_axis_resources=None")
+    assert (13, "numpy-of-global") not in _rules(replicated)
+    item = PJIT_RETURNED.replace("self.run(params, x)[:n]", "self.run(params, x)['ids']")
+    assert (13, "numpy-of-global") not in _rules(item)

@@ -318,5 +318,52 @@ def _in_loop(s: Script, node: ast.AST) -> bool:
     return False
 
 
+def _sharded_out(s: Script, call: ast.Call) -> list[str]:
+    """The old mesh axes a pjit call's out spec splits its output over (`out_axis_resources=P("data")`)."""
+    specs = [k.value for k in call.keywords if k.arg in ("out_axis_resources", "out_shardings")]
+    return _spec_axes(s, specs or call.args[2:3])
+
+
+def _strip_fields(node: ast.AST) -> ast.AST:
+    """`step(...).sequences`, `step(...)[0]`: the call itself."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)) and isinstance(node.value, (ast.Call, ast.Attribute,
+                                                                                      ast.Subscript)):
+        node = node.value
+    return node
+
+
+def pjit_rows_read_on_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`pred = self.generate(x)[:n]` where the script's method `generate` returns the output of a pjit whose out spec
+    splits it over a data axis (`self.p_generate = partitioner.partition(..., out_axis_resources=P("data"))`): rows of
+    an array over every host's devices, picked on the host."""
+    made = {}
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.Assign) and node.value in set(_pjit_calls(s)) and (axes := _sharded_out(s, node.value)):
+            made.update({code_of(t): axes for t in node.targets if isinstance(t, (ast.Name, ast.Attribute))})
+    returners = {}
+    for function in (n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)):
+        held = {t.id: code_of(_strip_fields(a.value).func) for a in ast.walk(function) if isinstance(a, ast.Assign)
+                and isinstance(_strip_fields(a.value), ast.Call) and code_of(_strip_fields(a.value).func) in made
+                for t in a.targets if isinstance(t, ast.Name)}
+        step = next((held[r.value.id] for r in ast.walk(function) if isinstance(r, ast.Return)
+                     and isinstance(r.value, ast.Name) and r.value.id in held), None)
+        if step is not None:
+            returners[function.name] = step
+    for node in ast.walk(s.tree):
+        call = node.value if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice) else None
+        name = call.func.attr if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) \
+            and code_of(call.func.value) == "self" else None
+        if name in returners:
+            step = returners[name]
+            yield (node, "numpy-of-global",
+                   f"{code_of(call.func)}(...) returns the output of {step}, a pjit whose out spec splits it over "
+                   f"{', '.join(made[step])} (every host's devices), and [{code_of(node.slice)}] picks its rows on the host: "
+                   "after the port a global array no host holds whole, which the host then reads as numpy",
+                   "read it on the host first: every host's rows with "
+                   "jax.experimental.multihost_utils.process_allgather(out), this host's with "
+                   f"multihost_utils.global_array_to_host_local_array(out, mesh, P({MESH_AXES})); or an out spec of "
+                   "P() when every host needs the whole output")
+
+
 READS = {*_MOVED, *_INTERNALS, "jax.experimental.pjit.pjit"}  # and all of jax.experimental.maps (old_names)
-RULES = (old_names, pjit)
+RULES = (old_names, pjit, pjit_rows_read_on_host)
