@@ -34,15 +34,15 @@ APART = {TESTS: TESTS_APART, HUB: HUB_APART, VERDICTS: VERDICTS_APART,
          FLOOR: FLOOR_APART, MIGRATE: MIGRATE_APART}  # section -> why `make bench` leaves it out
 NO_FULL_RUN = "no full `make bench` run in this results directory yet: run `make bench`"
 # Files `make bench` writes itself: changing them does not make the measured checkout dirty.
-OUTPUTS = ("BENCHMARKS.md", "benchmarks/results")
+OUTPUTS = ("BENCHMARKS.md", "benchmarks/results", "benchmarks/heldout")
 _README_BLOCK = re.compile(r"<!-- bench:start -->.*?<!-- bench:end -->", re.S)
 
 
 def source_commit(root: Path = ROOT) -> str:
     """'1a2b3c4', or '1a2b3c4+dirty' when the checkout differs from that commit.
 
-    What `make bench` writes (BENCHMARKS.md, benchmarks/results/, the README's Benchmarks
-    block) does not count as a difference.
+    What `make bench` writes (BENCHMARKS.md, benchmarks/results/, the held-out sets' scores in
+    benchmarks/heldout/, the README's Benchmarks block) does not count as a difference.
     """
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)

@@ -368,6 +368,8 @@ def test_the_checkout_commit_is_recorded_and_only_real_changes_make_it_dirty(tmp
     (tmp_path / "BENCHMARKS.md").write_text("report\n")
     (tmp_path / "benchmarks" / "results").mkdir(parents=True)
     (tmp_path / "benchmarks" / "results" / "S.json").write_text("{}\n")
+    (tmp_path / "benchmarks" / "heldout").mkdir()
+    (tmp_path / "benchmarks" / "heldout" / "set1.json").write_text("{}\n")  # a held-out set's scores
     assert runs.source_commit(tmp_path) == head  # what make bench writes itself
     (tmp_path / "README.md").write_text(f"y\n{report.BLOCK_START}\nnew\n{report.BLOCK_END}\n")
     assert runs.source_commit(tmp_path) == head + "+dirty"
