@@ -14,7 +14,8 @@ checks against the notebooks' own headings. A line kept on purpose ends with `# 
 
 The package, one module a job:
   script     the learner's script as the rules read it (`Script`: its tree and imported names); bindings
-             what a name is bound to; reach  the functions a pmapped step runs beyond its own body
+             what a name is bound to; reach  the functions a pmapped step runs beyond its own body;
+             bodies  functions pmapped out of view (a framework's pmap: their collectives name its axis)
   gradients  which values hold gradients, function by function (what `Script.gradient_status` answers)
   jax_rules  JAX's own pmap-era patterns          nnx_rules  Flax NNX's (nnx.pmap, split_rngs, StateAxes)
   collective_rules  pmap's collectives: the gradient trap, a rename, or both outcomes
@@ -26,6 +27,7 @@ The package, one module a job:
   process_zero_rules  work on process 0 only (a collective, a step's outputs, a save)
   host_read_rules  a step's results read on the host (numpy of a global output, a pmap across hosts)
   gradient_rules  a pmapped step that applies each device's own gradient, unreduced
+  scaling_rules  a loss divided by the device count whose gradients are psum'd (a pmean in disguise)
   unread     no false all-clear: a parallel API no rule reads is said as "not read"
   findings   `Finding`, `LESSONS` and `findings(source)`, every rule applied
   rewriter   `rewrite(source)`: what `--diff` can rewrite safely
