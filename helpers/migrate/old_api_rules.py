@@ -198,7 +198,7 @@ def pjit(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                           + _positional_in_spec(s, call, handed))
         data = next((a for a in axes if any(w in a.lower() for w in ("dp", "data", "batch"))), None)
         fed = _fed_in_loops(s, call)
-        yield (call, "pjit",
+        yield (_said_at(s, call), "pjit",
                ("pjit's " + " and ".join(old) + " were deleted in jax 0.4.14 (TypeError); " if old else "")
                + (f"{code_of(call.func)}, called elsewhere with pjit's in_axis_resources, is handed the function and "
                   "its in and out axis resources by position (pjit's old signature); " if by_position else "")
@@ -220,6 +220,16 @@ def pjit(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 
 _OLD_KEYWORDS = ("in_axis_resources", "out_axis_resources")  # pjit's own: no other API took them
+
+
+def _said_at(s: Script, call: ast.Call) -> ast.AST:
+    """Where a pjit call is said: the call, or for `jax.jit(f, out_axis_resources=...)` (jax.jit after the jit/pjit
+    merge, handed pjit's old keywords) the first old keyword's value, the text to change."""
+    partial = is_name(s.name(call.func), "functools.partial") and call.args
+    target = call.args[0] if partial else call.func
+    if not is_name(s.name(target), "jax.jit"):
+        return call
+    return next((k.value for k in call.keywords if k.arg in _OLD_KEYWORDS), call)
 
 
 def _pjit_calls(s: Script) -> Iterator[ast.Call]:
