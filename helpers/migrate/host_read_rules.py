@@ -167,6 +167,13 @@ def _reads_each_leaf(s: Script, function: ast.AST) -> ast.AST | None:
     return None
 
 
+def _first_copy(function: ast.Lambda) -> bool:
+    """`lambda x: float(x[0])`: the leaf's first row, device 0's copy of pmap's stack, not the whole leaf."""
+    param = function.args.args[0].arg
+    return any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and n.value.id == param
+               and isinstance(n.slice, ast.Constant) and n.slice.value == 0 for n in ast.walk(function.body))
+
+
 def leaves_read_on_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`jax.tree_map(lambda x: jnp.mean(x).item(), losses)` of a pmap output: each leaf read as a Python number or
     numpy on this host."""
@@ -176,7 +183,7 @@ def leaves_read_on_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if not (s.is_tree_map(call) and len(call.args) == 2 and _is_pmap_output(s, call.args[1], outputs, pmapped)):
             continue
         read = _reads_each_leaf(s, call.args[0])
-        if read is not None:
+        if read is not None and not _first_copy(call.args[0]):  # x[0]: device 0's copy, jax-utils-replicate's
             yield (call, "numpy-of-global",
                    f"{code_of(call.func)}(lambda ...: {code_of(read)}, {code_of(call.args[1])}) reads each leaf of a "
                    "pmap output on this host; after the port a per-device output is one global array over every "
