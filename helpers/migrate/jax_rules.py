@@ -11,7 +11,7 @@ import ast
 from typing import Iterator
 
 from helpers.migrate.batch_rules import shares_a_global_count
-from helpers.migrate.bindings import bound_value, reaches
+from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, reaches
 from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, is_name,
                                     is_name_call, keyword, pmap_axis, root_name, strings)
 
@@ -325,8 +325,8 @@ def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                     yield (caller, "jax-utils-replicate",
                            f"{code_of(caller)} stacks a copy per local device by hand (pmap's replicate)",
                            "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
-                elif isinstance(node, (ast.Call, ast.Tuple, ast.List)):
-                    yield (inner, "local-batch",
+                elif isinstance(node, (ast.Call, ast.Tuple, ast.List)):  # a reshape's line: where it starts
+                    yield (node if isinstance(node, ast.Call) else inner, "local-batch",
                            "a leading axis of jax.local_device_count() (reshape or shape) stacks this host's rows one "
                            "slice per local device, the leading axis pmap strips",
                            "no stacking: pass the host's rows as they are to jax.make_array_from_"
@@ -350,8 +350,10 @@ def _stacks_in_a_helper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if function is None:
             continue
         params = [a.arg for a in function.args.args]
-        counted = {params[i] for i, a in enumerate(call.args[:len(params)]) if any(
-            counts_devices(s, side, local_only=True) for side in _either_side(s.value(a)))}
+        handed = [*zip(params, call.args), *((k.arg, k.value) for k in call.keywords if k.arg in params)]
+        counted = {param for param, a in handed if any(
+            counts_devices(s, side, local_only=True) or count_through_callers(s, side) == "local"
+            for side in _either_side(s.value(a)))}
         if counted and any(_leading(r, counted) for r in ast.walk(function) if isinstance(r, ast.Call)
                            and isinstance(r.func, ast.Attribute) and r.func.attr == "reshape"):
             yield (call, "local-batch",
@@ -403,10 +405,25 @@ def counts_devices(s: Script, node: ast.AST, *, local_only: bool) -> bool:
             node = s.value(node)
         elif isinstance(node, (ast.Tuple, ast.List)) and node.elts:
             node = node.elts[0]
+    if isinstance(node, ast.Name) and bound_value(s, node) is None:  # a parameter: what its callers hand it
+        counted = count_through_callers(s, node)
+        return counted == "local" or (not local_only and counted == "every")
     if not isinstance(node, ast.Call):
         return False
     name = s.name(node.func)
     return is_name(name, "jax.local_device_count") or (not local_only and is_name(name, "device_count"))
+
+
+def count_through_callers(s: Script, node: ast.AST, depth: int = 0) -> str | None:
+    """bindings.device_count_of, and for a parameter of the script's own function what its callers hand it
+    (`def evaluate(..., num_devices)` called with `num_devices = len(jax.local_devices())`): 'local' or 'every'
+    when every caller hands the same kind of count, None otherwise."""
+    parameter = isinstance(node, ast.Name) and bound_value(s, node) is None
+    counted = None if parameter else device_count_of(s, node)  # a parameter: only what its callers hand it
+    if counted or not parameter or depth > 3:
+        return counted
+    handed = {count_through_callers(s, a, depth + 1) for a in arguments_for(s, node)}
+    return handed.pop() if len(handed) == 1 else None
 
 
 def _rounds_up_to_a_multiple(s: Script, node: ast.AST) -> bool:

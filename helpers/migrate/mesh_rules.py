@@ -12,6 +12,7 @@ from typing import Iterator
 
 from helpers.migrate.bindings import device_count_of, reaches
 from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, keyword
+from helpers.migrate.stack_rules import RULES as _STACK_RULES
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -82,4 +83,4 @@ def mesh_of_local_devices(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{MESH_AXES}), each host's devices one row")
 
 
-RULES = (mesh_of_local_devices,)
+RULES = (mesh_of_local_devices, *_STACK_RULES)  # and stack_rules': a loader's batch stacked per device

@@ -1,0 +1,130 @@
+"""Batches a loader stacks per device: `ds.batch(per_device).batch(n_devices)`, a dataset batched a second time by a
+count of devices, which makes pmap's leading axis on the host (imported by mesh_rules, whose RULES hold these)."""
+from __future__ import annotations
+
+import ast
+from typing import Iterator
+
+from helpers.migrate.bindings import bound_value, device_count_of, host_index_in
+from helpers.migrate.data_rules import fed_to_pmap, pmap_era
+from helpers.migrate.jax_rules import count_through_callers
+from helpers.migrate.script import MESH_AXES, Script, code_of, is_name
+
+LESSONS: dict[str, tuple[str, str]] = {}
+
+
+def _batch_size(call: ast.AST) -> ast.AST | None:
+    """The size of `ds.batch(size, ...)` (or `batch_size=`), None for anything else."""
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "batch"):
+        return None
+    if call.args:
+        return call.args[0]
+    return next((k.value for k in call.keywords if k.arg == "batch_size"), None)
+
+
+def _count(s: Script, node: ast.AST) -> str | None:
+    return count_through_callers(s, node) if isinstance(node, (ast.Name, ast.Call)) else None
+
+
+def _divided_by_every_device(s: Script, size: ast.AST) -> ast.AST | None:
+    """Where a per-device size is made from a batch divided by a count of every device (`per_core, rem =
+    divmod(batch_size, len(jax.devices()))`, `bs // jax.device_count()`): that expression, else None."""
+    made = bound_value(s, size) if isinstance(size, ast.Name) else size
+    if isinstance(made, ast.Subscript):  # `divmod(...)[0]`
+        made = made.value
+    if isinstance(made, ast.Call) and code_of(made.func) == "divmod" and len(made.args) == 2:
+        divisor = made.args[1]
+    elif isinstance(made, ast.BinOp) and isinstance(made.op, (ast.FloorDiv, ast.Div)):
+        divisor = made.right
+    else:
+        return None
+    return made if _count(s, divisor) == "every" else None
+
+
+def batched_per_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`ds.batch(per_device).batch(n)` with n a count of devices, in a script that pmaps: the loader makes the leading
+    device axis pmap strips (both batch() calls make the stack); when n counts every device and per_device is a batch
+    divided by every device, each host loads the whole global batch."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+        return
+    for call in s.calls:
+        size = _batch_size(call)
+        counted = _count(s, size) if size is not None else None
+        if counted is None:
+            continue
+        inner = _batch_size(call.func.value)
+        said = call.args and device_count_of(s, call.args[0]) == "local"  # batch_rules says it
+        for node in [*([] if said else [size]), *([inner] if inner is not None else [])]:
+            yield (node, "local-batch",
+                   f".batch({code_of(node)}) stacks this host's rows per device, the leading axis of "
+                   f"{code_of(size)} devices that pmap strips",
+                   "one .batch(global_batch // jax.process_count()) per host, no device axis: pass the rows to "
+                   f"jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), rows)")
+        made = _divided_by_every_device(s, inner) if inner is not None and counted == "every" else None
+        if made is not None:
+            yield (made, "global-batch-per-host",
+                   f"{code_of(made)} sizes a batch per device of every host, and this host stacks one for each of "
+                   "jax.device_count() devices: every host loads the whole global batch",
+                   "each host loads global_batch // jax.process_count() rows, its own part (a shard of the data "
+                   "per host), and they make one global array")
+
+
+
+def _counts_hosts(s: Script, node: ast.AST | None) -> bool:
+    node = bound_value(s, node) if isinstance(node, ast.Name) else node
+    return isinstance(node, ast.Call) and is_name(s.name(node.func), "jax.process_count", "host_count")
+
+
+_AS_ARRAY = ("numpy.asarray", "numpy.array", "jax.numpy.asarray", "jax.numpy.array")
+
+
+def _loaded_at(s: Script, array: ast.AST) -> ast.AST | None:
+    """The statement that binds what `array` holds, back through names and np.asarray(): where it was loaded."""
+    for _ in range(8):
+        while isinstance(array, ast.Call) and is_name(s.name(array.func), *_AS_ARRAY) and array.args:
+            array = array.args[0]
+        bound = bound_value(s, array) if isinstance(array, ast.Name) else None
+        if bound is None:
+            break
+        statement = bound
+        while statement is not None and not isinstance(statement, ast.stmt):
+            statement = s.parent.get(statement)
+        if not (isinstance(bound, ast.Call) and is_name(s.name(bound.func), *_AS_ARRAY)):
+            return statement
+        array = bound
+    return None
+
+
+def rows_of_every_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`np.reshape(batch, (jax.process_count(), jax.local_device_count(), ...))` in a pmap-era script: the batch a
+    host loaded holds every host's rows (said where it is loaded), and `batch[jax.process_index()]` handed to a
+    pmapped function keeps this host's part of it."""
+    if not pmap_era(s):
+        return
+    said = set()
+    for call in s.calls:
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr == "reshape"):
+            continue
+        array, shape = (call.args[:2] if len(call.args) >= 2 and is_name(s.name(call.func), "numpy.reshape",
+                                                                        "jax.numpy.reshape")
+                        else (call.func.value, call.args[0] if len(call.args) == 1 else None))
+        shape = bound_value(s, shape) if isinstance(shape, ast.Name) else shape
+        first = shape.elts[0] if isinstance(shape, (ast.Tuple, ast.List)) and shape.elts else None
+        loaded = _loaded_at(s, array) if _counts_hosts(s, first) else None
+        if loaded is not None and loaded.lineno not in said:
+            said.add(loaded.lineno)
+            yield (loaded, "global-batch-per-host",
+                   f"{code_of(array)} is reshaped to a leading axis of jax.process_count(): every host loads the "
+                   "rows of every host, the whole global batch, and keeps its own part",
+                   "each host loads only its global_batch // jax.process_count() rows (a shard of the data per "
+                   "host) and hands them to jax.make_array_from_process_local_data")
+    for fed in fed_to_pmap(s):
+        if isinstance(fed, ast.Subscript) and host_index_in(s, fed.slice) is not None:
+            yield (fed, "global-batch-per-host",
+                   f"{code_of(fed)} keeps this host's row of a batch that holds every host's: each host loaded "
+                   "the whole global batch",
+                   "each host loads only its own rows and hands them to jax.make_array_from_process_local_data "
+                   f"(NamedSharding(mesh, P({MESH_AXES}))): no row picked by jax.process_index()")
+
+
+RULES = (batched_per_device, rows_of_every_host)
