@@ -135,3 +135,40 @@ def test_a_pmean_of_gradients_in_a_pjit_step_without_pmap_is_the_trap():
 def test_a_jit_step_without_a_collective_or_a_shard_map_port_gets_no_collective_finding():
     assert not any(rule == "pmap-collective" for _, rule in _rules(JIT_STEP_NO_COLLECTIVE))
     assert not any(rule == "pmap-collective" for _, rule in _rules(SHARD_MAP_STEP))
+
+
+OWN_REPLICATE = """\
+import functools
+import jax
+import jax.numpy as jnp
+
+def _copies_everywhere(tree):
+    return jax.tree.map(lambda a: jax.device_put_replicated(a, jax.local_devices()), tree)
+
+def _cost(apply, params, rows):
+    total = apply(params, rows).sum()
+    return total / jax.device_count()
+
+def build(apply):
+    def update(params, rows):
+        cost = functools.partial(_cost, apply)
+        grads = jax.grad(cost)(params, rows)
+        grads = jax.lax.psum(grads, axis_name='d')
+        return jax.tree.map(lambda p, g: p - g, params, grads)
+    return jax.pmap(update, axis_name='d')
+
+def restore(saved):
+    params = _copies_everywhere(saved)
+    step = _copies_everywhere(jnp.zeros((), jnp.int32))
+    return params, step
+"""
+
+
+def test_calls_of_the_scripts_own_replicate_helper_are_each_said():
+    found = _rules(OWN_REPLICATE)
+    assert (21, "jax-utils-replicate") in found and (22, "jax-utils-replicate") in found
+
+
+def test_a_loss_over_the_device_count_through_a_partial_held_in_a_name_is_said():
+    assert (10, "loss-over-device-count") in _rules(OWN_REPLICATE)
+    assert not any(rule == "loss-over-device-count" for _, rule in _rules(JIT_STEP_NO_COLLECTIVE))

@@ -172,9 +172,9 @@ def copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "nothing: a P() array already is the value (read it on any host; device_get it to print)")
         elif kind == "replicate":
             yield (call, "jax-utils-replicate",
-                   f"{code_of(call.func)}(...) copies one value to every local device (a project helper: "
-                   "device_put_sharded of len(devices) * [x], pmap's replicate): one value replicated, not a "
-                   "batch split",
+                   f"{code_of(call.func)}(...) copies one value to every local device (a project helper that is "
+                   "pmap's replicate: device_put_replicated, or device_put_sharded of len(devices) * [x]): one value "
+                   "replicated, not a batch split",
                    "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
         elif s.stacks_per_device(call) or _stacks_local_copies(s, call):
             yield (call, "jax-utils-replicate",

@@ -62,13 +62,16 @@ def _psums_gradients(s: Script, function: ast.AST, axes: set[str]) -> bool:
 
 def _differentiated(s: Script, function: ast.AST) -> list[ast.AST]:
     """The functions a gradient transform in `function` differentiates: `jax.grad(loss_fn)`, of `partial(f, ...)`,
-    of `self._loss_fn` (a method of its class), of a lambda; also through a name bound to the transform."""
+    of `self._loss_fn` (a method of its class), of a lambda, of a name bound to a partial; also through a name bound to
+    the transform."""
     defs = {n.name: n for n in ast.walk(s.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     found = []
     for call in (n for n in ast.walk(function) if isinstance(n, ast.Call)):
         if s.name(call.func).rsplit(".", 1)[-1] not in _TRANSFORMS or not call.args:
             continue
         target = call.args[0]
+        if isinstance(target, ast.Name) and target.id not in defs and isinstance(s.value(target), ast.Call):
+            target = s.value(target)  # `loss_fn = partial(_loss, apply)`, then jax.grad(loss_fn)
         if isinstance(target, ast.Call) and s.name(target.func).rsplit(".", 1)[-1] == "partial" and target.args:
             target = target.args[0]
         if isinstance(target, ast.Lambda):

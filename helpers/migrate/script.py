@@ -341,10 +341,9 @@ class Script:
         own_call = isinstance(call.func, ast.Name) and self._own_copies.get(short) == "unreplicate"
         if short in ("replicate", "unreplicate", "get_metrics") and not own_call:  # flax's own: rules of their own
             return None
-        if short in self._own_copies or short in self.defined:  # the script's own function: a replicate's body
-            own = self._own_copies.get(short)  # says it, once; device 0's copy is read (or saved) where it is called
-            return own if own == "unreplicate" or own and ("save" in short.lower() or "checkpoint" in short.lower()) \
-                else None
+        if short in self._own_copies or short in self.defined:  # the script's own function: each call replicates
+            own = self._own_copies.get(short)  # (or reads device 0's copy) a value of its own
+            return own
         if short in dict(self.folder.copies):  # a function of another file of its folder
             return dict(self.folder.copies)[short]
         pmap_era = any(True for _ in [*self.pmaps(), *self.nnx_pmaps()])
