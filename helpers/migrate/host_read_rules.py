@@ -328,7 +328,13 @@ def global_read_whole(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         output = next((i for i in items if _is_pmap_output(s, _root(i), outputs, pmapped)
                        or _pmap_output_call(s, _root(i), pmapped)), None)
         stacked = None if output is not None or not name.endswith("device_get") else _stacked_input(s, items[0])
-        if output is not None:
+        if output is not None and _replicated_before(s, _root(output)):
+            yield (call, "jax-utils-replicate",
+                   f"{code_of(call.func)}(...) reads {code_of(output)}, which the script copied onto every local "
+                   "device (a replicate) and a pmapped step hands back: pmap's stack of copies, one per device",
+                   "keep one copy: the state as one global array replicated over the mesh (jax.device_put(x, "
+                   "NamedSharding(mesh, P()))), which each host reads (or saves) as it is")
+        elif output is not None:
             yield (call, "numpy-of-global",
                    f"{code_of(call.func)}(...) reads {code_of(output)}, a pmap output, whole on this host; after "
                    "the port a per-device output is one global array over every host's devices, and reading it "
@@ -342,6 +348,21 @@ def global_read_whole(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "(jax.make_array_from_process_local_data), and reading it whole raises on several hosts",
                    "keep this host's rows from before the batch is made global (the loader's numpy batch), or "
                    "multihost_utils.process_allgather(batch) for every host's")
+
+
+_REPLICATES = ("jax.device_put_replicated", "flax.jax_utils.replicate", "jax_utils.replicate")
+
+
+def _replicated_before(s: Script, read: ast.AST) -> bool:
+    """`params = jax.device_put_replicated(params, devices)` somewhere in the read's function, the name a pmapped
+    step hands back: a stack of copies of the state, not a per-device output."""
+    if not isinstance(read, ast.Name):
+        return False
+    scope = s.scope(read)
+    return any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and is_name(s.name(n.value.func),
+                                                                                        *_REPLICATES)
+               and any(isinstance(t, ast.Name) and t.id == read.id for t in n.targets)
+               for n in ast.walk(scope))
 
 
 def _through_host_copies(s: Script, node: ast.AST | None, outputs, pmapped, depth: int = 0) -> bool:
