@@ -92,3 +92,46 @@ def test_device_zeros_copy_read_in_a_tree_map_is_not_a_global_read():
     assert (7, "jax-utils-replicate") in found and (7, "numpy-of-global") not in found
     whole = FIRST_COPY_READ.replace("float(v[0])", "float(v.mean())")
     assert (7, "numpy-of-global") in _rules(whole)
+
+
+GROUPED_PER_DEVICE = """import jax
+import jax.numpy as jnp
+
+def grouped(items):
+    n = jax.local_device_count()
+    held = []
+    for i, item in enumerate(items):
+        held.append(item)
+        if i % n == n - 1:
+            yield jax.tree.map(lambda *x: jnp.stack(x), *held)
+            held = []
+
+p = jax.pmap(lambda x: x, axis_name='b')
+"""
+
+
+def test_items_collected_one_per_local_device_and_stacked_are_a_local_batch():
+    assert (10, "local-batch") in _rules(GROUPED_PER_DEVICE)
+    by_four = GROUPED_PER_DEVICE.replace("n = jax.local_device_count()", "n = 4")
+    assert (10, "local-batch") not in _rules(by_four)
+
+
+REPLICATED_SAVED = """import pickle
+import jax
+
+step = jax.pmap(lambda p, x: (p, x.sum()), axis_name='b')
+
+def train(params, batches, path):
+    params = jax.device_put_replicated(params, jax.local_devices())
+    for rows in batches:
+        params, loss = step(params, rows)
+    with open(path, 'wb') as f:
+        pickle.dump(params, f)
+        pickle.dump(loss, f)
+"""
+
+
+def test_saving_a_replicated_state_a_step_hands_back_is_a_stack_of_copies_not_a_global_read():
+    found = _rules(REPLICATED_SAVED)
+    assert (11, "jax-utils-replicate") in found and (11, "numpy-of-global") not in found
+    assert (12, "numpy-of-global") in found  # a per-device output, never replicated

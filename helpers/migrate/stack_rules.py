@@ -127,4 +127,45 @@ def rows_of_every_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"(NamedSharding(mesh, P({MESH_AXES}))): no row picked by jax.process_index()")
 
 
-RULES = (batched_per_device, rows_of_every_host)
+_STACKS = ("numpy.stack", "jax.numpy.stack", "numpy.array", "jax.numpy.array", "numpy.asarray", "jax.numpy.asarray")
+
+
+def _groups_by_local_devices(s: Script, function: ast.AST) -> bool:
+    """The function counts its items by this host's devices: `i % n_devices`, `len(items) == n_devices` with
+    n_devices a count of local devices (it collects one item a local device)."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+            sides = [node.right]
+        elif isinstance(node, ast.Compare) and len(node.comparators) == 1 \
+                and isinstance(node.ops[0], (ast.Eq, ast.GtE)) and isinstance(node.left, ast.Call) \
+                and code_of(node.left.func) == "len":
+            sides = node.comparators
+        else:
+            continue
+        if any(device_count_of(s, side) == "local" for side in sides):
+            return True
+    return False
+
+
+def stacked_per_local_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`if i % n_devices == n_devices - 1: yield jax.tree.map(lambda *x: jnp.stack(x), *items)` in a pmap script: a
+    function that collects one item a local device and stacks them, the leading axis pmap strips."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+        return
+    said = set()
+    for call in s.calls:
+        if not is_name(s.name(call.func), *_STACKS[:2]):
+            continue
+        function = s.enclosing_function(call)
+        while isinstance(function, ast.Lambda):
+            function = s.enclosing_function(s.parent.get(function, s.tree))
+        if function is s.tree or function in said or not _groups_by_local_devices(s, function):
+            continue
+        said.add(function)
+        yield (call, "local-batch",
+               f"{code_of(call)} stacks items collected one per local device, the leading axis pmap strips",
+               "no stacking: batch this host's rows (global_batch // jax.process_count()) and pass them to "
+               f"jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), rows)")
+
+
+RULES = (batched_per_device, rows_of_every_host, stacked_per_local_device)
