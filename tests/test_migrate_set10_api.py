@@ -172,3 +172,29 @@ def test_calls_of_the_scripts_own_replicate_helper_are_each_said():
 def test_a_loss_over_the_device_count_through_a_partial_held_in_a_name_is_said():
     assert (10, "loss-over-device-count") in _rules(OWN_REPLICATE)
     assert not any(rule == "loss-over-device-count" for _, rule in _rules(JIT_STEP_NO_COLLECTIVE))
+
+
+SAVE_OPTION = """\
+import jax
+
+def run(cfg, saver, state):
+    lead = jax.process_index() == 0
+    writes = cfg.save_on_all_hosts or lead
+    logs = cfg.log_everywhere or lead
+    if writes:
+        saver.save_checkpoint(state)
+    if logs:
+        print(state)
+"""
+
+
+def test_a_save_on_process_zero_unless_an_option_is_said_on_the_process_zero_half():
+    found = _rules(SAVE_OPTION)
+    assert (5, "process-zero-save") in found
+    assert (6, "process-zero-save") not in found  # guards a print, no save
+    assert "writes = True" in _said(SAVE_OPTION, 5, "process-zero-save")
+
+
+def test_a_save_on_every_host_is_no_process_zero_finding():
+    source = SAVE_OPTION.replace("cfg.save_on_all_hosts or lead", "True")
+    assert not any(rule == "process-zero-save" for _, rule in _rules(source))

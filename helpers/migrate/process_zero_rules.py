@@ -41,7 +41,7 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                 continue
             name = s.name(inner.func)
             called = inner.func.id if isinstance(inner.func, ast.Name) else ""
-            if _is_checkpoint_save(s, inner):
+            if is_checkpoint_save(s, inner):
                 yield (inner, "process-zero-save",
                        f"{code_of(inner.func)}(...) runs on process 0 only: a checkpoint of global "
                        "arrays is saved by every process (each writes its own shards), so process 0 "
@@ -102,7 +102,7 @@ def _computes_on(s: Script, call: ast.Call, outputs: set[str]) -> str | None:
     return None
 
 
-def _is_checkpoint_save(s: Script, call: ast.Call, seen: frozenset[str] = frozenset()) -> bool:
+def is_checkpoint_save(s: Script, call: ast.Call, seen: frozenset[str] = frozenset()) -> bool:
     """`checkpoints.save_checkpoint(...)`, `ocp....save(...)`, `.save(...)` on a name made by an Orbax or
     checkpoint call (`manager = ocp.CheckpointManager(...)`), or a function of the script whose body makes
     one of those (not one that only writes host bytes: `save_pretrained`, `to_bytes`)."""
@@ -112,7 +112,7 @@ def _is_checkpoint_save(s: Script, call: ast.Call, seen: frozenset[str] = frozen
     defined = next((f for f in ast.walk(s.tree) if isinstance(f, ast.FunctionDef) and isinstance(call.func, ast.Name)
                     and f.name == call.func.id and f.name not in seen), None)
     if defined is not None:
-        return any(_is_checkpoint_save(s, inner, seen | {defined.name}) for inner in ast.walk(defined)
+        return any(is_checkpoint_save(s, inner, seen | {defined.name}) for inner in ast.walk(defined)
                    if isinstance(inner, ast.Call))
     if "checkpoint" in name.lower() or "orbax" in name or "ckpt" in code_of(call).lower():
         return True
