@@ -354,8 +354,15 @@ def _stacks_in_a_helper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         counted = {param for param, a in handed if any(
             counts_devices(s, side, local_only=True) or count_through_callers(s, side) == "local"
             for side in _either_side(s.value(a)))}
-        if counted and any(_leading(r, counted) for r in ast.walk(function) if isinstance(r, ast.Call)
-                           and isinstance(r.func, ast.Attribute) and r.func.attr == "reshape"):
+        reshapes = [r for r in ast.walk(function) if isinstance(r, ast.Call) and isinstance(r.func, ast.Attribute)
+                    and r.func.attr == "reshape" and _leading(r, counted)] if counted else []
+        for reshape in reshapes[:1]:  # the helper's own line makes the stack too (said once: a set of findings)
+            yield (reshape, "local-batch",
+                   f"{code_of(reshape)} in {function.name} stacks its rows one slice per device of the count "
+                   "it is handed (jax.local_device_count() at its callers), the leading axis pmap strips",
+                   "no stacking: pass the host's rows as they are to jax.make_array_from_process_local_data("
+                   f"NamedSharding(mesh, P({MESH_AXES})), rows), and JAX splits them over the devices")
+        if reshapes:
             yield (call, "local-batch",
                    f"{code_of(call)} reshapes this host's rows to a leading axis of jax.local_device_count() "
                    f"({function.name} stacks one slice per local device), the leading axis pmap strips",
