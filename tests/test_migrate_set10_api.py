@@ -198,3 +198,22 @@ def test_a_save_on_process_zero_unless_an_option_is_said_on_the_process_zero_hal
 def test_a_save_on_every_host_is_no_process_zero_finding():
     source = SAVE_OPTION.replace("cfg.save_on_all_hosts or lead", "True")
     assert not any(rule == "process-zero-save" for _, rule in _rules(source))
+
+
+CLU_CHECKPOINT = """\
+from clu import checkpoint
+
+def resume(workdir, state):
+    ckpt = checkpoint.MultihostCheckpoint(workdir, max_to_keep=3)
+    return ckpt.restore_or_initialize(state)
+"""
+
+
+def test_clus_multihost_checkpoint_is_a_flax_checkpoints_finding():
+    assert "one checkpoint per host" in _said(CLU_CHECKPOINT, 4, "flax-checkpoints")
+
+
+def test_an_orbax_manager_is_no_flax_checkpoints_finding():
+    source = ("import orbax.checkpoint as ocp\n\ndef resume(workdir, state):\n"
+              "    return ocp.CheckpointManager(workdir)\n")
+    assert not any(rule == "flax-checkpoints" for _, rule in _rules(source))

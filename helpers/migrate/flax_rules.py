@@ -107,6 +107,12 @@ def flax_checkpoints(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{name.rsplit('.', 1)[-1]} of flax.training.checkpoints: Flax's old checkpoint API, "
                    "written for one host's copy of the state (deprecated in favour of Orbax)",
                    _ORBAX_ON_EVERY_HOST)
+        if is_name(name, "clu.checkpoint.MultihostCheckpoint"):
+            yield (call, "flax-checkpoints",
+                   "clu's MultihostCheckpoint keeps one checkpoint per host, each of that host's copy of a "
+                   "replicated (unreplicated, host-local) state: not a checkpoint of global arrays split over "
+                   "the hosts, and one it cannot restore onto another mesh",
+                   _ORBAX_ON_EVERY_HOST)
 
 
 def _host_local_to_global(s: Script, node: ast.AST) -> str | None:
