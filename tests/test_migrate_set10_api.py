@@ -217,3 +217,29 @@ def test_an_orbax_manager_is_no_flax_checkpoints_finding():
     source = ("import orbax.checkpoint as ocp\n\ndef resume(workdir, state):\n"
               "    return ocp.CheckpointManager(workdir)\n")
     assert not any(rule == "flax-checkpoints" for _, rule in _rules(source))
+
+
+NNX_PMAP_ONE_LINE = """\
+from flax import nnx
+
+@nnx.pmap(in_axes=(None, 0), out_axes=None, axis_name='d')
+def step(model, rows):
+    return model(rows).mean()
+"""
+
+NNX_PMAP_OWN_LINE = """\
+from flax import nnx
+
+@nnx.pmap(
+    in_axes=(None, 0),
+    axis_name='d')
+def step(model, rows):
+    return model(rows).mean()
+"""
+
+
+def test_nnx_pmaps_in_axes_on_its_own_line_is_said_there_and_on_the_pmaps_line_with_the_pmap():
+    assert (4, "nnx-state-axes") in _rules(NNX_PMAP_OWN_LINE)
+    found = _rules(NNX_PMAP_ONE_LINE)
+    assert (3, "nnx-state-axes") not in found
+    assert "P() where it said None" in _said(NNX_PMAP_ONE_LINE, 3, "nnx-pmap")

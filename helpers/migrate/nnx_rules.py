@@ -31,13 +31,29 @@ def _counts_local_devices(s: Script, expr: ast.AST | None) -> bool:
 def nnx_pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
         if _nnx(s, call, "pmap"):
+            axes = _in_axes_tuple(s, call)
+            on_its_line = axes is not None and axes.lineno == call.lineno  # said here, once, with the pmap
             yield (call, "nnx-pmap",
-                   "nnx.pmap maps every host's devices, but each host feeds only its own part: the state "
-                   "StateAxes maps and the batch carry a leading axis of local_device_count(), made in each "
-                   "host's own Python (keys split from the same seed are the same on every host)",
+                   "nnx.pmap maps every host's devices, but each host feeds only its own part: "
+                   + (f"in_axes={code_of(axes)} says which arguments are one copy per local device (None) and which "
+                      "carry a leading axis of local_device_count() (0)" if on_its_line else
+                      "the state StateAxes maps and the batch carry a leading axis of local_device_count()")
+                   + ", made in each host's own Python (keys split from the same seed are the same on every host)",
                    f"nnx.shard_map on a {MESH_AXES} mesh with Auto axes, each block's device axis "
                    "dropped before the body and put back after (check_vma=False), or one key and "
-                   "fold_in inside a checked shard_map, or nnx.jit on global arrays")
+                   "fold_in inside a checked shard_map, or nnx.jit on global arrays"
+                   + (f"; shardings for in_axes: P() where it said None, P({MESH_AXES}) where it said 0"
+                      if on_its_line else ""))
+
+
+def _in_axes_tuple(s: Script, call: ast.Call) -> ast.AST | None:
+    """nnx.pmap's in_axes when it is a tuple of None and 0 without a StateAxes (`in_axes=(None, None, 0, 0)`)."""
+    axes = keyword(call, "in_axes")
+    spelled = s.value(axes) if isinstance(axes, ast.Name) else axes
+    if not isinstance(spelled, (ast.Tuple, ast.List)) or _has_state_axes(s, spelled):
+        return None
+    entries = [e.value if isinstance(e, ast.Constant) else e for e in spelled.elts]
+    return axes if None in entries and any(e is not None for e in entries) else None
 
 
 def nnx_split_rngs(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -86,12 +102,8 @@ def nnx_pmap_in_axes(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     state is one copy per local device (None: the modules and optimizers) and which carries a leading axis of this
     host's devices (0: the batch), what a port says with shardings."""
     for call in s.nnx_pmaps():
-        axes = keyword(call, "in_axes")
-        spelled = s.value(axes) if isinstance(axes, ast.Name) else axes
-        if not isinstance(spelled, (ast.Tuple, ast.List)) or _has_state_axes(s, spelled):
-            continue
-        entries = [e.value if isinstance(e, ast.Constant) else e for e in spelled.elts]
-        if None in entries and any(e is not None for e in entries):
+        axes = _in_axes_tuple(s, call)
+        if axes is not None and axes.lineno != call.lineno:  # on the pmap's own line, nnx-pmap says it
             yield (axes, "nnx-state-axes",
                    f"in_axes={code_of(axes)} tells nnx.pmap which arguments are one copy per local device (None: the "
                    "modules and optimizers, replicated) and which carry a leading axis of this host's devices (0)",
