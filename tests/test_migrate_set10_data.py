@@ -135,3 +135,29 @@ def test_saving_a_replicated_state_a_step_hands_back_is_a_stack_of_copies_not_a_
     found = _rules(REPLICATED_SAVED)
     assert (11, "jax-utils-replicate") in found and (11, "numpy-of-global") not in found
     assert (12, "numpy-of-global") in found  # a per-device output, never replicated
+
+
+HANDED_ROWS_PUT = """import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+class Agent:
+    def __init__(self, mesh):
+        self.split = NamedSharding(mesh, PartitionSpec('i'))
+
+    def feed(self, rows):
+        return jax.device_put(rows, self.split)
+
+    def warm(self, make):
+        dummy = make()
+        return jax.device_put(dummy, self.split)
+"""
+
+
+def test_rows_a_function_is_handed_put_on_a_split_sharding_are_a_local_batch():
+    found = _rules(HANDED_ROWS_PUT)
+    assert (9, "local-batch") in found
+    assert (13, "local-batch") not in found  # a value the function makes itself, the same on every host
+    assembled = HANDED_ROWS_PUT + "\nx = jax.make_array_from_process_local_data(None, None)\n"
+    assert (9, "local-batch") not in _rules(assembled)
+    mirrored = HANDED_ROWS_PUT.replace("PartitionSpec('i')", "PartitionSpec()")
+    assert (9, "local-batch") not in _rules(mirrored)

@@ -168,4 +168,40 @@ def stacked_per_local_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str
                f"jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), rows)")
 
 
-RULES = (batched_per_device, rows_of_every_host, stacked_per_local_device)
+def _split_sharding(s: Script, node: ast.AST, depth: int = 0) -> bool:
+    """`NamedSharding(mesh, P('i'))` (through names and `self.` attributes): a sharding that splits the leading axis
+    of what it places over a mesh axis."""
+    while isinstance(node, (ast.Name, ast.Attribute)) and depth < 6:
+        bound = bound_value(s, node)
+        if bound is None:
+            return False
+        node, depth = bound, depth + 1
+    if not (isinstance(node, ast.Call) and is_name(s.name(node.func), "NamedSharding") and len(node.args) == 2):
+        return False
+    spec = node.args[1]
+    return isinstance(spec, ast.Call) and is_name(s.name(spec.func), "PartitionSpec") and bool(spec.args) \
+        and not (isinstance(spec.args[0], ast.Constant) and spec.args[0].value is None)
+
+
+def handed_rows_put_on_a_split_sharding(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`jax.device_put(data, NamedSharding(mesh, P('i')))` of what the function is handed (a host's loaded rows, not
+    a value it makes), in a script that never assembles a global array from each host's part: device_put reads its
+    input as the whole global array, the same on every host, but each host hands its own rows."""
+    if any(is_name(s.name(c.func), "make_array_from_process_local_data", "host_local_array_to_global_array",
+                   "make_array_from_single_device_arrays", "make_array_from_callback") for c in s.calls):
+        return
+    for call in s.calls:
+        if not (is_name(s.name(call.func), "jax.device_put") and len(call.args) == 2):
+            continue
+        put = call.args[0]
+        if not (isinstance(put, ast.Name) and bound_value(s, put) is None and "param" not in put.id.lower()
+                and s.enclosing_function(call) is not s.tree and _split_sharding(s, call.args[1])):
+            continue
+        yield (call, "local-batch",
+               f"{code_of(call)} places rows this function is handed as the whole global array, split over the "
+               "mesh: on several hosts each host hands its own rows, which device_put takes for everyone's",
+               "jax.make_array_from_process_local_data(sharding, rows): each host's rows become its part of the "
+               f"global batch (a mesh over every host's devices, P({MESH_AXES}))")
+
+
+RULES = (batched_per_device, rows_of_every_host, stacked_per_local_device, handed_rows_put_on_a_split_sharding)
