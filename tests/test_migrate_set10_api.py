@@ -243,3 +243,22 @@ def test_nnx_pmaps_in_axes_on_its_own_line_is_said_there_and_on_the_pmaps_line_w
     found = _rules(NNX_PMAP_ONE_LINE)
     assert (3, "nnx-state-axes") not in found
     assert "P() where it said None" in _said(NNX_PMAP_ONE_LINE, 3, "nnx-pmap")
+
+
+REFUSAL = """\
+import jax
+
+def main():
+    if jax.local_device_count() < jax.device_count():
+        raise SystemExit("one host only")
+    if jax.process_count() > 1:
+        raise RuntimeError("one process only")
+    if jax.process_count() > 1:
+        print("several hosts")
+"""
+
+
+def test_a_refusal_to_run_on_several_hosts_is_host_count():
+    found = _rules(REFUSAL)
+    assert (4, "host-count") in found and (6, "host-count") in found
+    assert (8, "host-count") not in found  # no refusal: a print
