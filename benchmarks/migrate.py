@@ -198,16 +198,26 @@ def render(results) -> str:
             "not seen are the fairer test.\n\n" + render_heldout_sets(results.sections[KEY].get("heldout")))
 
 
+def _in_order(records: dict[str, dict]) -> list[tuple[str, dict]]:
+    """The sets in the order they were made: set2 before set10."""
+    return sorted(records.items(), key=lambda item: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", item[0])])
+
+
 def _unseen_by_set(records: dict[str, dict]) -> str:
-    """One sentence: each set's right advice and wrong advice by the tool of the revision it was labelled after."""
-    said = []
-    for name, record in sorted(records.items()):
+    """One sentence: each set's right advice and wrong advice by the tool of the revision it was labelled after,
+    and all sets together."""
+    said, total = [], [0, 0, 0]
+    for name, record in _in_order(records):
         fresh = [scored for row in record["scripts"] if (scored := _unseen(row, record["before"]))]
         if fresh:
             right, labelled = sum(r["found"] for r in fresh), sum(r["labelled"] for r in fresh)
-            said.append(f"{name} {right} of {labelled} ({right / labelled:.0%}), {sum(len(r['wrong']) for r in fresh)} "
-                        "wrong")
-    return f" Unseen, set by set (right advice of labelled lines, wrong advice): {'; '.join(said)}." if said else ""
+            wrong = sum(len(r["wrong"]) for r in fresh)
+            said.append(f"{name} {right} of {labelled} ({right / labelled:.0%}), {wrong} wrong")
+            total = [total[0] + right, total[1] + labelled, total[2] + wrong]
+    if not said:
+        return ""
+    return (f" Unseen, set by set (right advice of labelled lines, wrong advice): {'; '.join(said)}; all sets together "
+            f"{total[0]} of {total[1]} ({total[0] / total[1]:.0%}), {total[2]} wrong.")
 
 
 def render_heldout_sets(measured) -> str:
@@ -219,7 +229,7 @@ def render_heldout_sets(measured) -> str:
         return ("**Held-out published scripts**: none measured yet (`HELDOUT=NAME=folder make bench-migrate` "
                 "scores a folder of labelled published scripts; their code is never committed).")
     parts = [HELDOUT_INTRO + _unseen_by_set(records)]
-    for name, record in sorted(records.items()):
+    for name, record in _in_order(records):
         notes = HELDOUT_KEPT / f"{name}.md"
         intro, _, after = (notes.read_text(encoding="utf-8") if notes.exists() else "").partition(TABLE_MARK)
         parts += [part.strip() for part in (intro, render_heldout(record), after) if part.strip()]

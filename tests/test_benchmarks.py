@@ -530,7 +530,13 @@ def test_held_out_sets_are_named_kept_and_shown_without_their_folders(tmp_path, 
     fresh = row | {"fresh_at": "r1", "before": [row | {"found": 0}]}
     (kept / "set9.json").write_text(json.dumps({"name": "set9", "commit": "abc1234", "before": ["r1"],
                                                 "scripts": [fresh]}))
-    assert "Unseen, set by set (right advice of labelled lines, wrong advice): set9 0 of 2 (0%), 0 wrong." in \
-        migrate_bench.render_heldout_sets(None)
+    assert "Unseen, set by set (right advice of labelled lines, wrong advice): set9 0 of 2 (0%), 0 wrong; all sets " \
+        "together 0 of 2 (0%), 0 wrong." in migrate_bench.render_heldout_sets(None)
+    (kept / "set10.json").write_text(json.dumps({"name": "set10", "commit": "abc1234", "before": ["r1"],
+                                                 "scripts": [fresh | {"before": [row]}]}))
+    shown = migrate_bench.render_heldout_sets(None)  # the sets in the order they were made, and their sum
+    assert "set9 0 of 2 (0%), 0 wrong; set10 1 of 2 (50%), 0 wrong; all sets together 1 of 4 (25%), 0 wrong." in shown
+    assert shown.index("Held-out set `set9`") < shown.index("Held-out set `set10`")
+    (kept / "set10.json").unlink()
     bare = {"name": "heldout", "commit": "def5678", "before": [], "scripts": [row | {"script": "t.py"}]}
     assert "| `t.py` |" in migrate_bench.render_heldout_sets([bare]) and len(list(kept.iterdir())) == 2
