@@ -21,9 +21,12 @@ The package, one module a job:
   collective_rules  pmap's collectives: the gradient trap, a rename, or both outcomes
   copy_rules  pmap's copies taken apart or made by hand (x[0], get_first, stacks of copies)
   key_rules  per-device randomness (keys split per local device, draws inside the step)
-  data_rules, batch_rules, loader_rules  what each host loads: shuffles, global batch sizes, project loaders
+  data_rules, batch_rules, loader_rules, stack_rules  what each host loads: shuffles, global batch sizes,
+             project loaders, datasets batched per device
   mesh_rules  a mesh of one host's devices     negatives_rules  a contrastive loss with its own negatives
-  flax_rules, old_api_rules  Flax's linen-era helpers; xmap, pjit and removed APIs
+  flax_rules, old_api_rules, keyword_rules  Flax's linen-era helpers; xmap, pjit, removed APIs and keywords
+  jit_collective_rules  the gradient trap in a jit/pjit step with no pmap
+  save_option_rules, refusal_rules  saves on process 0 unless an option says; a refusal to run on several hosts
   process_zero_rules  work on process 0 only (a collective, a step's outputs, a save)
   host_read_rules  a step's results read on the host (numpy of a global output, a pmap across hosts)
   gradient_rules  a pmapped step that applies each device's own gradient, unreduced
