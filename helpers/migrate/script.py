@@ -1,7 +1,5 @@
-"""The learner's script as the rules read it: what each imported name stands for, and the parsed tree.
-
-Nothing here imports or runs the script: `ast` only.
-"""
+"""The learner's script as the rules read it: what each imported name stands for, and the parsed tree. Nothing here
+imports or runs the script: `ast` only."""
 from __future__ import annotations
 
 import ast
@@ -9,6 +7,7 @@ import dataclasses
 from typing import Callable, Iterator
 
 from helpers.migrate.gradients import Gradients, whole
+from helpers.migrate.once import once
 
 MESH_MAKERS = {"jax.make_mesh", "jax.sharding.Mesh", "jax.Mesh"}
 SPEC_MAKERS = {"jax.sharding.PartitionSpec", "jax.P"}
@@ -423,6 +422,7 @@ class Script:
             node = self.parent.get(node)
         return None
 
+    @once
     def pmaps(self) -> Iterator[ast.Call]:
         """Every jax.pmap(...) call, partial(jax.pmap, ...) (its keywords are pmap's), and a bare `@jax.pmap`
         decorator, as a call without arguments at its place."""
@@ -472,6 +472,7 @@ class Script:
             node = self.parent[node]
         return node
 
+    @once
     def pmapped_functions(self) -> Iterator[ast.FunctionDef]:
         """The functions handed to pmap: `jax.pmap(f, ...)`, `jax.pmap(partial(f, ...))`, `@jax.pmap`,
         `@partial(jax.pmap, ...)`, followed to their definitions in the script."""
@@ -512,6 +513,7 @@ class Script:
             target = target.args[0]
         return target.id if isinstance(target, ast.Name) else None
 
+    @once
     def pmapped_names(self) -> set[str]:
         """Names that hold a pmapped function: `f = jax.pmap(g)`, `@jax.pmap def f`, `@nnx.pmap(...) def f`, and
         `f = make()` where `make` returns one of those."""
@@ -582,6 +584,7 @@ class Script:
             node = self.parent[node]
         return node in scopes
 
+    @once
     def nnx_pmaps(self) -> Iterator[ast.Call]:
         """Every flax.nnx.pmap(...) call."""
         return (call for call in self.calls if is_name(self.name(call.func), "flax.nnx.pmap"))
