@@ -93,11 +93,25 @@ def _record(run, slow_host, block):
     print(f"[check] run {run} recorded", flush=True)
 
 
+# Run "b" judges only where a fast host's all-reduce ran outside its step annotations: read inside them, its
+# traces must not name the slow host, host 0. On a loaded machine a recording now and then does not show it
+# (a fresh clone's make test at b6d68c6 judged the annotation-only answer right): it is recorded again.
+def _shows_the_loop_that_never_blocks(traces):
+    inside = {h: sum(_traces.collective_ms(ev, step) for step in _traces.steps(ev)) for h, ev in traces.items()}
+    return min(inside, key=inside.get) != 0
+
+
 _record("a", 1, block=True)
-_record("b", 0, block=False)
+for _attempt in range(3):
+    _b = "b" if _attempt == 0 else f"b{_attempt}"
+    _record(_b, 0, block=False)
+    multihost_utils.sync_global_devices(f"run {_b} written")
+    if _shows_the_loop_that_never_blocks(_traces.read_hosts(f"{_root}/{_b}")):
+        break
+    print(f"[check] run {_b} shows every all-reduce inside its step: recording it again", flush=True)
 multihost_utils.sync_global_devices("traces written")
 print("[check] reading the traces", flush=True)
-_runs = [_traces.read_hosts(f"{_root}/{run}") for run in ("a", "b")]
+_runs = [_traces.read_hosts(f"{_root}/{run}") for run in ("a", _b)]
 multihost_utils.sync_global_devices("traces read")
 
 
