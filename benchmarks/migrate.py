@@ -92,7 +92,15 @@ def _as_labelled(got: set[tuple[int, str]], want: set[tuple[int, str]]) -> set[t
 
 
 def _found(script: Path) -> set[tuple[int, str]]:
-    return {(f.line, kind(f.rule, f.does)) for f in migrate(script, show=False)}
+    return {(f.line, kind(f.rule, f.does)) for f in migrate(as_read(script), show=False)}
+
+
+def as_read(script: Path) -> Path:
+    """The file the tool reads for a held-out script: its copy inside its project (`# project: projects/NAME/PATH`
+    in its labels: the same bytes, with the project modules it imports beside it), else the script itself."""
+    found = re.search(r"^# project: (\S+)", script.with_suffix(".labels").read_text(), re.MULTILINE)
+    copy = script.parent / found.group(1) if found else None
+    return copy if copy is not None and copy.is_file() and copy.read_bytes() == script.read_bytes() else script
 
 
 def _score(script: Path, got: set[tuple[int, str]]) -> dict:
@@ -142,7 +150,8 @@ def findings_at(revision: str, scripts: list[Path]) -> list[set[tuple[int, str]]
             "print(json.dumps([read(p) for p in sys.argv[1:]]))")
     with tempfile.TemporaryDirectory() as old:
         tarfile.open(fileobj=io.BytesIO(archive)).extractall(old, filter="data")
-        out = subprocess.run([sys.executable, "-c", code, *map(str, scripts)], cwd=old, capture_output=True,
+        read = [str(as_read(s)) for s in scripts]
+        out = subprocess.run([sys.executable, "-c", code, *read], cwd=old, capture_output=True,
                              text=True, check=True, env={**os.environ, "PYTHONPATH": old}).stdout
     return [{(line, kind(rule, does)) for line, rule, does in found} for found in json.loads(out)]
 

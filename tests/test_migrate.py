@@ -974,7 +974,11 @@ def test_a_replicate_or_unreplicate_helper_in_another_file_of_the_folder_is_foll
     assert "not a batch split" in found[5, "jax-utils-replicate"].does
     assert "saves device 0's copy" in found[8, "jax-utils-replicate"].does
     assert 9 not in {line for line, _ in found}  # a helper that takes row 0 of its argument copies nothing
-    assert not [f for f in migrate.migrate(tmp_path / "train.py", show=False) if f.line in (5, 7, 8)]  # alone
+    alone = {(f.line, f.rule) for f in migrate.migrate(tmp_path / "train.py", show=False)}  # reads what it imports
+    assert {(5, "jax-utils-replicate"), (7, "jax-utils-replicate"), (8, "jax-utils-replicate")} <= alone
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "train.py").write_text((tmp_path / "train.py").read_text())
+    assert not [f for f in migrate.migrate(tmp_path / "elsewhere" / "train.py", show=False) if f.line in (5, 7, 8)]
 
 
 def test_the_benchmark_counts_a_both_outcomes_finding_as_right_for_a_trap_or_a_rename_label(tmp_path):

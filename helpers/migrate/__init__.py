@@ -36,6 +36,7 @@ The package, one module a job:
   findings   `Finding`, `LESSONS` and `findings(source)`, every rule applied
   rewriter   `rewrite(source)`: what `--diff` can rewrite safely
   proof, proof_runs  prove a port: the old step and the new on the same per-host data, compared
+  project    the modules of its own project a script imports, and what a folder's files tell each other
   cli        files, notebooks and folders read, and the command line (`main`)
 """
 from helpers.migrate.cli import MigrateError, main, migrate

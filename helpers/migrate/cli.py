@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import difflib
 import json
@@ -13,8 +12,9 @@ from pathlib import Path
 from typing import Iterator
 
 from helpers.migrate.findings import LESSONS, Finding, findings
+from helpers.migrate.project import folder_facts, project_modules
 from helpers.migrate.rewriter import rewrite
-from helpers.migrate.script import Folder, Script
+from helpers.migrate.script import Folder
 
 
 class MigrateError(Exception):
@@ -28,27 +28,11 @@ def _python_files(folder: Path) -> list[Path]:
         part.startswith(".") or part in ("__pycache__", "site-packages") for part in p.relative_to(folder).parts))
 
 
-def folder_facts(files: list[Path]) -> Folder:
-    """What the files of a folder tell each other: the functions they hand gradients to, their pmaps' axes, their
-    helpers that replicate or unreplicate, and their functions that pmap."""
-    handed, axes, copies, pmappers = set(), set(), set(), set()
-    for file in files:
-        try:
-            script = Script(ast.parse(file.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, SyntaxError):
-            continue  # said when the file itself is read
-        handed |= set(script.gradients.handed_out())
-        axes |= script.pmap_axes
-        copies |= set(script.copies().items())
-        pmappers |= script.pmapping_functions()
-    return Folder(frozenset(handed), frozenset(axes), frozenset(copies), frozenset(pmappers))
-
-
-def _sources(path: Path, shown: Path, folder: Folder = Folder()
+def _sources(path: Path, shown: Path, folder: Folder | None = None
              ) -> Iterator[tuple[str, str, int, tuple[str, ...], Folder]]:
     """(text, the name findings give, first line, the notebook's cells before it, what the other files of its
     folder tell) for a script, each cell of a notebook, or every .py file under a folder; `shown` is how the
-    path is written in the findings."""
+    path is written in the findings. A script named alone is read with the project modules it imports."""
     if path.is_dir():
         files = _python_files(path)
         if not files:
@@ -78,7 +62,7 @@ def _sources(path: Path, shown: Path, folder: Folder = Folder()
             yield (_python(fence.group(1)), str(shown), text.count("\n", 0, fence.start(1)) + 1,
                    tuple(_python(f.group(1)) for f in fences[:number]), Folder())
         return
-    yield text, str(shown), 1, (), folder
+    yield text, str(shown), 1, (), folder if folder is not None else folder_facts(project_modules(path))
 
 
 _CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -221,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         diffs = []
         for path in map(Path, opts.paths):
             files = _python_files(path) if path.is_dir() else [path]
-            folder = folder_facts(files) if path.is_dir() else Folder()
+            folder = folder_facts(files if path.is_dir() else project_modules(path))
             diffs += [d for d in (_diff(f, folder) for f in files) if d]
         print("\n" + ("".join(diffs) if diffs else "(no finding here can be rewritten safely; "
                                                     "the lines above say what to write)"), end="")

@@ -290,11 +290,7 @@ class Script:
         return any(isinstance(n, ast.Call) and is_name(self.name(n.func), "local_devices", "devices",
                                                        "local_device_count", "device_count") for n in ast.walk(count))
 
-    def pmapping_functions(self) -> set[str]:
-        """The script's functions whose body calls jax.pmap: what other files of its folder learn."""
-        return {f.name for call in self.pmaps() for f in self._enclosing_defs(call)}
-
-    def _enclosing_defs(self, node: ast.AST) -> Iterator[ast.AST]:
+    def enclosing_defs(self, node: ast.AST) -> Iterator[ast.AST]:
         while node in self.parent:
             node = self.parent[node]
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -500,7 +496,7 @@ class Script:
         if isinstance(target, ast.Name):
             return defs.get(target.id)
         if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
-            owner = next((c for c in self._enclosing_defs(call) if isinstance(self.parent.get(c), ast.ClassDef)), None)
+            owner = next((c for c in self.enclosing_defs(call) if isinstance(self.parent.get(c), ast.ClassDef)), None)
             method = defs.get(target.attr)
             if owner is not None and method is not None and self.parent.get(method) is self.parent.get(owner):
                 return method

@@ -1,0 +1,93 @@
+"""The project a script belongs to: the modules of its own package that it imports, found beside it on disk, and
+what such files tell each other (`folder_facts`), so that a helper defined in `utils.py` (a replicate, a pmap of
+the step) is read from its body, not guessed from its name. Only files under the script's own package roots are
+found, never a third-party library."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from helpers.migrate.script import Folder, Script
+
+MOST_MODULES = 40  # a script importing half a monorepo: read the first ones, keep the tool fast
+
+
+def roots(script: Path) -> list[Path]:
+    """The folders an absolute import of the script may start from: its own folder, and each folder above it
+    while the folder below is a package (has `__init__.py`), ending at the first folder that is not one."""
+    found = [script.parent]
+    folder = script.parent
+    while (folder / "__init__.py").exists() and folder.parent != folder:
+        folder = folder.parent
+        found.append(folder)
+    return found
+
+
+def _module_file(base: Path, dotted: str) -> Path | None:
+    """`base/a/b.py` or `base/a/b/__init__.py` for the module `a.b` ('' for base's own `__init__.py`)."""
+    path = base.joinpath(*dotted.split(".")) if dotted else base
+    for candidate in (path.with_suffix(".py") if dotted else None, path / "__init__.py"):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
+
+
+def _imported(tree: ast.AST) -> list[tuple[int, str]]:
+    """(level, dotted module) for each module an import may name: `import a.b`; `from a import b` names `a` and
+    `a.b` (b may be a module); `from . import c` is (1, 'c')."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(0, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            found.append((node.level, module))
+            found += [(node.level, f"{module}.{a.name}" if module else a.name) for a in node.names if a.name != "*"]
+    return found
+
+
+def project_modules(script: Path) -> list[Path]:
+    """The files of the script's own project that it imports directly, in the order it names them."""
+    try:
+        tree = ast.parse(script.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError):
+        return []
+    bases = roots(script)
+    found: list[Path] = []
+    for level, dotted in _imported(tree):
+        if level:
+            base = script.parent
+            for _ in range(level - 1):
+                base = base.parent
+            candidates = [base]
+        else:
+            candidates = bases
+        for base in candidates:
+            file = _module_file(base, dotted)
+            if file is not None and file.resolve() != script.resolve() and file not in found:
+                found.append(file)
+                break
+    return found[:MOST_MODULES]
+
+
+def folder_facts(files: list[Path]) -> Folder:
+    """What the files of a folder (or a project) tell each other: the functions they hand gradients to, their pmaps'
+    axes, their helpers that replicate or unreplicate, and their functions that pmap a function they are handed."""
+    handed, axes, copies, pmappers = set(), set(), set(), set()
+    for file in files:
+        try:
+            script = Script(ast.parse(file.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, SyntaxError):
+            continue  # said when the file itself is read
+        handed |= set(script.gradients.handed_out())
+        axes |= script.pmap_axes
+        copies |= set(script.copies().items())
+        pmappers |= _pmapping_functions(script)
+    return Folder(frozenset(handed), frozenset(axes), frozenset(copies), frozenset(pmappers))
+
+
+def _pmapping_functions(script: Script) -> set[str]:
+    """Its functions that pmap a function they are handed (`def dist(f): return jax.pmap(f, ...)`, or a partial of
+    it); a loader that pmaps a lambda of its own to place its rows is not one."""
+    return {f.name for call in script.pmaps() for f in script.enclosing_defs(call) if call.args and any(
+        isinstance(n, ast.Name) and n.id in {a.arg for a in f.args.args} for n in ast.walk(call.args[0]))}

@@ -1,0 +1,57 @@
+"""A script named alone is read with the modules of its own project that it imports (helpers.migrate.project)."""
+from pathlib import Path
+
+from helpers import migrate
+from helpers.migrate.project import project_modules
+
+_COPIES = "import jax\n\n\ndef first_copy(xs):\n    return jax.tree_util.tree_map(lambda x: x[0], xs)\n"
+_TRAIN = ("import jax\n{import_line}\n\nstep = jax.pmap(f, axis_name='i')\nout = step(x)\n"
+          "log({module}first_copy(out))\n")
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _rules_on(script: Path, line: int) -> set[str]:
+    return {f.rule for f in migrate.migrate(script, show=False) if f.line == line}
+
+
+def test_a_package_module_imported_from_a_script_beside_the_package_is_read(tmp_path):
+    _write(tmp_path / "proj" / "__init__.py", "")
+    _write(tmp_path / "proj" / "utils.py", _COPIES)
+    script = _write(tmp_path / "train.py", _TRAIN.format(import_line="from proj import utils", module="utils."))
+    assert project_modules(script) == [tmp_path / "proj" / "__init__.py", tmp_path / "proj" / "utils.py"]
+    assert "jax-utils-replicate" in _rules_on(script, 6)
+
+
+def test_a_script_inside_its_package_reaches_the_root_and_relative_imports(tmp_path):
+    _write(tmp_path / "proj" / "__init__.py", "")
+    _write(tmp_path / "proj" / "common" / "__init__.py", "")
+    _write(tmp_path / "proj" / "common" / "copies.py", _COPIES)
+    absolute = _write(tmp_path / "proj" / "train" / "main.py",
+                      _TRAIN.format(import_line="from proj.common.copies import first_copy", module=""))
+    _write(tmp_path / "proj" / "train" / "__init__.py", "")
+    relative = _write(tmp_path / "proj" / "train" / "other.py",
+                      _TRAIN.format(import_line="from ..common import copies", module="copies."))
+    assert "jax-utils-replicate" in _rules_on(absolute, 6)
+    assert "jax-utils-replicate" in _rules_on(relative, 6)
+
+
+def test_no_module_outside_the_project_and_no_finding_without_it(tmp_path):
+    _write(tmp_path / "utils.py", _COPIES)  # beside the folder, not in it: another project
+    script = _write(tmp_path / "alone" / "train.py", _TRAIN.format(import_line="import utils", module="utils."))
+    assert project_modules(script) == []
+    assert "jax-utils-replicate" not in _rules_on(script, 6)
+
+
+def test_a_loader_that_pmaps_its_own_lambda_is_not_a_wrapper_of_the_step(tmp_path):
+    _write(tmp_path / "data.py", "import jax\n\n\ndef shard_dataset(n):\n"
+                                 "    return jax.pmap(lambda x: x)(load(n))\n\n\n"
+                                 "def dist(f, axis_name):\n    return jax.pmap(f, axis_name=axis_name)\n")
+    script = _write(tmp_path / "train.py", "import data\n\nrows = data.shard_dataset(8)\n"
+                                           "step = data.dist(update, axis_name='batch')\n")
+    assert "pmap" not in _rules_on(script, 3)
+    assert "pmap" in _rules_on(script, 4)
