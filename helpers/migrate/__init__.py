@@ -28,7 +28,8 @@ The package, one module a job:
   flax_rules, old_api_rules, keyword_rules  Flax's linen-era helpers; xmap, pjit, removed APIs and keywords
   jit_collective_rules  the gradient trap in a jit/pjit step with no pmap
   save_option_rules, refusal_rules  saves on process 0 unless an option says; a refusal to run on several hosts
-  process_zero_rules  work on process 0 only (a collective, a step's outputs, a save)
+  host_zero  which code runs on process 0 only (an if, a name holding the test, the other hosts' early return)
+  process_zero_rules  work on process 0 only (a collective, a step's outputs, a stack reduced, a save)
   host_read_rules  a step's results read on the host (numpy of a global output, a pmap across hosts)
   gradient_rules  a pmapped step that applies each device's own gradient, unreduced
   scaling_rules  a loss divided by the device count whose gradients are psum'd (a pmean in disguise)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from helpers.migrate.script import Script, code_of, is_name, only_process_zero
+from helpers.migrate.host_zero import process_zero_nodes
+from helpers.migrate.script import Script, code_of, is_name
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -22,7 +23,7 @@ _HOST_SYNC = {"jax.device_get", "jax.experimental.multihost_utils.process_allgat
 
 
 def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """Collectives, compiled steps, device_get and checkpoint saves under `if process_index() == 0`."""
+    """Collectives, compiled steps, device_get and checkpoint saves on process 0 only (host_zero says where)."""
     compiled = {name for name, value in s.assigned.items() if isinstance(value, ast.Call) and (
         is_name(s.name(value.func), "jax.pmap", "jax.jit", "jax.shard_map"))}
     compiled |= {node.name for node in ast.walk(s.tree) if isinstance(node, ast.FunctionDef)
@@ -33,12 +34,9 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                                                       or (isinstance(c.func, ast.Name) and c.func.id in compiled))
                          for c in ast.walk(node))}
     global_outputs = _compiled_outputs(s, compiled - s.pmapped_names())
-    for node in ast.walk(s.tree):
-        if not (isinstance(node, ast.If) and only_process_zero(node.test, s.names, s.value)):
-            continue
-        for inner in (n for stmt in node.body for n in ast.walk(stmt)):
-            if not isinstance(inner, ast.Call):
-                continue
+    zero = process_zero_nodes(s)
+    for inner in sorted((n for n in zero if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset)):
+        if True:
             name = s.name(inner.func)
             called = inner.func.id if isinstance(inner.func, ast.Name) else ""
             if is_checkpoint_save(s, inner):
@@ -122,4 +120,45 @@ def is_checkpoint_save(s: Script, call: ast.Call, seen: frozenset[str] = frozens
                                               for w in ("orbax", "checkpoint"))
 
 
-RULES = (_process_zero,)
+def _stack_reads(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """pmap's per-device stacks reduced on process 0 only (a mean over the device axis, a tree map of `.mean()`):
+    harmless today, each host holding its own stack; after the port a value split over the hosts cannot be reduced
+    by host 0 alone. Device 0's copy read there (`loss[0]`, an unreplicate) is no collective: copy_rules say it."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+        return
+    outputs, said = s.pmap_outputs(), set()
+    for node in sorted((n for n in process_zero_nodes(s) if isinstance(n, ast.Call)),
+                       key=lambda n: (n.lineno, n.col_offset)):
+        if node.lineno in said or not _device_mean(s, node, outputs):
+            continue
+        said.add(node.lineno)
+        yield (node, "process-zero-collective",
+               f"{code_of(node)} reduces pmap's per-device stack on process 0 only: after the port it is a global "
+               "array, and a value split over the hosts (per-device metrics, batch statistics) cannot be reduced "
+               "by host 0 alone",
+               "reduce it on every host: in the step (jax.lax.pmean over the mesh axes, returned with out_specs "
+               "P()), or outside the if; keep only the print or the write under the if")
+
+
+def _device_mean(s: Script, node: ast.AST, outputs: set[str]) -> bool:
+    """`loss.mean()` of a pmap output, a tree map of a reduction over one, or a tree map whose lambda reduces over
+    axis 0 (`jnp.mean(x, axis=0)`)."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Attribute) and func.attr in _REDUCTIONS and isinstance(func.value, ast.Name) \
+            and func.value.id in outputs:
+        return True
+    if not (s.is_tree_map(node) and node.args and isinstance(node.args[0], ast.Lambda)):
+        return False
+    mapped = node.args[1] if len(node.args) > 1 else None
+    if isinstance(mapped, ast.Name) and mapped.id in outputs:  # tree_map(lambda x: x.mean(), metrics)
+        return any(isinstance(n, ast.Call) and s.name(n.func).rsplit(".", 1)[-1] in _REDUCTIONS
+                   for n in ast.walk(node.args[0].body))
+    return any(isinstance(n, ast.Call) and (s.name(n.func).rsplit(".", 1)[-1] in _REDUCTIONS)
+               and any(isinstance(a, ast.Constant) and a.value == 0 for a in [*n.args[1:], *(
+                   k.value for k in n.keywords if k.arg == "axis")])
+               for n in ast.walk(node.args[0].body))
+
+
+RULES = (_process_zero, _stack_reads)

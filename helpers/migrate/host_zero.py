@@ -1,0 +1,70 @@
+"""Which code runs on process 0 only: the body of `if jax.process_index() == 0:` (or of a name holding that test,
+`is_master = jax.process_index() == 0`), and what follows `if jax.process_index() != 0: return` in its block."""
+from __future__ import annotations
+
+import ast
+
+from helpers.migrate.script import Script, is_name, only_process_zero
+
+_EXITS = (ast.Return, ast.Continue, ast.Break, ast.Raise)
+
+
+def _process_zero_test(s: Script, test: ast.AST, depth: int = 0) -> bool:
+    """`process_index() == 0` as `only_process_zero` reads it, also through a name or a `self.` attribute the script
+    binds to such a test (`if self.is_master:`)."""
+    if only_process_zero(test, s.names, s.value):
+        return True
+    bound = _bound_test(s, test)
+    return bound is not None and depth < 3 and _process_zero_test(s, bound, depth + 1)
+
+
+def _bound_test(s: Script, test: ast.AST) -> ast.AST | None:
+    if isinstance(test, ast.Name):
+        value = s.value(test)
+        return value if value is not test else None
+    if isinstance(test, ast.Attribute) and isinstance(test.value, ast.Name) and test.value.id == "self":
+        spelled = ast.unparse(test)
+        return next((a.value for a in ast.walk(s.tree) if isinstance(a, ast.Assign)
+                     and any(ast.unparse(t) == spelled for t in a.targets)), None)
+    return None
+
+
+def _other_hosts_test(s: Script, test: ast.AST) -> bool:
+    """A test true on every host but process 0: `process_index() != 0`, `> 0`, `process_index()` itself, `not
+    is_master`."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _process_zero_test(s, test.operand)
+    index = lambda n: isinstance(n, ast.Call) and is_name(s.name(n.func), "process_index", "host_id")  # noqa: E731
+    if index(test) or (isinstance(test, ast.Name) and index(s.value(test))):
+        return True
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.NotEq, ast.Gt)):
+        left, right = test.left, test.comparators[0]
+        return isinstance(right, ast.Constant) and right.value == 0 and (
+            index(left) or (isinstance(left, ast.Name) and index(s.value(left))))
+    return False
+
+
+def _guarded_blocks(s: Script) -> list[list[ast.stmt]]:
+    """The statement lists that run on process 0 only, by an if or by an early exit of the other hosts."""
+    blocks = []
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.If) and _process_zero_test(s, node.test):
+            blocks.append(node.body)
+        for field in ("body", "orelse"):
+            stmts = getattr(node, field, None)
+            if not isinstance(stmts, list):
+                continue
+            for i, stmt in enumerate(stmts):
+                if isinstance(stmt, ast.If) and not stmt.orelse and _other_hosts_test(s, stmt.test) \
+                        and stmt.body and isinstance(stmt.body[-1], _EXITS):
+                    blocks.append(stmts[i + 1:])
+                    break
+    return blocks
+
+
+def process_zero_nodes(s: Script) -> set[ast.AST]:
+    """Every node that runs on process 0 only (kept on the Script: the rules ask often). A function called from
+    there is said at its call, not in its body."""
+    if not hasattr(s, "_process_zero_nodes"):
+        s._process_zero_nodes = {n for block in _guarded_blocks(s) for stmt in block for n in ast.walk(stmt)}
+    return s._process_zero_nodes

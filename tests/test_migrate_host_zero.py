@@ -1,0 +1,78 @@
+"""Code on process 0 only, however the script says it (helpers.migrate.host_zero): an if on a name holding the test,
+an early return of the other hosts; and pmap's stacks reduced there."""
+from tests.migrate_support import rule_set, said
+
+GUARDS = """\
+import jax
+import jax.numpy as jnp
+from flax.training import checkpoints
+
+p_step = jax.pmap(step, axis_name='batch')
+is_master = jax.process_index() == 0
+
+
+class Trainer:
+    def __init__(self):
+        self.is_chief = jax.process_index() == 0
+
+    def run(self, state, batch):
+        state, metrics = p_step(state, batch)
+        if is_master:
+            summary = jax.device_get(metrics)
+        if self.is_chief:
+            checkpoints.save_checkpoint('ckpt', state, 0)
+        return state
+
+
+def finish(state):
+    if jax.process_index() != 0:
+        return
+    stats = jax.tree_util.tree_map(lambda x: jnp.mean(x, axis=0), state.batch_stats)
+    checkpoints.save_checkpoint('ckpt', state, 1)
+
+
+def everyone(state):
+    stats = jax.tree_util.tree_map(lambda x: jnp.mean(x, axis=0), state.batch_stats)
+    if jax.process_index() != 0:
+        print('not host 0')
+    checkpoints.save_checkpoint('ckpt', state, 2)
+"""
+
+
+def test_an_if_on_a_name_or_attribute_holding_the_test_is_process_zero():
+    found = rule_set(GUARDS)
+    assert (16, "process-zero-collective") in found
+    assert (18, "process-zero-save") in found
+
+
+def test_what_follows_the_other_hosts_early_return_runs_on_process_zero_only():
+    found = rule_set(GUARDS)
+    assert (25, "process-zero-collective") in found
+    assert "reduces pmap's per-device stack on process 0 only" in said(GUARDS, 25, "process-zero-collective")
+    assert (26, "process-zero-save") in found
+
+
+def test_code_every_host_runs_is_not_process_zero():
+    found = rule_set(GUARDS)
+    assert not {(30, "process-zero-collective"), (33, "process-zero-save")} & found
+
+
+REDUCED = """\
+import jax
+from flax import jax_utils
+
+p_step = jax.pmap(step, axis_name='batch')
+state, metrics = p_step(state, batch)
+if jax.process_index() == 0:
+    mean_loss = metrics['loss'].mean()
+    scalars = jax.tree_util.tree_map(lambda x: x.mean(), metrics)
+    first = jax_utils.unreplicate(state)
+    print(float(metrics['loss'][0]))
+"""
+
+
+def test_a_stack_reduced_on_process_zero_is_a_collective_and_device_zeros_copy_is_not():
+    found = rule_set(REDUCED)
+    assert {(8, "process-zero-collective")} <= found
+    assert (9, "jax-utils-replicate") in found and (9, "process-zero-collective") not in found
+    assert (10, "jax-utils-replicate") in found and (10, "process-zero-collective") not in found
