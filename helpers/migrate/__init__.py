@@ -17,6 +17,7 @@ The package, one module a job:
              what a name is bound to; reach  the functions a pmapped step runs beyond its own body;
              bodies  functions pmapped out of view (a framework's pmap: their collectives name its axis)
              once  the whole-file answers a Script computes on first asking, and keeps
+  aliases    pmap and its collectives under a project's own names (`constants.pmap`), spelled out first
   gradients  which values hold gradients, function by function (what `Script.gradient_status` answers)
   jax_rules  JAX's own pmap-era patterns          nnx_rules  Flax NNX's (nnx.pmap, split_rngs, StateAxes)
   collective_rules  pmap's collectives: the gradient trap, a rename, or both outcomes

@@ -284,8 +284,9 @@ def _default(function: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> tup
 
 def _handed_axis(s: Script, call: ast.Call, axis: ast.AST) -> tuple[ast.AST, str, str, str]:
     """pmap's axis name handed to code that runs collectives over it: `sync(grads, axis_name='batch')`,
-    `jax.tree.map(partial(jax.lax.pmean, axis_name='batch'), grads)`, or a function named for gradients
-    (`make_gradient_update(loss_fn, opt, pmap_axis_name=AXIS)`), which may reduce the gradients it takes."""
+    `jax.tree.map(partial(jax.lax.pmean, axis_name='batch'), grads)`, or a function named for gradients or an
+    optimizer (`make_gradient_update(loss_fn, opt, pmap_axis_name=AXIS)`, `kfac.Optimizer(..., pmap_axis_name=AXIS)`),
+    which may reduce the gradients it takes."""
     mapping = s.parent.get(call)
     handed = [*call.args, *(k.value for k in call.keywords if k.value is not axis)]
     if isinstance(mapping, ast.Call) and s.is_tree_map(mapping) and mapping.args[:1] == [call]:
@@ -293,7 +294,8 @@ def _handed_axis(s: Script, call: ast.Call, axis: ast.AST) -> tuple[ast.AST, str
     status = max((s.gradient_status(a) for a in handed), key=_STATUSES.index, default="no")
     held = next((k.arg for k in call.keywords if k.value is axis), None)
     spelled = f"{held}={code_of(axis)}" if held else code_of(axis)  # or handed by position
-    for_gradients = status == "no" and "grad" in (s.name(call.func) or code_of(call.func)).rsplit(".", 1)[-1].lower()
+    short = (s.name(call.func) or code_of(call.func)).rsplit(".", 1)[-1].lower()
+    for_gradients = status == "no" and any(word in short for word in _GRADIENT_WORDS)
     said = f"{code_of(call.func)}(..., {spelled}) hands pmap's axis name to code that runs " \
            "collectives over it"
     return _by_gradient_status(
@@ -306,8 +308,10 @@ def _handed_axis(s: Script, call: ast.Call, axis: ast.AST) -> tuple[ast.AST, str
         maybe=_NAMED_FOR_GRADIENTS if for_gradients else _MAYBE)
 
 
-_NAMED_FOR_GRADIENTS = ("the function is named for gradients, so it may take gradients and reduce them over this "
-                        f"axis (the tool cannot see its body): if it does, {_TRAP}")
+_GRADIENT_WORDS = ("grad", "optim", "kfac", "shampoo", "sgd", "adam")  # an optimizer reduces them
+_NAMED_FOR_GRADIENTS = ("the function is named for gradients (or for an optimizer, which reduces the gradients it "
+                        "takes), so it may reduce gradients over this axis (the tool cannot see its body): if it does, "
+                        f"{_TRAP}")
 
 
 READS = set(FLAX_COLLECTIVES)

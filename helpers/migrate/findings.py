@@ -13,6 +13,7 @@ from helpers.migrate import (batch_rules, collective_rules, copy_rules, data_rul
                              host_read_rules, jax_rules, jit_collective_rules, key_rules, keyword_rules, loader_rules,
                              mesh_rules, negatives_rules, nnx_rules, old_api_rules, process_zero_rules,
                              refusal_rules, save_option_rules, scaling_rules, unread)
+from helpers.migrate.aliases import expand
 from helpers.migrate.script import Folder, Script
 
 FAMILIES = (jax_rules, collective_rules, copy_rules, process_zero_rules, key_rules, flax_rules, nnx_rules,
@@ -52,7 +53,8 @@ def findings(source: str, path: str = "<script>", *, first_line: int = 1,
     the notebook's cells before it (their imports name what this cell calls); `folder` what the other files of
     its folder tell (the functions they hand gradients to, their pmaps' axes).
     """
-    script = Script(ast.parse(source, filename=path), tuple(ast.parse(cell) for cell in earlier), folder)
+    tree = expand(ast.parse(source, filename=path), dict(folder.aliases))
+    script = Script(tree, tuple(ast.parse(cell) for cell in earlier), folder)
     found = {(node.lineno, rule, does): Finding(path, node.lineno + first_line - 1, rule, does, instead)
              for check in RULES for node, rule, does, instead in _guarded(check, script, path)}
     spoken = {line for line, _, _ in found}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from helpers.migrate.aliases import definitions, expand
 from helpers.migrate.script import Folder, Script
 
 MOST_MODULES = 40  # a script importing half a monorepo: read the first ones, keep the tool fast
@@ -72,18 +73,21 @@ def project_modules(script: Path) -> list[Path]:
 
 def folder_facts(files: list[Path]) -> Folder:
     """What the files of a folder (or a project) tell each other: the functions they hand gradients to, their pmaps'
-    axes, their helpers that replicate or unreplicate, and their functions that pmap a function they are handed."""
-    handed, axes, copies, pmappers = set(), set(), set(), set()
+    axes, their helpers that replicate or unreplicate, their functions that pmap a function they are handed, and their
+    aliases of pmap and its collectives (and string constants: an axis name)."""
+    handed, axes, copies, pmappers, aliases = set(), set(), set(), set(), set()
     for file in files:
         try:
-            script = Script(ast.parse(file.read_text(encoding="utf-8")))
+            tree = ast.parse(file.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, SyntaxError):
             continue  # said when the file itself is read
+        aliases |= set(definitions(tree).items())
+        script = Script(expand(tree))
         handed |= set(script.gradients.handed_out())
         axes |= script.pmap_axes
         copies |= set(script.copies().items())
         pmappers |= _pmapping_functions(script)
-    return Folder(frozenset(handed), frozenset(axes), frozenset(copies), frozenset(pmappers))
+    return Folder(frozenset(handed), frozenset(axes), frozenset(copies), frozenset(pmappers), frozenset(aliases))
 
 
 def _pmapping_functions(script: Script) -> set[str]:

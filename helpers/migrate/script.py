@@ -166,6 +166,7 @@ class Folder:
     pmap_axes: frozenset[str] = frozenset()
     copies: frozenset[tuple[str, str]] = frozenset()  # (function, 'replicate' or 'unreplicate') they define
     pmappers: frozenset[str] = frozenset()  # their functions that call jax.pmap (a project's `utils.dist(f)`)
+    aliases: frozenset[tuple[str, str]] = frozenset()  # (name, what it spells out): `pmap` of a partial of jax.pmap
 
 
 _LIBRARIES = ("jax.", "flax.", "haiku.", "equinox.", "optax.", "numpy.", "functools.", "self.")  # not a project's
