@@ -10,21 +10,36 @@ from typing import Callable, Iterator
 from helpers.migrate.bindings import bound_value, device_count_of, reaches
 from helpers.migrate.jax_rules import counts_devices
 from helpers.migrate.reach import runs_under_pmap
-from helpers.migrate.script import Script, code_of, first_copy, first_copy_of, is_name
+from helpers.migrate.script import Script, code_of, first_copy, first_copy_of, is_name, root_name
 
 LESSONS: dict[str, tuple[str, str]] = {}  # jax-utils-replicate and process-zero-save: jax_rules' and process_zero_rules'
 
 
-def _entries_of(s: Script, stacks: set[str]) -> set[str]:
+def entries_of(s: Script, stacks: set[str]) -> set[str]:
     """The loop names that take a pmap output's entries: `value` in `for name, value in metrics.items():`."""
-    found = set()
-    for loop in (n for n in ast.walk(s.tree) if isinstance(n, ast.For) and isinstance(n.iter, ast.Call)):
-        method = loop.iter.func
-        if isinstance(method, ast.Attribute) and isinstance(method.value, ast.Name) and method.value.id in stacks:
-            target = loop.target.elts[-1] if method.attr == "items" and isinstance(loop.target, ast.Tuple) \
-                else loop.target if method.attr == "values" else None
-            found |= {target.id} if isinstance(target, ast.Name) else set()
-    return found
+    return {target.id for loop in ast.walk(s.tree) if isinstance(loop, ast.For)
+            for target in [_entry_target(loop, stacks)] if target is not None}
+
+
+def _entry_target(loop: ast.For | ast.comprehension, stacks: set[str]) -> ast.Name | None:
+    method = loop.iter.func if isinstance(loop.iter, ast.Call) else None
+    if not (isinstance(method, ast.Attribute) and root_name(method.value) in stacks):  # also `stats['fine'].items()`
+        return None
+    target = loop.target.elts[-1] if method.attr == "items" and isinstance(loop.target, ast.Tuple) \
+        else loop.target if method.attr == "values" else None
+    return target if isinstance(target, ast.Name) else None
+
+
+def entry_in_comprehension(s: Script, name: ast.AST, stacks: set[str]) -> bool:
+    """`v` in `{k: v[0] for k, v in metrics.items()}`: a pmap output's entry, named in the comprehension that takes
+    it."""
+    node = name
+    while isinstance(name, ast.Name) and node in s.parent:
+        node = s.parent[node]
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            if any((t := _entry_target(g, stacks)) is not None and t.id == name.id for g in node.generators):
+                return True
+    return False
 
 
 def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -33,10 +48,13 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     mapped at the tree map's call)."""
     if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
         return
-    stacks = s.pmap_outputs() | _entries_of(s, s.pmap_outputs())
+    stacks = s.pmap_outputs() | entries_of(s, s.pmap_outputs())
     pmapped_call = s.pmapped_call_test()
+    outputs = s.pmap_outputs()
+    stacked = lambda held: isinstance(held, ast.Name) and (  # noqa: E731
+        held.id in stacks or entry_in_comprehension(s, held, outputs)) or pmapped_call(held)
     for node in ast.walk(s.tree):
-        if first_copy(node, stacks) and not s.in_pmap_over_hosts(node) \
+        if first_copy_of(node, stacked) and not s.in_pmap_over_hosts(node) \
                 and not _not_yet_an_output(s, node, stacks, pmapped_call) \
                 and not _a_parameter_under_pmap(s, node, stacks):
             yield (node, "jax-utils-replicate",
@@ -72,7 +90,9 @@ def _not_yet_an_output(s: Script, node: ast.AST, stacks: set[str],
                        pmapped_call: Callable[[ast.AST], bool]) -> bool:
     """`model[0]` read outside any loop where `model` was bound before, in its scope, only by something other
     than a pmapped call (`model = init(...)`; a pmapped step's output only later): not yet pmap's stack."""
-    name = next(n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in stacks)
+    name = next((n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in stacks), None)
+    if name is None:  # `step(x)[0]`: the pmapped call itself
+        return False
     scope = s.scope(name)
     if _in_a_loop(s, name, scope):
         return False
@@ -87,7 +107,9 @@ def _a_parameter_under_pmap(s: Script, node: ast.AST, stacks: set[str]) -> bool:
     """`params[0]` where `params` is a parameter of a function pmap runs (pmapped, or called from a pmapped step:
     `def loss_fn(params, batch)` of `jax.value_and_grad(loss_fn)` in the step): one device's value, pmap's axis
     stripped, that only shares its name with a pmap output (the index takes an item of its tuple)."""
-    name = next(n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in stacks)
+    name = next((n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in stacks), None)
+    if name is None:
+        return False
     function = s.scope(name)
     return isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
         and name.id in {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)} \

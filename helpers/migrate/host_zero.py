@@ -4,9 +4,27 @@ from __future__ import annotations
 
 import ast
 
-from helpers.migrate.script import Script, is_name, only_process_zero
+from helpers.migrate.script import Names, Script, is_name
 
 _EXITS = (ast.Return, ast.Continue, ast.Break, ast.Raise)
+
+
+def only_process_zero(test: ast.AST, names: Names, value=lambda node: node) -> bool:
+    """`jax.process_index() == 0`, `0 == ...`, `not jax.process_index()`, `... < 1` (or `jax.host_id()`), also
+    through a name `value` follows to the call (`process_id = jax.process_index()`)."""
+    def is_index(n):
+        n = value(n) if isinstance(n, ast.Name) else n
+        return isinstance(n, ast.Call) and is_name(names.of(n.func), "process_index", "host_id")
+
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return is_index(test.operand)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, right = test.left, test.comparators[0]
+        zero = [s for s in (left, right) if isinstance(s, ast.Constant) and s.value == 0]
+        return bool(zero) and isinstance(test.ops[0], ast.Eq) and (is_index(left) or is_index(right))
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(only_process_zero(v, names, value) for v in test.values)
+    return False
 
 
 def _process_zero_test(s: Script, test: ast.AST, depth: int = 0) -> bool:

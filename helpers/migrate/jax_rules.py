@@ -276,13 +276,22 @@ def with_mesh(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                            + (" on a mesh from jax.make_mesh, and global inputs made with "
                               "jax.make_array_from_process_local_data" if old else ""))
                 elif isinstance(expr, ast.Call) and (s.name(expr.func) in MESH_MAKERS
-                                                     or s.name(expr.func).endswith(("maps.Mesh", "maps.mesh"))):
+                                                     or s.name(expr.func).endswith(("maps.Mesh", "maps.mesh"))
+                                                     or _a_projects_mesh(s, expr)):
                     yield (node, "with-mesh",
                            f"`with {code_of(expr.func)}(...):` uses a mesh as a context manager, deprecated "
                            "since jax 0.10.1 (and " + _OLD_MESH_GONE.get(s.name(expr.func).rsplit(".", 1)[-1],
                                                                         "jax.experimental.maps.Mesh is gone since "
                                                                         "jax 0.4.11") + ")",
                            "mesh = jax.make_mesh(shape, names), then `with jax.set_mesh(mesh):`")
+
+
+def _a_projects_mesh(s: Script, call: ast.Call) -> bool:
+    """`with self.mesh():`, `with get_mesh(cfg):`: a mesh the project makes, entered as a context manager (not
+    JAX's own `jax.set_mesh`/`use_mesh`, the current way)."""
+    name = s.name(call.func) or code_of(call.func)
+    short = name.rsplit(".", 1)[-1].lower()
+    return "mesh" in short.split("_") and not name.startswith("jax.") and short not in ("set_mesh", "use_mesh")
 
 
 _OLD_MESH_GONE = {"mesh": "jax.experimental.maps.mesh, the old function that made a mesh and entered it, is gone "

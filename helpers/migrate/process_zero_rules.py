@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
+from helpers.migrate.copy_rules import entries_of, entry_in_comprehension
 from helpers.migrate.host_zero import process_zero_nodes
 from helpers.migrate.script import Script, code_of, is_name
 
@@ -146,8 +147,8 @@ def _device_mean(s: Script, node: ast.AST, outputs: set[str]) -> bool:
     if not isinstance(node, ast.Call):
         return False
     func = node.func
-    if isinstance(func, ast.Attribute) and func.attr in _REDUCTIONS and isinstance(func.value, ast.Name) \
-            and func.value.id in outputs:
+    if isinstance(func, ast.Attribute) and func.attr in _REDUCTIONS and isinstance(func.value, ast.Name) and (
+            func.value.id in outputs | entries_of(s, outputs) or entry_in_comprehension(s, func.value, outputs)):
         return True
     if not (s.is_tree_map(node) and node.args and isinstance(node.args[0], ast.Lambda)):
         return False

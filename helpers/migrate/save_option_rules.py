@@ -9,7 +9,8 @@ import ast
 from typing import Iterator
 
 from helpers.migrate.process_zero_rules import is_checkpoint_save
-from helpers.migrate.script import Script, code_of, only_process_zero
+from helpers.migrate.host_zero import only_process_zero
+from helpers.migrate.script import Script, code_of
 
 # the lesson is process_zero_rules' for the same rule id
 LESSONS: dict[str, tuple[str, str]] = {}

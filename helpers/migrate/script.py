@@ -65,24 +65,6 @@ def argument(call: ast.Call, position: int, name: str) -> ast.AST | None:
     return call.args[position] if len(call.args) > position else keyword(call, name)
 
 
-def only_process_zero(test: ast.AST, names: Names, value=lambda node: node) -> bool:
-    """`jax.process_index() == 0`, `0 == ...`, `not jax.process_index()`, `... < 1` (or `jax.host_id()`), also
-    through a name `value` follows to the call (`process_id = jax.process_index()`)."""
-    def is_index(n):
-        n = value(n) if isinstance(n, ast.Name) else n
-        return isinstance(n, ast.Call) and is_name(names.of(n.func), "process_index", "host_id")
-
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return is_index(test.operand)
-    if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        left, right = test.left, test.comparators[0]
-        zero = [s for s in (left, right) if isinstance(s, ast.Constant) and s.value == 0]
-        return bool(zero) and isinstance(test.ops[0], ast.Eq) and (is_index(left) or is_index(right))
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return any(only_process_zero(v, names, value) for v in test.values)
-    return False
-
-
 def root_name(node: ast.AST) -> str | None:
     """The name an expression starts from: `state` for `state.params`."""
     while isinstance(node, (ast.Attribute, ast.Subscript)):
@@ -121,7 +103,9 @@ def first_copy(node: ast.AST, names: set[str]) -> bool:
 
 def first_copy_of(node: ast.AST, stacked: Callable[[ast.AST], bool]) -> bool:
     """Device 0's copy, taken by hand, of what `stacked` tells is a per-device stack, or of a field or entry of it."""
-    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0):
+    if not (isinstance(node, ast.Subscript) and (_zero(node.slice) or isinstance(node.slice, ast.Slice) and _zero(
+            node.slice.lower, True) and isinstance(node.slice.upper, ast.Constant) and node.slice.upper.value == 1
+            and node.slice.step is None)):  # `x[0]`, or `x[:1]`: device 0's copy, its leading axis kept
         return False
     held = node.value
     if isinstance(held, ast.Attribute) and held.attr in ("shape", "strides"):  # `x.shape[0]`: a size, no copy
@@ -135,6 +119,10 @@ def first_copy_of(node: ast.AST, stacked: Callable[[ast.AST], bool]) -> bool:
                                               and isinstance(held.slice.value, str)):
         held = held.value
     return stacked(held)
+
+
+def _zero(node: ast.AST | None, or_none: bool = False) -> bool:
+    return (or_none and node is None) or isinstance(node, ast.Constant) and node.value == 0
 
 
 def _returned_expressions(function: ast.AST) -> list[ast.AST]:
