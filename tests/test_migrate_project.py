@@ -55,3 +55,21 @@ def test_a_loader_that_pmaps_its_own_lambda_is_not_a_wrapper_of_the_step(tmp_pat
                                            "step = data.dist(update, axis_name='batch')\n")
     assert "pmap" not in _rules_on(script, 3)
     assert "pmap" in _rules_on(script, 4)
+
+
+_LOADERS = ("import jax\n\n\nclass Source:\n    def get_train(self):\n"
+            "        return read(shard=jax.process_index(), count=jax.process_count())\n\n"
+            "    def get_test(self):\n        return read()\n")
+_EVAL = ("import jax\nfrom proj import data\n\np_eval = jax.pmap(eval_step, axis_name='b')\n"
+         "source = data.Source()\nfor batch in source.get_test():\n    p_eval(state, batch)\n"
+         "for batch in source.get_train():\n    p_eval(state, batch)\n")
+
+
+def test_a_project_loader_whose_body_never_reads_the_host_loads_the_whole_batch_on_every_host(tmp_path):
+    _write(tmp_path / "proj" / "__init__.py", "")
+    _write(tmp_path / "proj" / "data.py", _LOADERS)
+    script = _write(tmp_path / "train.py", _EVAL)
+    assert "global-batch-per-host" in _rules_on(script, 6)  # get_test: no process index in its body
+    assert "global-batch-per-host" not in _rules_on(script, 8)  # get_train splits by host itself
+    alone = _write(tmp_path / "alone" / "train.py", _EVAL)  # out of view: an evaluation's loader is not guessed at
+    assert "global-batch-per-host" not in _rules_on(alone, 6)

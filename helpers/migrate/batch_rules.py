@@ -324,25 +324,31 @@ def _trains(s: Script, call: ast.Call) -> bool:
 
 
 def shared_project_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """The project's loader whose batches feed a training step, in a script where nothing reads the process index
-    as data: nothing tells the loader which host it runs on, so every host reads the same rows."""
-    if not _pmap_era(s) or _reads_host_number(s, s.tree):
+    """The project's loader whose batches feed a pmapped step, told nothing of the host it runs on: every host loads
+    the same whole batches. Read to its body when the project is (a body that reads the process index splits by host
+    itself); out of view, only for a training step in a script where nothing reads the process index as data."""
+    if not _pmap_era(s):
         return
-    pmapped = s.pmapped_names()
+    pmapped, script_reads_host = s.pmapped_names(), _reads_host_number(s, s.tree)
     said = set()
     for call in s.calls:
-        if not (isinstance(call.func, ast.Name) and call.func.id in pmapped and _trains(s, call)):
+        if not (isinstance(call.func, ast.Name) and call.func.id in pmapped):
             continue
         for argument in [*call.args, *(k.value for k in call.keywords)]:
             loader = batch_source(s, argument)
             if loader is None or loader in said or host_index_in(s, loader) is not None \
                     or handed_loaded_rows(s, loader) is not None:  # a transform of rows another loader read
                 continue
+            named = code_of(loader.func).rsplit(".", 1)[-1]
+            read = named in s.folder.read and named not in s.folder.host_aware
+            if named in s.folder.host_aware or not read and (script_reads_host or not _trains(s, call)):
+                continue
             said.add(loader)
-            yield (loader, "shared-shuffle",
-                   f"{code_of(loader.func)}(...) makes the batches the training step reads, and nothing the script "
-                   "hands it reads jax.process_index(): unless it splits the data by host on its own, every host "
-                   "reads the same rows",
+            yield (loader, "global-batch-per-host",
+                   f"{code_of(loader.func)}(...) makes the batches a pmapped step reads, and nothing the script hands "
+                   "it reads jax.process_index()" + (
+                       f": nor does its body (in the project), so every host loads the same whole batches" if read
+                       else ": unless it splits the data by host on its own, every host loads the same rows"),
                    "give each host its own part: shard the files or rows by jax.process_index() out of "
                    "jax.process_count() (or read a shared order and take rows [process_index() * per_host, ...) of "
                    "each global batch)")

@@ -8,9 +8,10 @@ import ast
 from pathlib import Path
 
 from helpers.migrate.aliases import definitions, expand
-from helpers.migrate.script import Folder, Script
+from helpers.migrate.script import Folder, Script, is_name
 
-MOST_MODULES = 40  # a script importing half a monorepo: read the first ones, keep the tool fast
+MOST_MODULES = 40
+_HOST_NUMBERS = ("process_index", "process_count", "host_id", "host_count")  # a script importing half a monorepo: read the first ones, keep the tool fast
 
 
 def roots(script: Path) -> list[Path]:
@@ -74,8 +75,9 @@ def project_modules(script: Path) -> list[Path]:
 def folder_facts(files: list[Path]) -> Folder:
     """What the files of a folder (or a project) tell each other: the functions they hand gradients to, their pmaps'
     axes, their helpers that replicate or unreplicate, their functions that pmap a function they are handed, and their
-    aliases of pmap and its collectives (and string constants: an axis name)."""
-    handed, axes, copies, pmappers, aliases = set(), set(), set(), set(), set()
+    aliases of pmap and its collectives (and string constants: an axis name), and which of their functions, methods and
+    classes read the process index or count (a loader that splits its data by host)."""
+    handed, axes, copies, pmappers, aliases, read, host_aware = set(), set(), set(), set(), set(), set(), set()
     for file in files:
         try:
             tree = ast.parse(file.read_text(encoding="utf-8"))
@@ -87,7 +89,12 @@ def folder_facts(files: list[Path]) -> Folder:
         axes |= script.pmap_axes
         copies |= set(script.copies().items())
         pmappers |= _pmapping_functions(script)
-    return Folder(frozenset(handed), frozenset(axes), frozenset(copies), frozenset(pmappers), frozenset(aliases))
+        for definition in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))):
+            read.add(definition.name)
+            if any(isinstance(n, ast.Call) and is_name(script.name(n.func), *_HOST_NUMBERS) for n in ast.walk(definition)):
+                host_aware.add(definition.name)
+    return Folder(frozenset(handed), frozenset(axes), frozenset(copies), frozenset(pmappers), frozenset(aliases),
+                  frozenset(read), frozenset(host_aware))
 
 
 def _pmapping_functions(script: Script) -> set[str]:

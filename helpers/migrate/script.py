@@ -155,6 +155,8 @@ class Folder:
     copies: frozenset[tuple[str, str]] = frozenset()  # (function, 'replicate' or 'unreplicate') they define
     pmappers: frozenset[str] = frozenset()  # their functions that call jax.pmap (a project's `utils.dist(f)`)
     aliases: frozenset[tuple[str, str]] = frozenset()  # (name, what it spells out): `pmap` of a partial of jax.pmap
+    read: frozenset[str] = frozenset()  # their functions, methods and classes, read to their bodies
+    host_aware: frozenset[str] = frozenset()  # those of them whose body reads the process index or count
 
 
 _LIBRARIES = ("jax.", "flax.", "haiku.", "equinox.", "optax.", "numpy.", "functools.", "self.")  # not a project's
