@@ -1,4 +1,5 @@
-"""pmap and its collectives under a project's own names, spelled out before the rules read a script: a name bound to
+"""pmap and its collectives under a library's or a project's own names, spelled out before the rules read a script:
+equinox's `eqx.filter_pmap` (jax.pmap's keywords), a name bound to
 `functools.partial(jax.pmap, axis_name=AXIS)` (or to `jax.pmap`), to a partial of a collective (`jax.lax.pmean`, or a
 wrapper named after one: `pmean_if_pmap`) with its axis, and a project module's string constants (`PMAP_AXIS_NAME`).
 They may live in the script or in a module of its project (`constants.pmap(f)`, ferminet's style). Each call of such
@@ -11,6 +12,7 @@ import copy
 from helpers.migrate.script import Names, is_name
 
 _COLLECTIVES = ("pmean", "psum", "pmax", "pmin", "all_gather", "ppermute", "psum_scatter", "all_to_all")
+_LIBRARY_PMAPS = ("equinox.filter_pmap",)  # a library's pmap, jax.pmap's keywords (axis_name, devices, in_axes)
 _LIBRARY_ROOTS = ("jax", "jaxlib", "flax", "haiku", "equinox", "optax", "numpy", "functools", "chex", "kfac_jax",
                   "tensorflow", "torch")
 
@@ -61,8 +63,11 @@ class _Expand(ast.NodeTransformer):
         self.made: set[int] = set()  # the nodes this expansion put in
 
     def _meant(self, node: ast.AST) -> ast.AST | None:
-        """What a reference stands for: a name of the script's own, `module.name` of a project module, or a name
-        imported from one."""
+        """What a reference stands for: a library's pmap (`eqx.filter_pmap`), a name of the script's own,
+        `module.name` of a project module, or a name imported from one."""
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load) \
+                and is_name(self.names.of(node), *_LIBRARY_PMAPS):
+            return ast.parse("jax.pmap", mode="eval").body
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             if node.id in self.own:
                 return self.own[node.id]
@@ -135,7 +140,8 @@ def expand(tree: ast.AST, imported: dict[str, str] | None = None) -> ast.AST:
             own |= {t.id: spelled for t in node.targets if isinstance(t, ast.Name)}
             kept.add(id(node))
     parsed = {name: ast.parse(code, mode="eval").body for name, code in (imported or {}).items()}
-    if not own and not parsed:
+    if not own and not parsed and not any(value.startswith(_LIBRARY_PMAPS) for value in names.alias.values()) \
+            and not any(module in names.alias.values() for module in {p.split(".")[0] for p in _LIBRARY_PMAPS}):
         return tree
     tree = _Expand(own, parsed, names, kept).visit(tree)
     return ast.fix_missing_locations(_flatten_partials(tree, names))

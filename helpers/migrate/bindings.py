@@ -206,3 +206,17 @@ def _devices_of(s: Script, node: ast.AST, depth: int) -> str | None:
                  for c in ast.walk(_binding_scope(s, node)) if c in pmaps or isinstance(c, ast.Call)
                  and is_name(s.name(c.func), *_PLACES_PER_DEVICE) for k in c.keywords)
     return "local" if handed else None
+
+
+def this_hosts_devices(s: Script, devices: ast.AST | None) -> bool:
+    """A device list that is this host's own: `jax.local_devices()`, a slice of it, or a name bound to one (not
+    another host's, `jax.local_devices(process_index=p)`, nor a list merely counted by it)."""
+    for _ in range(4):
+        if isinstance(devices, ast.Subscript):
+            devices = devices.value
+        elif isinstance(devices, ast.Name) and s.value(devices) is not devices:
+            devices = s.value(devices)
+        else:
+            break
+    return isinstance(devices, ast.Call) and is_name(s.name(devices.func), "jax.local_devices") \
+        and not devices.args and not devices.keywords

@@ -195,7 +195,7 @@ class Gradients:
         if depth > 4:
             return None
         if isinstance(node, ast.Call):
-            name = self.s.name(node.func).rsplit(".", 1)[-1]
+            name = self.s.name(node.func).rsplit(".", 1)[-1].removeprefix("filter_")  # equinox's filter_grad too
             if name == "value_and_grad":
                 return Parts(NO, YES)
             if name == "grad":  # has_aux=True: (gradients, aux); has_aux read from a setting: aux may be either

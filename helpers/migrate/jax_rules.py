@@ -11,9 +11,9 @@ import ast
 from typing import Iterator
 
 from helpers.migrate.batch_rules import shares_a_global_count
-from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, reaches
-from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, is_name,
-                                    is_name_call, keyword, pmap_axis, root_name, strings)
+from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, reaches, this_hosts_devices
+from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, device_grid,
+                                    is_name, is_name_call, keyword, pmap_axis, root_name, strings)
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -34,6 +34,8 @@ def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.pmaps():
         if call in s.pmaps_over_hosts():  # host_read_rules says what replaces it
             continue
+        devices = keyword(call, "devices")
+        local = this_hosts_devices(s, devices)  # mesh_rules says more
         axis = s.axis_names(pmap_axis(call))
         in_axes = keyword(call, "in_axes")
         said = [f"axis_name={axis[0]!r}"] if axis else []
@@ -42,8 +44,9 @@ def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         carried = [f"{code_of(k.value)} as {k.arg.replace('static_broadcasted_argnums', 'static_argnums')} on "
                    "jax.jit" for k in call.keywords if k.arg in ("donate_argnums", "static_broadcasted_argnums")]
         yield (call if is_name_call(call) else call.args[0], "pmap",  # partial(\n jax.pmap, ...): at jax.pmap
-               f"jax.pmap({', '.join(said)}) maps over every host's devices"
-               + (f" (its axis {axis[0]!r} spans every device of every host)" if axis else "")
+               (f"jax.pmap({', '.join(said)}, devices={code_of(devices)}) maps this host's devices only"
+                if local else f"jax.pmap({', '.join(said)}) maps over every host's devices"
+                + (f" (its axis {axis[0]!r} spans every device of every host)" if axis else ""))
                + ", but each host feeds only its own part: a stack with a leading axis of local_device_count(), "
                "built in that host's own Python, so what each host makes there (keys split from the same seed, "
                "its rows) is per host; the parameters are stacked copies",
@@ -317,7 +320,7 @@ def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         caller = s.parent.get(caller) if isinstance(caller, ast.keyword) or joined else caller
         shape = (pmap_era and isinstance(node, (ast.Tuple, ast.List)) and node.elts and isinstance(caller, ast.Call)
                  and s.name(caller.func) not in MESH_MAKERS)  # jnp.ones((n_local, ...)) for pmap: a stack
-        if not (shaping or shape):
+        if not (shaping or shape) or device_grid(s, node):  # a grid of devices for a mesh: mesh_rules reads it
             continue
         stacks = shape or (pmap_era and isinstance(node, ast.Call))  # a shape or a reshape for pmap
         for inner in (node.elts[0],) if shape else ast.walk(node):

@@ -12,7 +12,8 @@ from helpers.migrate.script import Script, code_of, is_name
 # the rules' lessons are the ones jax_rules and old_api_rules give for the same ids
 LESSONS: dict[str, tuple[str, str]] = {}
 _PJIT_ERA_FLAGS = {"jax_jit_pjit_api_merge": "the jit/pjit merge, jax 0.4.x",
-                   "jax_array": "the move to jax.Array, jax 0.4.1 to 0.4.13"}
+                   "jax_array": "the move to jax.Array, jax 0.4.1 to 0.4.13",
+                   "jax_parallel_functions_output_gda": "GlobalDeviceArray outputs of pjit, jax 0.3 to 0.4.1"}
 
 
 def shard_map_check_rep(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:

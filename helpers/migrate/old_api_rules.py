@@ -31,6 +31,8 @@ _MOVED = {  # removed in jax 0.4.11 (deprecated in 0.4.1)
     "jax.interpreters.pxla.PartitionSpec": "jax.sharding.PartitionSpec (jax.P)",
     "jax.interpreters.pxla.Mesh": "jax.make_mesh(shape, names) or jax.sharding.Mesh",
     "jax.interpreters.sharded_jit.PartitionSpec": "jax.sharding.PartitionSpec (jax.P)",
+    "jax.experimental.global_device_array.GlobalDeviceArray": "a jax.Array: jax.make_array_from_callback(shape, "
+                                                               "NamedSharding(mesh, spec), callback)",
 }
 _ENTERED_ONLY = {"jax.experimental.maps.mesh"}  # a function that only made and entered a mesh: with-mesh says it all
 _FROM_INTERNALS = "a jax 0.4 release from JAX's internals (ImportError on jax 0.12: it lives in jax.sharding)"
@@ -39,7 +41,9 @@ _GONE_FROM = {"jax.experimental.maps.mesh": "jax 0.4.31 with jax.experimental.ma
               "jax.experimental.pjit.with_sharding_constraint": "jax 0.4.x (ImportError on jax 0.12: it moved "
                                                                 "to jax.lax)",
               "jax.interpreters.pxla.PartitionSpec": _FROM_INTERNALS, "jax.interpreters.pxla.Mesh": _FROM_INTERNALS,
-              "jax.interpreters.sharded_jit.PartitionSpec": _FROM_INTERNALS}
+              "jax.interpreters.sharded_jit.PartitionSpec": _FROM_INTERNALS,
+              "jax.experimental.global_device_array.GlobalDeviceArray": "jax 0.4.x, replaced by jax.Array (ImportError "
+                                                                         "on jax 0.12)"}
 _THREAD_RESOURCES = "jax.experimental.maps.thread_resources"  # the mesh entered with `with mesh:`, read back
 # JAX internals that pmap-era libraries imported: gone, so the import fails before any line runs
 _INTERNALS = {
@@ -232,6 +236,18 @@ def _said_at(s: Script, call: ast.Call) -> ast.AST:
     return next((k.value for k in call.keywords if k.arg in _OLD_KEYWORDS), call)
 
 
+def old_keywords_on_their_lines(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`in_axis_resources=...` on a line of its own in a pjit call written over several lines: the text that raises
+    (TypeError), said where it is written; the call's own finding says what pjit becomes."""
+    for call in _pjit_calls(s):
+        at = _said_at(s, call).lineno
+        for k in (k for k in call.keywords if k.arg in _OLD_KEYWORDS and k.value.lineno != at):
+            yield (k.value, "pjit",
+                   f"{k.arg}= was deleted from pjit in jax 0.4.14 (TypeError)",
+                   f"{k.arg.replace('axis_resources', 'shardings')}=, each spec a NamedSharding(mesh, spec) (or a "
+                   "PartitionSpec under jax.set_mesh(mesh))")
+
+
 def _pjit_calls(s: Script) -> Iterator[ast.Call]:
     """Calls of pjit: by its name, through a name bound to it (`maybe_pjit = pjit`, `p = partial(pjit, ...)`), a
     `@partial(pjit, ...)` decorator, any call with pjit's own keywords (a pjit handed in as an argument), or a call
@@ -376,4 +392,4 @@ def pjit_rows_read_on_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]
 
 
 READS = {*_MOVED, *_INTERNALS, "jax.experimental.pjit.pjit"}  # and all of jax.experimental.maps (old_names)
-RULES = (old_names, pjit, pjit_rows_read_on_host)
+RULES = (old_names, pjit, old_keywords_on_their_lines, pjit_rows_read_on_host)

@@ -65,6 +65,13 @@ def argument(call: ast.Call, position: int, name: str) -> ast.AST | None:
     return call.args[position] if len(call.args) > position else keyword(call, name)
 
 
+def device_grid(s: Script, call: ast.AST) -> bool:
+    """`np.asarray(jax.devices()).reshape(...)`: the devices laid out by hand for a mesh, not rows stacked."""
+    return isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "reshape" and any(
+        isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.devices", "jax.local_devices")
+        for n in ast.walk(call.func.value))
+
+
 def root_name(node: ast.AST) -> str | None:
     """The name an expression starts from: `state` for `state.params`."""
     while isinstance(node, (ast.Attribute, ast.Subscript)):

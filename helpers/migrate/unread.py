@@ -38,7 +38,8 @@ def unread_names(s: Script, read: set[str]) -> Iterator[tuple[ast.AST, str]]:
     reported = set()
     for node, name, imported in s.used_names():
         if (imported or isinstance(node, ast.Call)) and node not in reported and name not in CURRENT \
-                and name not in read and any(name.startswith(p + ".") for p in PARALLEL):
+                and name not in read and not any(name.startswith(r + ".") for r in read) \
+                and any(name.startswith(p + ".") for p in PARALLEL):  # `GlobalDeviceArray.from_callback`: read
             reported.add(node)
             yield node, name
 

@@ -1,0 +1,86 @@
+"""equinox's pmap, the GlobalDeviceArray era, pjit's old keywords on their own lines, device grids laid out by hand for
+one host, and a pmap told this host's devices."""
+from tests.migrate_support import rule_set, said
+
+EQUINOX = """\
+import equinox as eqx
+import jax
+
+
+@eqx.filter_pmap(axis_name='data', donate='all')
+def train_step(model, batch):
+    loss, grads = eqx.filter_value_and_grad(loss_fn)(model, batch)
+    grads = jax.lax.pmean(grads, axis_name='data')
+    loss = jax.lax.pmean(loss, axis_name='data')
+    return model, loss
+
+
+model, loss = train_step(model, batch)
+print(float(loss[0]))
+"""
+
+
+def test_equinoxs_filter_pmap_is_a_pmap_and_its_filter_value_and_grad_gives_gradients():
+    found = rule_set(EQUINOX)
+    assert {(5, "pmap"), (8, "pmap-collective"), (9, "pmap-collective"), (14, "jax-utils-replicate")} <= found
+    assert "N times too large" in said(EQUINOX, 8, "pmap-collective")
+    assert "N times too large" not in said(EQUINOX, 9, "pmap-collective")
+
+
+def test_without_equinox_its_names_are_nobodys():
+    assert not rule_set(EQUINOX.replace("import equinox as eqx", "import mylib as eqx")) & {(5, "pmap")}
+
+
+PJIT_ERA = """\
+import jax
+import numpy as np
+from jax.experimental.pjit import pjit
+from jax.experimental.global_device_array import GlobalDeviceArray
+
+grid = np.array(jax.devices()).reshape(1, jax.local_device_count())
+picked = np.asarray(jax.devices()[:4]).reshape(2, 2)
+whole = np.asarray(jax.devices()).reshape(jax.process_count(), -1)
+p_init = pjit(
+    init_fn,
+    in_axis_resources=None,
+    out_axis_resources=spec,
+)
+jax.config.update('jax_parallel_functions_output_gda', True)
+g = GlobalDeviceArray.from_callback(shape, mesh, spec, callback)
+"""
+
+
+def test_a_device_grid_of_one_hosts_count_or_picked_by_index_is_a_mesh_of_local_devices():
+    found = rule_set(PJIT_ERA.replace("whole = np.asarray(jax.devices()).reshape(jax.process_count(), -1)", ""))
+    assert {(6, "mesh-of-local-devices"), (7, "mesh-of-local-devices")} <= found
+    assert (6, "local-batch") not in found  # devices laid out, not rows stacked
+
+
+def test_a_grid_in_a_script_that_counts_hosts_is_left_alone():
+    assert (8, "mesh-of-local-devices") not in rule_set(PJIT_ERA)
+
+
+def test_pjits_old_keywords_are_said_where_they_are_written_and_gda_is_gone():
+    found = rule_set(PJIT_ERA)
+    assert {(9, "pjit"), (11, "pjit"), (12, "pjit"), (14, "pjit"), (4, "experimental-sharding-names")} <= found
+    assert "TypeError" in said(PJIT_ERA, 11, "pjit")
+    assert "make_array_from_callback" in said(PJIT_ERA, 4, "experimental-sharding-names")
+    assert not any(rule == "not-read" for _, rule in found)
+
+
+LOCAL_PMAP = """\
+import jax
+
+local = jax.local_devices()
+update = jax.pmap(update_fn, axis_name='local', devices=local)
+step = jax.pmap(step_fn, axis_name='all', devices=jax.devices())
+other = jax.pmap(f, axis_name='o', devices=jax.local_devices(process_index=1))
+"""
+
+
+def test_a_pmap_told_this_hosts_devices_never_reaches_the_others():
+    found = rule_set(LOCAL_PMAP)
+    assert (4, "mesh-of-local-devices") in found
+    assert "maps this host's devices only" in said(LOCAL_PMAP, 4, "pmap")
+    assert not {(5, "mesh-of-local-devices"), (6, "mesh-of-local-devices")} & found
+    assert "spans every device of every host" in said(LOCAL_PMAP, 5, "pmap")
