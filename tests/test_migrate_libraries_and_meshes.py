@@ -84,3 +84,36 @@ def test_a_pmap_told_this_hosts_devices_never_reaches_the_others():
     assert "maps this host's devices only" in said(LOCAL_PMAP, 4, "pmap")
     assert not {(5, "mesh-of-local-devices"), (6, "mesh-of-local-devices")} & found
     assert "spans every device of every host" in said(LOCAL_PMAP, 5, "pmap")
+
+
+OBJAX = """\
+import objax
+
+
+class Trainer:
+    def __init__(self):
+        self.compute_grads_loss = objax.GradValues(self.loss_fn, self.model_vars)
+        self.train_op_parallel = objax.Parallel(self.train_op, self.all_vars, reduce=lambda x: x[0])
+
+    def train_op(self, images, labels):
+        grads, losses = self.compute_grads_loss(images, labels)
+        grads = objax.functional.parallel.pmean(grads)
+        losses = objax.functional.parallel.pmean(losses)
+        return losses
+"""
+
+
+def test_objaxs_parallel_is_a_pmap_over_its_device_axis_and_its_pmean_of_gradients_the_trap():
+    found = rule_set(OBJAX)
+    assert {(7, "pmap"), (11, "pmap-collective"), (12, "pmap-collective")} <= found
+    assert "'device'" in said(OBJAX, 7, "pmap")
+    assert "N times too large" in said(OBJAX, 11, "pmap-collective")
+    assert "N times too large" not in said(OBJAX, 12, "pmap-collective")
+
+
+def test_a_removed_positional_sharding_and_its_replicate_are_old_sharding_names():
+    source = ("import jax\nsharding = jax.sharding.PositionalSharding(jax.devices())\n"
+              "agent = jax.device_put(agent, sharding.replicate())\nstate = state.replicate()\n")
+    found = rule_set(source)
+    assert {(2, "experimental-sharding-names"), (3, "experimental-sharding-names"), (4, "replicate-method")} <= found
+    assert (3, "replicate-method") not in found

@@ -1,5 +1,5 @@
 """pmap and its collectives under a library's or a project's own names, spelled out before the rules read a script:
-equinox's `eqx.filter_pmap` (jax.pmap's keywords), a name bound to
+equinox's `eqx.filter_pmap` (jax.pmap's keywords), objax's `Parallel` and `functional.parallel.pmean`, a name bound to
 `functools.partial(jax.pmap, axis_name=AXIS)` (or to `jax.pmap`), to a partial of a collective (`jax.lax.pmean`, or a
 wrapper named after one: `pmean_if_pmap`) with its axis, and a project module's string constants (`PMAP_AXIS_NAME`).
 They may live in the script or in a module of its project (`constants.pmap(f)`, ferminet's style). Each call of such
@@ -86,6 +86,9 @@ class _Expand(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
+        spelled = _objax(node, self.names)
+        if spelled is not None:
+            return spelled
         meant = node.func if id(node.func) in self.made else None
         if not (isinstance(meant, ast.Call) and _is_partial(meant, self.names)):
             return node  # not an alias, or a plain one (`pmap = jax.pmap`) already spelled out
@@ -106,6 +109,24 @@ class _Expand(ast.NodeTransformer):
         made = _located(copy.deepcopy(meant), node)
         self.made.add(id(made))
         return made
+
+
+def _objax(call: ast.Call, names: Names) -> ast.AST | None:
+    """objax's pmap and collectives as JAX's: `objax.Parallel(f, vc, axis_name='device')` is jax.pmap of f over its
+    axis ('device' unless told), `objax.functional.parallel.pmean(x)` jax.lax.pmean over the same default axis."""
+    name = names.of(call.func)
+    if not name.startswith("objax.") or not call.args:
+        return None
+    axis = next((k.value for k in call.keywords if k.arg == "axis_name"), ast.Constant("device"))
+    short = name.rsplit(".", 1)[-1]
+    if name == "objax.Parallel":
+        made = ast.Call(ast.parse("jax.pmap", mode="eval").body, [call.args[0]], [ast.keyword("axis_name", axis)])
+    elif name.startswith("objax.functional.parallel.") and short in _COLLECTIVES:
+        made = ast.Call(ast.parse(f"jax.lax.{short}", mode="eval").body, [call.args[0]],
+                        [ast.keyword("axis_name", axis)])
+    else:
+        return None
+    return _located(made, call)
 
 
 def _is_partial(call: ast.Call, names: Names) -> bool:
@@ -140,8 +161,8 @@ def expand(tree: ast.AST, imported: dict[str, str] | None = None) -> ast.AST:
             own |= {t.id: spelled for t in node.targets if isinstance(t, ast.Name)}
             kept.add(id(node))
     parsed = {name: ast.parse(code, mode="eval").body for name, code in (imported or {}).items()}
-    if not own and not parsed and not any(value.startswith(_LIBRARY_PMAPS) for value in names.alias.values()) \
-            and not any(module in names.alias.values() for module in {p.split(".")[0] for p in _LIBRARY_PMAPS}):
+    libraries = {p.split(".")[0] for p in _LIBRARY_PMAPS} | {"objax"}
+    if not own and not parsed and not any(value.split(".")[0] in libraries for value in names.alias.values()):
         return tree
     tree = _Expand(own, parsed, names, kept).visit(tree)
     return ast.fix_missing_locations(_flatten_partials(tree, names))

@@ -78,13 +78,25 @@ def project_get_metrics(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 def replicate_method(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
-        if isinstance(call.func, ast.Attribute) and call.func.attr == "replicate" and not call.args \
-                and not call.keywords and not is_name(s.name(call.func), "flax.jax_utils.replicate"):
+        if not (isinstance(call.func, ast.Attribute) and call.func.attr == "replicate" and not call.args
+                and not call.keywords and not is_name(s.name(call.func), "flax.jax_utils.replicate")):
+            continue
+        if _positional_sharding(s, call.func.value):
+            yield (call, "experimental-sharding-names",
+                   f"{code_of(call)} replicates over a PositionalSharding, removed before jax 0.12 (ImportError)",
+                   "NamedSharding(mesh, P()) on a mesh of every host's devices from jax.make_mesh")
+        else:
             yield (call, "replicate-method",
                    f"{code_of(call)} stacks a copy of the state per local device (flax.jax_utils.replicate), "
                    "the leading axis pmap strips",
                    "jax.device_put(state, NamedSharding(mesh, P())) once: one global value, on every "
                    "device; and no unreplicate later")
+
+
+def _positional_sharding(s: Script, held: ast.AST) -> bool:
+    """`sharding` of `sharding = jax.sharding.PositionalSharding(devices)` (removed: its .replicate() is no state's)."""
+    made = s.value(held) if isinstance(held, ast.Name) else held
+    return isinstance(made, ast.Call) and s.name(made.func).endswith("PositionalSharding")
 
 
 _ORBAX_ON_EVERY_HOST = ("an orbax.checkpoint.CheckpointManager, called on every host: each writes its own shards of "

@@ -198,6 +198,8 @@ class Gradients:
             name = self.s.name(node.func).rsplit(".", 1)[-1].removeprefix("filter_")  # equinox's filter_grad too
             if name == "value_and_grad":
                 return Parts(NO, YES)
+            if self.s.name(node.func) == "objax.GradValues":  # objax's: (gradients, values)
+                return Parts(YES, NO)
             if name == "grad":  # has_aux=True: (gradients, aux); has_aux read from a setting: aux may be either
                 aux = next((k.value for k in node.keywords if k.arg == "has_aux"), None)
                 if aux is None or isinstance(aux, ast.Constant):

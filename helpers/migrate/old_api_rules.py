@@ -33,6 +33,9 @@ _MOVED = {  # removed in jax 0.4.11 (deprecated in 0.4.1)
     "jax.interpreters.sharded_jit.PartitionSpec": "jax.sharding.PartitionSpec (jax.P)",
     "jax.experimental.global_device_array.GlobalDeviceArray": "a jax.Array: jax.make_array_from_callback(shape, "
                                                                "NamedSharding(mesh, spec), callback)",
+    "jax.experimental.gda_serialization": "orbax.checkpoint (it saves and restores global jax.Arrays)",
+    "jax.sharding.PositionalSharding": "NamedSharding(mesh, P(...)) on a mesh from jax.make_mesh (NamedSharding(mesh, "
+                                       "P()) for .replicate())",
 }
 _ENTERED_ONLY = {"jax.experimental.maps.mesh"}  # a function that only made and entered a mesh: with-mesh says it all
 _FROM_INTERNALS = "a jax 0.4 release from JAX's internals (ImportError on jax 0.12: it lives in jax.sharding)"
@@ -43,7 +46,10 @@ _GONE_FROM = {"jax.experimental.maps.mesh": "jax 0.4.31 with jax.experimental.ma
               "jax.interpreters.pxla.PartitionSpec": _FROM_INTERNALS, "jax.interpreters.pxla.Mesh": _FROM_INTERNALS,
               "jax.interpreters.sharded_jit.PartitionSpec": _FROM_INTERNALS,
               "jax.experimental.global_device_array.GlobalDeviceArray": "jax 0.4.x, replaced by jax.Array (ImportError "
-                                                                         "on jax 0.12)"}
+                                                                         "on jax 0.12)",
+              "jax.experimental.gda_serialization": "jax 0.4.x with GlobalDeviceArray (ModuleNotFoundError on jax "
+                                                    "0.12)",
+              "jax.sharding.PositionalSharding": "a jax release before 0.12 (ImportError on jax 0.12)"}
 _THREAD_RESOURCES = "jax.experimental.maps.thread_resources"  # the mesh entered with `with mesh:`, read back
 # JAX internals that pmap-era libraries imported: gone, so the import fails before any line runs
 _INTERNALS = {
