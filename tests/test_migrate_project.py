@@ -73,3 +73,19 @@ def test_a_project_loader_whose_body_never_reads_the_host_loads_the_whole_batch_
     assert "global-batch-per-host" not in _rules_on(script, 8)  # get_train splits by host itself
     alone = _write(tmp_path / "alone" / "train.py", _EVAL)  # out of view: an evaluation's loader is not guessed at
     assert "global-batch-per-host" not in _rules_on(alone, 6)
+
+
+def test_a_project_function_that_stacks_rows_per_local_device_is_local_batch_at_its_call(tmp_path):
+    _write(tmp_path / "utils" / "__init__.py", "")
+    _write(tmp_path / "utils" / "data_utils.py",
+           "import jax\n\n\ndef shard(batch):\n    n = jax.local_device_count()\n"
+           "    return jax.tree_util.tree_map(lambda x: x.reshape((n, -1) + x.shape[1:]), batch)\n\n\n"
+           "def normalise(batch):\n    return batch / 255.0\n")
+    source = ("import jax\nfrom utils import data_utils\n\nstep = jax.pmap(train_step, axis_name='b')\n"
+              "for batch in loader:\n    batch = data_utils.normalise(data_utils.shard(batch))\n"
+              "    state = step(state, batch)\n")
+    script = _write(tmp_path / "train.py", source)
+    found = [f for f in migrate.migrate(script, show=False) if f.line == 6 and f.rule == "local-batch"]
+    assert len(found) == 1 and "data_utils.shard(...) (in the project)" in found[0].does
+    alone = _write(tmp_path / "alone" / "train.py", source)
+    assert "local-batch" not in _rules_on(alone, 6)

@@ -13,7 +13,7 @@ from helpers.migrate.script import Names, is_name
 
 _COLLECTIVES = ("pmean", "psum", "pmax", "pmin", "all_gather", "ppermute", "psum_scatter", "all_to_all")
 _LIBRARY_PMAPS = ("equinox.filter_pmap",)  # a library's pmap, jax.pmap's keywords (axis_name, devices, in_axes)
-_LIBRARY_ROOTS = ("jax", "jaxlib", "flax", "haiku", "equinox", "optax", "numpy", "functools", "chex", "kfac_jax",
+LIBRARY_ROOTS = ("jax", "jaxlib", "flax", "haiku", "equinox", "optax", "numpy", "functools", "chex", "kfac_jax",
                   "tensorflow", "torch")
 
 
@@ -72,12 +72,12 @@ class _Expand(ast.NodeTransformer):
             if node.id in self.own:
                 return self.own[node.id]
             origin = self.names.alias.get(node.id, "")
-            if origin and origin.split(".")[0] not in _LIBRARY_ROOTS and node.id in self.imported:
+            if origin and origin.split(".")[0] not in LIBRARY_ROOTS and node.id in self.imported:
                 return self.imported[node.id]
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name) \
                 and node.attr in self.imported:
             module = self.names.alias.get(node.value.id)
-            if module is not None and module.split(".")[0] not in _LIBRARY_ROOTS:
+            if module is not None and module.split(".")[0] not in LIBRARY_ROOTS:
                 return self.imported[node.attr]
         return None
 

@@ -16,6 +16,7 @@ import ast
 import re
 from typing import Iterator
 
+from helpers.migrate.aliases import LIBRARY_ROOTS
 from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, host_index_in, loop_items
 from helpers.migrate.data_rules import (global_sizes as _global_sizes, pmap_era as _pmap_era,
                                         reads_by_index as _reads_by_index, reads_host_number as _reads_host_number)
@@ -177,7 +178,7 @@ def _global_row_ranges(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 _SPLITS = ("jax.numpy.split", "numpy.split", "jax.numpy.array_split", "numpy.array_split")
 
 
-def _leading_axis(s: Script, reshape: ast.Call) -> ast.AST | None:
+def leading_axis(s: Script, reshape: ast.Call) -> ast.AST | None:
     """The first axis of `x.reshape(n, ...)`, `x.reshape((n, -1) + x.shape[1:])` or `x.reshape(new_shape)` with
     `new_shape = (n, per_device) + x.shape[1:]`."""
     first = reshape.args[0] if reshape.args else None
@@ -203,7 +204,7 @@ def _stacked_by(s: Script, function: ast.FunctionDef, params: set[str]) -> str |
                 and node.args[1].id in params:
             return "split"
         if isinstance(node.func, ast.Attribute) and node.func.attr == "reshape":
-            first = _leading_axis(s, node)
+            first = leading_axis(s, node)
             if isinstance(first, ast.Name) and first.id in params:
                 return "reshape"
     return None
@@ -323,6 +324,33 @@ def _trains(s: Script, call: ast.Call) -> bool:
                                         for n in ast.walk(function))
 
 
+def stacks_per_local_device(s: Script, function: ast.AST) -> bool:
+    """A function of a project module whose body cuts rows into this host's devices: a reshape with a leading axis
+    of jax.local_device_count() (`x.reshape((jax.local_device_count(), -1) + x.shape[1:])`), also in a tree map."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "reshape"
+               and (first := leading_axis(s, n)) is not None and device_count_of(s, first) == "local"
+               for n in ast.walk(function))
+
+
+def project_stacking_helper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`data_utils.shard(batch)`: a function of the script's project, read to its body, that stacks the rows it is
+    handed one slice per local device (the leading axis pmap strips)."""
+    if not _pmap_era(s) or not s.folder.stackers:
+        return
+    for call in s.calls:
+        root = call.func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        module = s.names.alias.get(root.id, "") if isinstance(root, ast.Name) else ""
+        short = code_of(call.func).rsplit(".", 1)[-1]
+        if module and module.split(".")[0] not in LIBRARY_ROOTS and short in s.folder.stackers and call.args:
+            yield (call, "local-batch",
+                   f"{code_of(call.func)}(...) (in the project) stacks the rows it is handed one slice per local "
+                   "device, the leading axis pmap strips",
+                   "no stacking: pass the host's rows as they are to jax.make_array_from_process_local_data("
+                   f"NamedSharding(mesh, P({MESH_AXES})), rows), and JAX splits them over the devices")
+
+
 def shared_project_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """The project's loader whose batches feed a pmapped step, told nothing of the host it runs on: every host loads
     the same whole batches. Read to its body when the project is (a body that reads the process index splits by host
@@ -366,7 +394,7 @@ def blocks_per_device_in_a_step(s: Script) -> Iterator[tuple[ast.AST, str, str, 
         if not (isinstance(call.func, ast.Attribute) and call.func.attr == "reshape") \
                 or s.enclosing_function(call) is s.tree:
             continue
-        first = _leading_axis(s, call)
+        first = leading_axis(s, call)
         if first is not None and device_count_of(s, first) == "every":
             yield (first, "local-batch",
                    f"{code_of(call.func.value)}.reshape(...) cuts the step's batch into {code_of(first)} slices, "
@@ -510,4 +538,4 @@ def same_rows_to_a_pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 RULES = (global_count_over_local_devices, device_count_handed_to_a_loader, rows_of_a_split_batch,
          stacked_by_a_helper, loader_batch_stacked_over_every_device, shared_project_loader,
          blocks_per_device_in_a_step, stacked_for_a_pmapped_call, batched_by_local_devices,
-         shape_of_a_stack_handed_on, same_rows_to_a_pmap)
+         shape_of_a_stack_handed_on, same_rows_to_a_pmap, project_stacking_helper)

@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 from helpers.migrate.aliases import definitions, expand
+from helpers.migrate.batch_rules import stacks_per_local_device
 from helpers.migrate.script import Folder, Script, is_name
 
 MOST_MODULES = 40
@@ -77,7 +78,7 @@ def folder_facts(files: list[Path]) -> Folder:
     axes, their helpers that replicate or unreplicate, their functions that pmap a function they are handed, and their
     aliases of pmap and its collectives (and string constants: an axis name), and which of their functions, methods and
     classes read the process index or count (a loader that splits its data by host)."""
-    handed, axes, copies, pmappers, aliases, read, host_aware = set(), set(), set(), set(), set(), set(), set()
+    handed, axes, copies, pmappers, aliases, read, host_aware, stackers = (set() for _ in range(8))
     for file in files:
         try:
             tree = ast.parse(file.read_text(encoding="utf-8"))
@@ -93,8 +94,10 @@ def folder_facts(files: list[Path]) -> Folder:
             read.add(definition.name)
             if any(isinstance(n, ast.Call) and is_name(script.name(n.func), *_HOST_NUMBERS) for n in ast.walk(definition)):
                 host_aware.add(definition.name)
+            if isinstance(definition, ast.FunctionDef) and stacks_per_local_device(script, definition):
+                stackers.add(definition.name)
     return Folder(frozenset(handed), frozenset(axes), frozenset(copies), frozenset(pmappers), frozenset(aliases),
-                  frozenset(read), frozenset(host_aware))
+                  frozenset(read), frozenset(host_aware), frozenset(stackers))
 
 
 def _pmapping_functions(script: Script) -> set[str]:

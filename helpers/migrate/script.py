@@ -164,6 +164,7 @@ class Folder:
     aliases: frozenset[tuple[str, str]] = frozenset()  # (name, what it spells out): `pmap` of a partial of jax.pmap
     read: frozenset[str] = frozenset()  # their functions, methods and classes, read to their bodies
     host_aware: frozenset[str] = frozenset()  # those of them whose body reads the process index or count
+    stackers: frozenset[str] = frozenset()  # their functions that stack rows per local device (`shard(batch)`)
 
 
 _LIBRARIES = ("jax.", "flax.", "haiku.", "equinox.", "optax.", "numpy.", "functools.", "self.")  # not a project's
