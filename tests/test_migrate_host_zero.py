@@ -76,3 +76,33 @@ def test_a_stack_reduced_on_process_zero_is_a_collective_and_device_zeros_copy_i
     assert {(8, "process-zero-collective")} <= found
     assert (9, "jax-utils-replicate") in found and (9, "process-zero-collective") not in found
     assert (10, "jax-utils-replicate") in found and (10, "process-zero-collective") not in found
+
+
+SAVE_HELPER = """\
+import jax
+import flax
+
+p_step = jax.pmap(step, axis_name='batch')
+
+
+def save_checkpoint(state, milestone=False):
+    step = int(jax.device_get(state.step[0]))
+    with open(f'ckpt_{step}', 'wb') as f:
+        f.write(flax.serialization.to_bytes(state))
+
+
+def log(state):
+    write(state)
+
+
+state, metrics = p_step(state, batch)
+if jax.process_index() == 0:
+    save_checkpoint(state, milestone=True)
+    log(state)
+"""
+
+
+def test_a_save_helper_reading_device_zeros_copy_anywhere_in_its_body_is_said_at_its_call():
+    found = rule_set(SAVE_HELPER)
+    assert (19, "jax-utils-replicate") in found and (20, "jax-utils-replicate") not in found
+    assert (8, "jax-utils-replicate") in found and (8, "numpy-of-global") not in found  # [0], not the whole stack

@@ -13,7 +13,7 @@ from typing import Iterator
 from helpers.migrate.bindings import bound_value
 from helpers.migrate.data_rules import traced as _traced
 from helpers.migrate.jax_rules import holds_pmap_stacks, pmapped_out_of_view
-from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, keyword
+from helpers.migrate.script import MESH_AXES, Script, code_of, first_copy_of, is_name, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
 LESSONS: dict[str, tuple[str, str]] = {
@@ -316,9 +316,10 @@ def global_read_whole(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if is_name(name, "jax.device_get") and call.args:
             read = call.args[0]
             holder = s.parent.get(call)
-            if _indexed_at_zero(s, call) or (isinstance(holder, ast.Call) and s.name(holder.func).endswith(
-                    "unreplicate")) or (isinstance(read, ast.Call) and _flattens_devices(read)
-                                        and _is_pmap_output(s, _root(read), outputs, pmapped)):
+            unreplicated = isinstance(holder, ast.Call) and s.name(holder.func).endswith("unreplicate")
+            if _indexed_at_zero(s, call) or first_copy_of(read, lambda held: True) or unreplicated or (
+                    isinstance(read, ast.Call) and _flattens_devices(read)
+                    and _is_pmap_output(s, _root(read), outputs, pmapped)):
                 continue  # device 0's copy (jax_rules), or a reshape of the stack host_rows_of_global says
             items = [read]
         elif is_name(name, *_SAVES) and call.args:

@@ -88,7 +88,7 @@ def folder_facts(files: list[Path]) -> Folder:
         script = Script(expand(tree))
         handed |= set(script.gradients.handed_out())
         axes |= script.pmap_axes
-        copies |= set(script.copies().items())
+        copies |= set(script.copies(saves=False).items())
         pmappers |= _pmapping_functions(script)
         for definition in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))):
             read.add(definition.name)

@@ -204,12 +204,13 @@ class Script:
     def name(self, node: ast.AST) -> str:
         return self.names.of(node)
 
-    def copies(self) -> dict[str, str]:
+    def copies(self, saves: bool = True) -> dict[str, str]:
         """The script's own functions that make or undo pmap's stack of copies: name -> 'replicate' (copy one
-        value to every local device) or 'unreplicate' (take copy [0] of each leaf)."""
+        value to every local device) or 'unreplicate' (take copy [0] of each leaf); with `saves`, also a save that
+        takes copy [0] (said where the script calls it; a project module's save is said as a save)."""
         found = {}
         for name, function in self._functions():
-            kind = self._copies_in(function)
+            kind = self._copies_in(function, saves)
             if kind:
                 found[name] = kind
         return found
@@ -222,9 +223,10 @@ class Script:
             elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Lambda):
                 yield from ((t.id, node.value) for t in node.targets if isinstance(t, ast.Name))
 
-    def _copies_in(self, function: ast.AST) -> str | None:
+    def _copies_in(self, function: ast.AST, saves: bool) -> str | None:
         """'unreplicate' for a body that takes device 0's copy of a parameter (`tree_map(lambda x: x[0], xs)`,
-        `x.addressable_shards[0]` in such a lambda, `device_get(x[0])`), 'replicate' for one that stacks copies
+        `x.addressable_shards[0]` in such a lambda, `device_get(x[0])`) and returns it, or, named for saves, anywhere
+        in its body; 'replicate' for one that stacks copies
         (`device_put_sharded(len(devices) * [x], devices)`, `device_put_replicated`, `jax_utils.replicate`, a repeat
         or broadcast_to over the local device count, `jnp.stack([x] * len(devices))`); None for anything else."""
         returned = _returned_expressions(function)
@@ -235,7 +237,8 @@ class Script:
             return any(first_copy(n, params) for n in ast.walk(node))
 
         own = {a.arg for a in function.args.args}
-        for node in (n for r in returned for n in ast.walk(r)):
+        saves = saves and any(w in getattr(function, "name", "").lower() for w in ("save", "checkpoint", "ckpt"))
+        for node in (n for r in (function.body if saves else returned) for n in ast.walk(r)):  # a save reads it
             if isinstance(node, ast.Call) and self.is_tree_map(node) and node.args \
                     and isinstance(node.args[0], ast.Lambda) \
                     and first(node.args[0].body, {a.arg for a in node.args[0].args.args}):
