@@ -89,3 +89,24 @@ def test_a_project_function_that_stacks_rows_per_local_device_is_local_batch_at_
     assert len(found) == 1 and "data_utils.shard(...) (in the project)" in found[0].does
     alone = _write(tmp_path / "alone" / "train.py", source)
     assert "local-batch" not in _rules_on(alone, 6)
+
+
+_KFAC_STYLE = ("import functools\nimport jax\nimport jax.tree_util as jtu\n\n"
+               "instance = functools.partial(jtu.tree_map, lambda x: x[0])\n"
+               "_p_split = jax.pmap(lambda key: tuple(jax.random.split(key)))\n\n\n"
+               "def p_split(key):\n    return _p_split(key)\n\n\n"
+               "def replicate(tree):\n    return jax.device_put_replicated(tree, jax.local_devices())\n")
+
+
+def test_a_projects_replicate_instance_and_p_split_imported_by_name(tmp_path):
+    _write(tmp_path / "proj" / "__init__.py", "")
+    _write(tmp_path / "proj" / "jax_utils.py", _KFAC_STYLE)
+    source = ("import jax\nfrom proj.jax_utils import instance, p_split, replicate\n\n"
+              "step = jax.pmap(train_step, axis_name='b')\nparams = replicate(params)\n"
+              "key, subkeys = p_split(key)\nparams, loss = step(params, batch, subkeys)\nsave(instance(params))\n")
+    script = _write(tmp_path / "train.py", source)
+    assert "jax-utils-replicate" in _rules_on(script, 5)
+    assert "per-device-keys" in _rules_on(script, 6)
+    assert "jax-utils-replicate" in _rules_on(script, 8)
+    alone = _write(tmp_path / "alone" / "train.py", source)  # without its project: instance is nobody's
+    assert "jax-utils-replicate" not in _rules_on(alone, 8)

@@ -223,16 +223,20 @@ _NOT_A_PROJECT = ("jax", "jaxlib", "flax", "haiku", "equinox", "optax", "numpy",
 
 
 def _a_project_module_copy(s: Script, call: ast.Call) -> str | None:
-    """`u.replicate(params)` with `import util as u`, a module of the script's own project (not flax's jax_utils,
-    not a method of an object), in a script that pmaps: the project's replicate (or unreplicate) of pmap's copies."""
+    """`u.replicate(params)` with `import util as u` (or `replicate` imported from it), a module of the script's own
+    project (not flax's jax_utils, not a method of an object), in a script that pmaps: the project's replicate (or
+    unreplicate) of pmap's copies."""
     func = call.func
-    if not (isinstance(func, ast.Attribute) and func.attr in ("replicate", "unreplicate")
-            and isinstance(func.value, ast.Name) and call.args and len(call.args) == 1 and not call.keywords):
+    short = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if short not in ("replicate", "unreplicate") or not call.args or len(call.args) != 1 or call.keywords:
         return None
-    module = s.names.alias.get(func.value.id)
+    if isinstance(func, ast.Attribute):
+        module = s.names.alias.get(func.value.id) if isinstance(func.value, ast.Name) else None
+    else:  # `from myproject.utils import replicate`
+        module = s.names.alias.get(func.id, "").rpartition(".")[0] or None
     if module is None or module.split(".")[0] in _NOT_A_PROJECT or not any(True for _ in s.pmaps()):
         return None
-    return func.attr
+    return short
 
 
 def _copies_per_local_device(s: Script, node: ast.AST) -> bool:

@@ -85,17 +85,21 @@ def _split_name(s: Script, call: ast.Call) -> str:
 
 
 def _key_per_device_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """A project helper named for a key per device (`utils.make_different_rng_key_on_all_devices(key)`), in a
-    script that uses pmap: a host-local stack of keys, one per local device, that pmap strips."""
+    """A project helper named for a key per device (`utils.make_different_rng_key_on_all_devices(key)`), or kfac_jax's
+    `p_split` (its lineage's too), in a script that uses pmap: a host-local stack of keys, one per local device, that
+    pmap strips."""
     if not any(True for _ in s.pmaps()):
         return
     for call in s.calls:
         name = s.name(call.func)
         short = name.rsplit(".", 1)[-1].lower()
-        if name and not name.startswith(("jax.", "flax.")) and re.search(r"rng|key", short) and "device" in short:
+        if name and not name.startswith(("jax.", "flax.")) and (
+                re.search(r"rng|key", short) and "device" in short or short == "p_split"):
             yield (call, "per-device-keys",
-                   f"{code_of(call.func)}(...) makes a key per local device (a project helper), the host-local stack "
-                   "of keys pmap strips; after the port the keys are one global value",
+                   f"{code_of(call.func)}(...) makes a key per local device (a project helper"
+                   + (": kfac_jax's p_split, a pmap of jax.random.split over the stack of keys" if short == "p_split"
+                      else "") + "), the host-local stack of keys pmap strips; after the port the keys are one "
+                   "global value",
                    "one key, and inside shard_map jax.random.fold_in(key, jax.lax.axis_index("
                    f"{MESH_AXES})): a different stream on every device of every host")
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from helpers.migrate.aliases import definitions, expand
 from helpers.migrate.batch_rules import stacks_per_local_device
-from helpers.migrate.script import Folder, Script, is_name
+from helpers.migrate.script import Folder, Script, first_copy, is_name
 
-MOST_MODULES = 40
-_HOST_NUMBERS = ("process_index", "process_count", "host_id", "host_count")  # a script importing half a monorepo: read the first ones, keep the tool fast
+MOST_MODULES = 40  # a script importing half a monorepo: read the first ones, keep the tool fast
+_HOST_NUMBERS = ("process_index", "process_count", "host_id", "host_count")
 
 
 def roots(script: Path) -> list[Path]:
@@ -88,11 +88,12 @@ def folder_facts(files: list[Path]) -> Folder:
         script = Script(expand(tree))
         handed |= set(script.gradients.handed_out())
         axes |= script.pmap_axes
-        copies |= set(script.copies(saves=False).items())
+        copies |= set(script.copies(saves=False).items()) | _mapped_first_copies(script)
         pmappers |= _pmapping_functions(script)
         for definition in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))):
             read.add(definition.name)
-            if any(isinstance(n, ast.Call) and is_name(script.name(n.func), *_HOST_NUMBERS) for n in ast.walk(definition)):
+            if any(isinstance(n, ast.Call) and is_name(script.name(n.func), *_HOST_NUMBERS)
+                   for n in ast.walk(definition)):
                 host_aware.add(definition.name)
             if isinstance(definition, ast.FunctionDef) and stacks_per_local_device(script, definition):
                 stackers.add(definition.name)
@@ -105,3 +106,16 @@ def _pmapping_functions(script: Script) -> set[str]:
     it); a loader that pmaps a lambda of its own to place its rows is not one."""
     return {f.name for call in script.pmaps() for f in script.enclosing_defs(call) if call.args and any(
         isinstance(n, ast.Name) and n.id in {a.arg for a in f.args.args} for n in ast.walk(call.args[0]))}
+
+
+def _mapped_first_copies(script: Script) -> set[tuple[str, str]]:
+    """`instance = functools.partial(jax.tree_util.tree_map, lambda x: x[0])`: a module's name for device 0's copy."""
+    found = set()
+    for node in getattr(script.tree, "body", []):
+        value = node.value if isinstance(node, ast.Assign) else None
+        mapped = value.args[1] if isinstance(value, ast.Call) and len(value.args) == 2 else None
+        if isinstance(mapped, ast.Lambda) and is_name(script.name(value.func), "functools.partial") \
+                and script.name(value.args[0]).endswith(("tree_map", "tree.map")) \
+                and any(first_copy(n, {a.arg for a in mapped.args.args}) for n in ast.walk(mapped.body)):
+            found |= {(t.id, "unreplicate") for t in node.targets if isinstance(t, ast.Name)}
+    return found
