@@ -136,7 +136,9 @@ def as_json(found: list[Finding]) -> str:
 
 _EPILOG = "\n\n".join([
     textwrap.fill("Reads .py scripts, folders (every .py file under them, hidden folders and caches left out), "
-                  ".ipynb notebooks and jupytext MyST .md notebooks (cell by cell).", 100),
+                  ".ipynb notebooks and jupytext MyST .md notebooks (cell by cell). A script named where it lives in "
+                  "its project is read with the project's modules it imports (its pmap aliases, replicate helpers, "
+                  "loaders), never a third-party library's.", 100),
     "A line you keep on purpose (a port that keeps the script's keys, say): end it with\n"
     "  # migrate: ok                  every finding on that line is acknowledged\n"
     "  # migrate: ok per-device-keys  only that rule's (several: comma-separated)\n"
