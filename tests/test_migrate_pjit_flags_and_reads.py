@@ -60,3 +60,29 @@ def test_device_zeros_copy_in_more_spellings_is_read_as_one():
 
 def test_entries_of_a_stack_reduced_on_process_zero_in_a_comprehension():
     assert (10, "process-zero-collective") in rule_set(READS)
+
+
+DEVICE_AXES = """\
+import jax
+import jax.numpy as jnp
+
+p_eval = jax.pmap(eval_step, axis_name='batch')
+
+
+def evaluate(state, loader):
+    count = 0
+    for batch in loader:
+        metrics = p_eval(state, batch)
+        count += jnp.prod(batch['labels'].shape[:2])
+        per_device = batch['labels'].shape[1]
+        rows = batch['labels'].shape[0]
+    return count
+"""
+
+
+def test_the_per_device_axes_read_off_a_batch_handed_to_pmap_are_local_batch():
+    found = rule_set(DEVICE_AXES)
+    assert {(11, "local-batch"), (12, "local-batch")} <= found
+    assert (13, "local-batch") not in found  # axis 0 alone: a count, said where the batch is stacked
+    unfed = DEVICE_AXES.replace("metrics = p_eval(state, batch)", "metrics = eval_step(state, batch)")
+    assert not {(11, "local-batch"), (12, "local-batch")} & rule_set(unfed)

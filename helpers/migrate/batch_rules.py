@@ -499,6 +499,45 @@ def shape_of_a_stack_handed_on(s: Script) -> Iterator[tuple[ast.AST, str, str, s
                    "batch size: (global_batch, *rest)")
 
 
+def device_axes_read(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`batch['label'].shape[1]` or `.shape[:2]` where `batch` goes to a pmapped step that maps every argument: the
+    rows per device, or (devices, rows per device), read off pmap's stack; after the port axis 1 is no longer the
+    rows (and axis 0 is every host's rows)."""
+    fed = {(s.enclosing_function(c), a.id) for c in s.calls if isinstance(c.func, ast.Name)
+           and c.func.id in s.pmapped_names() and _mapped_whole(s, c) for a in c.args if isinstance(a, ast.Name)}
+    for node in ast.walk(s.tree):
+        read = s.parent.get(node)
+        if not (isinstance(node, ast.Attribute) and node.attr == "shape" and isinstance(read, ast.Subscript)
+                and read.value is node and _device_axes(read.slice)):
+            continue
+        root = node.value
+        while isinstance(root, (ast.Subscript, ast.Attribute)):
+            root = root.value
+        if isinstance(root, ast.Name) and (s.enclosing_function(node), root.id) in fed and not _only_shown(s, read):
+            yield (read, "local-batch",
+                   f"{code_of(read)} reads pmap's stack per device ({root.id} goes to a pmapped step: axis 0 is this "
+                   "host's devices, axis 1 each device's rows); after the port the batch has no device axis",
+                   "count rows on the global batch: its first axis is every host's rows (x.shape[0]), this host's "
+                   "part x.shape[0] // jax.process_count()")
+
+
+def _only_shown(s: Script, node: ast.AST) -> bool:
+    """The value is printed or logged, nothing computed from it."""
+    holder = s.parent.get(node)
+    while isinstance(holder, (ast.FormattedValue, ast.JoinedStr, ast.Tuple)):
+        holder = s.parent.get(holder)
+    return isinstance(holder, ast.Call) and (s.name(holder.func) == "print" or "logging" in s.name(holder.func)
+                                             or code_of(holder.func).endswith(("log", "info", "write")))
+
+
+def _device_axes(index: ast.AST) -> bool:
+    """`[1]` or `[:2]` of a shape."""
+    if isinstance(index, ast.Constant):
+        return index.value == 1
+    return isinstance(index, ast.Slice) and index.lower is None and index.step is None \
+        and isinstance(index.upper, ast.Constant) and index.upper.value == 2
+
+
 def _slice_from(node: ast.AST, start: str) -> bool:
     """`rows[start:start + bs]`: the rows from a loop's index on."""
     return isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice) \
@@ -538,4 +577,4 @@ def same_rows_to_a_pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 RULES = (global_count_over_local_devices, device_count_handed_to_a_loader, rows_of_a_split_batch,
          stacked_by_a_helper, loader_batch_stacked_over_every_device, shared_project_loader,
          blocks_per_device_in_a_step, stacked_for_a_pmapped_call, batched_by_local_devices,
-         shape_of_a_stack_handed_on, same_rows_to_a_pmap, project_stacking_helper)
+         shape_of_a_stack_handed_on, same_rows_to_a_pmap, project_stacking_helper, device_axes_read)
