@@ -117,3 +117,12 @@ def test_a_removed_positional_sharding_and_its_replicate_are_old_sharding_names(
     found = rule_set(source)
     assert {(2, "experimental-sharding-names"), (3, "experimental-sharding-names"), (4, "replicate-method")} <= found
     assert (3, "replicate-method") not in found
+
+
+def test_saves_and_restores_through_clus_multihost_checkpoint_are_flax_checkpoints():
+    source = ("import jax\nfrom clu import checkpoint\nfrom flax import jax_utils\n\n"
+              "ckpt = checkpoint.MultihostCheckpoint(workdir)\nstate = ckpt.restore_or_initialize(state)\n"
+              "ckpt.save(jax_utils.unreplicate(state))\nother.save(state)\n")
+    found = rule_set(source)
+    assert {(5, "flax-checkpoints"), (6, "flax-checkpoints"), (7, "flax-checkpoints")} <= found
+    assert (8, "flax-checkpoints") not in found

@@ -125,6 +125,21 @@ def flax_checkpoints(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "replicated (unreplicated, host-local) state: not a checkpoint of global arrays split over "
                    "the hosts, and one it cannot restore onto another mesh",
                    _ORBAX_ON_EVERY_HOST)
+        elif _of_a_multihost_checkpoint(s, call):
+            yield (call, "flax-checkpoints",
+                   f"{code_of(call.func)}(...) saves or restores this host's copy of the state in clu's "
+                   "MultihostCheckpoint (one checkpoint per host, of a host-local state), not global arrays",
+                   _ORBAX_ON_EVERY_HOST)
+
+
+def _of_a_multihost_checkpoint(s: Script, call: ast.Call) -> bool:
+    """`ckpt.save(state)` or `ckpt.restore_or_initialize(state)` with `ckpt = checkpoint.MultihostCheckpoint(...)`."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr in ("save", "restore", "restore_or_initialize")
+            and isinstance(func.value, ast.Name)):
+        return False
+    made = s.value(func.value)
+    return isinstance(made, ast.Call) and is_name(s.name(made.func), "clu.checkpoint.MultihostCheckpoint")
 
 
 def _host_local_to_global(s: Script, node: ast.AST) -> str | None:
