@@ -467,12 +467,17 @@ def _mapped_whole(s: Script, call: ast.Call) -> bool:
         k.arg in ("in_axes", "static_broadcasted_argnums") for k in made.keywords) and len(made.args) == 1
 
 
+def _fed_whole(s: Script) -> set[tuple[ast.AST, str]]:
+    """(scope, name) of each name handed to a pmapped step that maps every argument: pmap's stacks on the host."""
+    return {(s.enclosing_function(c), a.id) for c in s.calls if isinstance(c.func, ast.Name)
+            and c.func.id in s.pmapped_names() and _mapped_whole(s, c) for a in c.args if isinstance(a, ast.Name)}
+
+
 def shape_of_a_stack_handed_on(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`sample_loop(key, state, tuple(batch['image'].shape), ...)` where `batch` is handed to a pmapped step that
     maps every argument: the whole shape of pmap's stack (its leading axis of this host's devices) made the shape of
     something else."""
-    fed = {(s.enclosing_function(c), a.id) for c in s.calls if isinstance(c.func, ast.Name)
-           and c.func.id in s.pmapped_names() and _mapped_whole(s, c) for a in c.args if isinstance(a, ast.Name)}
+    fed = _fed_whole(s)
     for node in ast.walk(s.tree):
         if not (isinstance(node, ast.Attribute) and node.attr == "shape"):
             continue
@@ -503,8 +508,7 @@ def device_axes_read(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`batch['label'].shape[1]` or `.shape[:2]` where `batch` goes to a pmapped step that maps every argument: the
     rows per device, or (devices, rows per device), read off pmap's stack; after the port axis 1 is no longer the
     rows (and axis 0 is every host's rows)."""
-    fed = {(s.enclosing_function(c), a.id) for c in s.calls if isinstance(c.func, ast.Name)
-           and c.func.id in s.pmapped_names() and _mapped_whole(s, c) for a in c.args if isinstance(a, ast.Name)}
+    fed = _fed_whole(s)
     for node in ast.walk(s.tree):
         read = s.parent.get(node)
         if not (isinstance(node, ast.Attribute) and node.attr == "shape" and isinstance(read, ast.Subscript)
