@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import copy
+from typing import Iterator
 
 from helpers.migrate.script import Names, is_name
 
@@ -46,15 +47,19 @@ def _stands_for(value: ast.AST, names: Names, constants: dict[str, str]) -> ast.
                     [ast.parse(func, mode="eval").body], keywords)
 
 
+def _bindings(tree: ast.AST, names: Names, constants: dict[str, str]) -> Iterator[tuple[ast.Assign, str, ast.AST]]:
+    """(the assignment, the name, what it spells out) for each module-level alias of pmap or of a collective."""
+    for node in getattr(tree, "body", []):
+        if isinstance(node, ast.Assign) and (spelled := _stands_for(node.value, names, constants)) is not None:
+            yield from ((node, t.id, spelled) for t in node.targets if isinstance(t, ast.Name))
+
+
 def definitions(tree: ast.AST) -> dict[str, str]:
     """A module's own aliases (name -> the code it stands for) and string constants (name -> repr of the string):
     what a module of the project tells the script that imports it."""
     names, constants = Names(tree), _constants(tree)
-    found = {name: repr(value) for name, value in constants.items()}
-    for node in getattr(tree, "body", []):
-        if isinstance(node, ast.Assign) and (spelled := _stands_for(node.value, names, constants)) is not None:
-            found |= {t.id: ast.unparse(spelled) for t in node.targets if isinstance(t, ast.Name)}
-    return found
+    return {name: repr(value) for name, value in constants.items()} | {
+        name: ast.unparse(spelled) for _, name, spelled in _bindings(tree, names, constants)}
 
 
 class _Expand(ast.NodeTransformer):
@@ -96,16 +101,14 @@ class _Expand(ast.NodeTransformer):
         return ast.copy_location(merged, node)
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
-        return self._replaced(node)
+        meant = self._meant(node)
+        return node if meant is None else self._replaced(node, meant)
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         meant = self._meant(node)
-        return self._replaced(node) if meant is not None else self.generic_visit(node)
+        return self.generic_visit(node) if meant is None else self._replaced(node, meant)
 
-    def _replaced(self, node: ast.AST) -> ast.AST:
-        meant = self._meant(node)
-        if meant is None:
-            return node
+    def _replaced(self, node: ast.AST, meant: ast.AST) -> ast.AST:
         made = _located(copy.deepcopy(meant), node)
         self.made.add(id(made))
         return made
@@ -154,12 +157,9 @@ def _flatten_partials(tree: ast.AST, names: Names) -> ast.AST:
 def expand(tree: ast.AST, imported: dict[str, str] | None = None) -> ast.AST:
     """The script's tree with its (and its project's) aliases of pmap and of collectives spelled out; the tree as it
     was when it has none. The aliases' own definitions are left as they are."""
-    names, constants = Names(tree), _constants(tree)
-    own, kept = {}, set()
-    for node in getattr(tree, "body", []):
-        if isinstance(node, ast.Assign) and (spelled := _stands_for(node.value, names, constants)) is not None:
-            own |= {t.id: spelled for t in node.targets if isinstance(t, ast.Name)}
-            kept.add(id(node))
+    names = Names(tree)
+    bound = list(_bindings(tree, names, _constants(tree)))
+    own, kept = {name: spelled for _, name, spelled in bound}, {id(node) for node, _, _ in bound}
     parsed = {name: ast.parse(code, mode="eval").body for name, code in (imported or {}).items()}
     libraries = {p.split(".")[0] for p in _LIBRARY_PMAPS} | {"objax"}
     if not own and not parsed and not any(value.split(".")[0] in libraries for value in names.alias.values()):

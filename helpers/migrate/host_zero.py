@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from helpers.migrate.once import once
 from helpers.migrate.script import Names, Script, is_name
 
 _EXITS = (ast.Return, ast.Continue, ast.Break, ast.Raise)
@@ -80,9 +81,8 @@ def _guarded_blocks(s: Script) -> list[list[ast.stmt]]:
     return blocks
 
 
+@once
 def process_zero_nodes(s: Script) -> set[ast.AST]:
     """Every node that runs on process 0 only (kept on the Script: the rules ask often). A function called from
     there is said at its call, not in its body."""
-    if not hasattr(s, "_process_zero_nodes"):
-        s._process_zero_nodes = {n for block in _guarded_blocks(s) for stmt in block for n in ast.walk(stmt)}
-    return s._process_zero_nodes
+    return {n for block in _guarded_blocks(s) for stmt in block for n in ast.walk(stmt)}

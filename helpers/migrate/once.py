@@ -1,4 +1,5 @@
-"""`once`: a method of `Script` whose answer depends on the script alone, computed on its first call and kept.
+"""`once`: a method of `Script` (or a function of one) whose answer depends on the script alone, computed on its
+first call and kept.
 
 The rules ask the same whole-file questions (which calls are pmaps, which names hold a pmapped function) thousands
 of times on a long script. Asked afresh each time, they made the 43 held-out published scripts take 88 s to read;

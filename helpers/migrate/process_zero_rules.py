@@ -35,41 +35,40 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                                                       or (isinstance(c.func, ast.Name) and c.func.id in compiled))
                          for c in ast.walk(node))}
     global_outputs = _compiled_outputs(s, compiled - s.pmapped_names())
-    zero = process_zero_nodes(s)
-    for inner in sorted((n for n in zero if isinstance(n, ast.Call)), key=lambda n: (n.lineno, n.col_offset)):
-        if True:
-            name = s.name(inner.func)
-            called = inner.func.id if isinstance(inner.func, ast.Name) else ""
-            if is_checkpoint_save(s, inner):
-                yield (inner, "process-zero-save",
-                       f"{code_of(inner.func)}(...) runs on process 0 only: a checkpoint of global "
-                       "arrays is saved by every process (each writes its own shards), so process 0 "
-                       "waits for hosts that never call it",
-                       "call the save on every host; Orbax lets process 0 write the shared metadata")
-            elif is_name(name, "jax.device_get") and _scalar(s, inner):
-                continue  # `jax.device_get(state.step).item()`: a scalar, P() after the port, whole on every host
-            elif is_name(name, "jax.device_get") and inner.args and s.copy_zero_by_hand(inner.args[0]):
-                continue  # device 0's copy, on this host: jax-utils-replicate says what the port reads instead
-            elif is_name(name, "jax.device_get"):
-                yield (inner, "process-zero-collective",
-                       f"{code_of(inner.func)}(...) runs on process 0 only: harmless on this host's own pmap "
-                       "stack or on a P() value, which every host holds whole, but after the port device_get "
-                       "of an array split over the hosts raises there",
-                       "under the if, read only P() values (float(loss)); gather what is split over the hosts "
-                       "(process_allgather) on every host, outside the if, and keep only the print under it")
-            elif name in _HOST_SYNC or called in compiled:
-                yield (inner, "process-zero-collective",
-                       f"{code_of(inner.func)}(...) runs on process 0 only: a collective (or a compiled "
-                       "step) there waits for hosts that never join it",
-                       "compute on every host, outside the if; keep only the print or the write "
-                       "under it")
-            elif (array := _computes_on(s, inner, global_outputs)) is not None:
-                yield (inner, "process-zero-collective",
-                       f"{code_of(inner.func)}(...) runs on process 0 only, and computes on {array}, a global "
-                       "array out of a compiled step: when it is split over the hosts, that computation needs "
-                       "every host, and host 0 waits for hosts that never join it",
-                       "compute it on every host, outside the if (or in the step, returned with out_specs "
-                       "P()); keep only the print or the write under it")
+    for inner in sorted((n for n in process_zero_nodes(s) if isinstance(n, ast.Call)),
+                        key=lambda n: (n.lineno, n.col_offset)):
+        name = s.name(inner.func)
+        called = inner.func.id if isinstance(inner.func, ast.Name) else ""
+        if is_checkpoint_save(s, inner):
+            yield (inner, "process-zero-save",
+                   f"{code_of(inner.func)}(...) runs on process 0 only: a checkpoint of global "
+                   "arrays is saved by every process (each writes its own shards), so process 0 "
+                   "waits for hosts that never call it",
+                   "call the save on every host; Orbax lets process 0 write the shared metadata")
+        elif is_name(name, "jax.device_get") and _scalar(s, inner):
+            continue  # `jax.device_get(state.step).item()`: a scalar, P() after the port, whole on every host
+        elif is_name(name, "jax.device_get") and inner.args and s.copy_zero_by_hand(inner.args[0]):
+            continue  # device 0's copy, on this host: jax-utils-replicate says what the port reads instead
+        elif is_name(name, "jax.device_get"):
+            yield (inner, "process-zero-collective",
+                   f"{code_of(inner.func)}(...) runs on process 0 only: harmless on this host's own pmap "
+                   "stack or on a P() value, which every host holds whole, but after the port device_get "
+                   "of an array split over the hosts raises there",
+                   "under the if, read only P() values (float(loss)); gather what is split over the hosts "
+                   "(process_allgather) on every host, outside the if, and keep only the print under it")
+        elif name in _HOST_SYNC or called in compiled:
+            yield (inner, "process-zero-collective",
+                   f"{code_of(inner.func)}(...) runs on process 0 only: a collective (or a compiled "
+                   "step) there waits for hosts that never join it",
+                   "compute on every host, outside the if; keep only the print or the write "
+                   "under it")
+        elif (array := _computes_on(s, inner, global_outputs)) is not None:
+            yield (inner, "process-zero-collective",
+                   f"{code_of(inner.func)}(...) runs on process 0 only, and computes on {array}, a global "
+                   "array out of a compiled step: when it is split over the hosts, that computation needs "
+                   "every host, and host 0 waits for hosts that never join it",
+                   "compute it on every host, outside the if (or in the step, returned with out_specs "
+                   "P()); keep only the print or the write under it")
 
 
 def _scalar(s: Script, call: ast.Call) -> bool:
@@ -128,9 +127,10 @@ def _stack_reads(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
         return
     outputs, said = s.pmap_outputs(), set()
+    entries = entries_of(s, outputs)
     for node in sorted((n for n in process_zero_nodes(s) if isinstance(n, ast.Call)),
                        key=lambda n: (n.lineno, n.col_offset)):
-        if node.lineno in said or not _device_mean(s, node, outputs):
+        if node.lineno in said or not _device_mean(s, node, outputs, entries):
             continue
         said.add(node.lineno)
         yield (node, "process-zero-collective",
@@ -141,14 +141,14 @@ def _stack_reads(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                "P()), or outside the if; keep only the print or the write under the if")
 
 
-def _device_mean(s: Script, node: ast.AST, outputs: set[str]) -> bool:
-    """`loss.mean()` of a pmap output, a tree map of a reduction over one, or a tree map whose lambda reduces over
-    axis 0 (`jnp.mean(x, axis=0)`)."""
+def _device_mean(s: Script, node: ast.AST, outputs: set[str], entries: set[str]) -> bool:
+    """`loss.mean()` of a pmap output (or of an entry of one: `entries`), a tree map of a reduction over one, or a
+    tree map whose lambda reduces over axis 0 (`jnp.mean(x, axis=0)`)."""
     if not isinstance(node, ast.Call):
         return False
     func = node.func
     if isinstance(func, ast.Attribute) and func.attr in _REDUCTIONS and isinstance(func.value, ast.Name) and (
-            func.value.id in outputs | entries_of(s, outputs) or entry_in_comprehension(s, func.value, outputs)):
+            func.value.id in outputs | entries or entry_in_comprehension(s, func.value, outputs)):
         return True
     if not (s.is_tree_map(node) and node.args and isinstance(node.args[0], ast.Lambda)):
         return False
