@@ -72,6 +72,8 @@ CASES = {
          "with open('log.txt') as log:\n    pass\n"),
     ],
     "local-batch": [
+        ("import jax\nstep = jax.pmap(f)\nemb, state = step(params, batch)\nemb = emb.reshape((-1, 128))\n", 4,
+         "import jax\nstep = jax.pmap(f)\nemb, state = step(params, batch)\nemb = emb.reshape((8, 16, 128))\n"),
         ("import jax\ndef stack(x, n):\n    return x.reshape((n, -1) + x.shape[1:])\n"  # a helper of the script,
          "n_dev = jax.local_device_count() if use_pmap else 1\nx = stack(rows, n_dev)\n", 5,  # handed the count
          "import jax\ndef stack(x, n):\n    return x.reshape((n, -1) + x.shape[1:])\nx = stack(rows, 4)\n"),
@@ -304,8 +306,6 @@ CASES = {
          "    return net.init(k, x)\n"),
     ],
     "numpy-of-global": [
-        ("import jax\nstep = jax.pmap(f)\nemb, state = step(params, batch)\nemb = emb.reshape((-1, 128))\n", 4,
-         "import jax\nstep = jax.pmap(f)\nemb, state = step(params, batch)\nemb = emb.reshape((8, 16, 128))\n"),
         ("import jax\nimport numpy as np\npredict = jax.pmap(f)\nout = predict(params, x)\n"
          "best = np.argmax(out, -1)\n", 5,
          "import jax\nimport numpy as np\npredict = jax.pmap(f)\nbest = np.argmax(labels, -1)\n"),

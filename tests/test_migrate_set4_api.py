@@ -189,9 +189,9 @@ def test_a_function_the_project_pmaps_out_of_view_is_a_pmap_where_it_is_made():
     assert "sampler" in _said(OUT_OF_VIEW, 9, "pmap") and "out of view" in _said(OUT_OF_VIEW, 9, "pmap")
 
 
-def test_its_outputs_reshaped_to_rows_or_read_as_numpy_are_this_hosts_rows():
+def test_its_outputs_folded_to_rows_are_local_batches_and_read_as_numpy_are_global():
     found = _rules(OUT_OF_VIEW)
-    assert {(17, "numpy-of-global"), (18, "numpy-of-global"), (21, "numpy-of-global")} <= set(found), found
+    assert {(17, "local-batch"), (18, "numpy-of-global"), (21, "local-batch")} <= set(found), found
     assert (19, "numpy-of-global") not in found  # numpy's array by then, reshaped on the host
 
 

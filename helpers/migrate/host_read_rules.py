@@ -13,6 +13,7 @@ from typing import Iterator
 from helpers.migrate.bindings import bound_value
 from helpers.migrate.data_rules import traced as _traced
 from helpers.migrate.jax_rules import holds_pmap_stacks, pmapped_out_of_view
+from helpers.migrate.once import once
 from helpers.migrate.script import MESH_AXES, Script, code_of, first_copy_of, is_name, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
@@ -37,11 +38,38 @@ def _numpy_call(s: Script, call: ast.Call) -> bool:
     return name.startswith("numpy.") and not name.startswith("numpy.random.")
 
 
+@once
 def _pmapped(s: Script) -> set[str]:
-    """The names of pmapped functions: the script's own pmaps, those the project pmaps out of view, and functions
-    a script's function is handed and calls with pmap's stacks."""
+    """The names of pmapped functions: the script's own pmaps, those the project pmaps out of view, functions a
+    script's function is handed and calls with pmap's stacks, and the script's functions that return what one of
+    those gave back (`def sample(...): ...; return predictions`)."""
     pmapped = s.pmapped_names() | {name for names in pmapped_out_of_view(s).values() for name in names}
-    return pmapped | _handed_pmapped(s, pmapped)
+    pmapped |= _handed_pmapped(s, pmapped)
+    for _ in range(3):  # a function returning another's output: followed three calls deep
+        returning = _returning_outputs(s, pmapped, _outputs_by_scope(s, pmapped))
+        if returning <= pmapped:
+            break
+        pmapped |= returning
+    return pmapped
+
+
+def _returning_outputs(s: Script, pmapped: set[str], outputs: set[tuple[ast.AST, str]]) -> set[str]:
+    """The script's functions that return a pmap output, or a tuple holding one (`return predictions, real`)."""
+    return {f.name for f in ast.walk(s.tree) if isinstance(f, ast.FunctionDef) and f.name not in pmapped and any(
+        isinstance(r, ast.Return) and r.value is not None and s.enclosing_function(r) is f and any(
+            isinstance(v, ast.Name) and (f, v.id) in outputs or _pmap_output_call(s, v, pmapped)
+            for v in _items(r.value)) for r in ast.walk(f))}
+
+
+@once
+def _pmapped_methods(s: Script) -> frozenset[str]:
+    """Methods of the script's classes that pmap decorates (`@partial(jax.pmap, ...)` over `def denoise(self, ...)`),
+    called on an instance under any name; a name that a dict, list, set or str also has is left out (`update`)."""
+    pmaps = {*s.pmaps(), *s.nnx_pmaps()}
+    builtin = {m for kind in (dict, list, set, str) for m in dir(kind)}
+    return frozenset(f.name for c in ast.walk(s.tree) if isinstance(c, ast.ClassDef) for f in c.body
+                     if isinstance(f, ast.FunctionDef) and f.name not in builtin
+                     and any(d in pmaps or any(n in pmaps for n in ast.walk(d)) for d in f.decorator_list))
 
 
 def _handed_pmapped(s: Script, pmapped: set[str]) -> set[str]:
@@ -76,13 +104,27 @@ def _waits_for(value: ast.AST) -> bool:
         and value.func.attr == "block_until_ready" and not value.args
 
 
+@once
 def _pmap_outputs_by_scope(s: Script) -> set[tuple[ast.AST, str]]:
-    """(function, name) for each name a function assigns from a call of a pmapped function, and for each
-    parameter of the script's functions that a call passes such a name to (`tohost(predicted)`)."""
-    pmapped = _pmapped(s)
+    return _outputs_by_scope(s, _pmapped(s))
+
+
+def _outputs_by_scope(s: Script, pmapped: set[str]) -> set[tuple[ast.AST, str]]:
+    """(function, name) for each name a function assigns from a call of a pmapped function (or arithmetic on one:
+    `sample = (sample + 1) / 2`), each list it appends one to (`rewards.append(p_apply(...))`), and each parameter
+    of the script's functions that a call passes such a name to (`tohost(predicted)`)."""
     found = {(s.enclosing_function(node), n.id) for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
              and _pmap_output_call(s, node.value, pmapped)
              for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.BinOp, ast.UnaryOp)) and any(
+                isinstance(n, ast.Name) and (s.enclosing_function(node), n.id) in found for n in ast.walk(node.value)):
+            found |= {(s.enclosing_function(node), t.id) for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "append" \
+                and isinstance(node.func.value, ast.Name) and len(node.args) == 1 and (
+                _pmap_output_call(s, node.args[0], pmapped)
+                or isinstance(node.args[0], ast.Name) and (s.enclosing_function(node), node.args[0].id) in found):
+            found.add((s.enclosing_function(node), node.func.value.id))
     defs = {n.name: n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)}
     for call in s.calls:
         target = defs.get(call.func.id) if isinstance(call.func, ast.Name) else None
@@ -98,7 +140,8 @@ def _calls_pmapped(s: Script, func: ast.AST, pmapped: set[str]) -> bool:
     """`step(...)` of a pmapped name, or `pad_shard_unpad(step)(...)`: Flax's wrapper, whose output is pmap's rows."""
     if isinstance(func, ast.Call) and s.name(func.func).endswith("pad_shard_unpad") and func.args:
         func = func.args[0]
-    return isinstance(func, ast.Name) and func.id in pmapped or _a_pmapped_attribute(s, func)
+    return isinstance(func, ast.Name) and func.id in pmapped or _a_pmapped_attribute(s, func) \
+        or isinstance(func, ast.Attribute) and func.attr in _pmapped_methods(s)
 
 
 def _a_pmapped_attribute(s: Script, func: ast.AST) -> bool:
@@ -116,7 +159,7 @@ def _is_pmap_output(s: Script, name: ast.AST, outputs: set[tuple[ast.AST, str]],
     if not isinstance(name, ast.Name):
         return False
     value = bound_value(s, name)
-    if value is None:
+    if value is None or isinstance(value, (ast.BinOp, ast.UnaryOp, ast.List)):  # arithmetic on one, a list of them
         return (s.enclosing_function(name), name.id) in outputs
     return _pmap_output_call(s, value, pmapped)
 
@@ -230,8 +273,8 @@ def _flattens_devices(call: ast.Call) -> bool:
 
 
 def host_rows_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """`emb = emb.reshape((-1, d))` of a pmap output: its per-device stack merged into this host's rows, which the
-    host then indexes with its own (host-local) positions."""
+    """`emb = emb.reshape((-1, d))` of a pmap output: its per-device stack folded into this host's rows (read with
+    numpy there: the read is said), which the host then indexes with its own (host-local) positions."""
     pmapped = _pmapped(s)
     outputs = _pmap_outputs_by_scope(s)
     for call in s.calls:
@@ -247,11 +290,12 @@ def host_rows_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{code_of(reader.func)} of it raises on several hosts (other hosts hold part of it)",
                    f"{_THIS_HOSTS_ROWS}; every host's: multihost_utils.process_allgather(out)")
         else:
-            yield (call, "numpy-of-global",
-                   f"{code_of(call)} merges pmap's per-device stack into this host's rows; after the port the output "
-                   "is one global array over every host's rows, so this host's positions (a permutation, an index) "
-                   "no longer pick its own rows",
-                   f"{_THIS_HOSTS_ROWS}; or keep the computation global and index with global positions")
+            yield (call, "local-batch",
+                   f"{code_of(call)} folds pmap's leading axis of local devices into this host's rows; after the port "
+                   "the output has no device axis (its first axis already is every host's rows), so the merge takes "
+                   "the wrong axes, and this host's positions (a permutation, an index) no longer pick its own rows",
+                   f"drop the merge; {_THIS_HOSTS_ROWS}; or keep the computation global and index with global "
+                   "positions")
 
 
 _STRIPS = ("reshape", "astype", "squeeze", "block_until_ready", "copy", "flatten", "ravel", "transpose")

@@ -1,0 +1,110 @@
+"""What a pmapped call hands back, followed on the host (helpers.migrate.host_read_rules): through the script's
+functions that return it, lists it is appended to, arithmetic on it and methods pmap decorates; and its per-device
+axis folded away."""
+from tests.migrate_support import rule_set
+
+THROUGH = """\
+import jax
+import numpy as np
+from functools import partial
+
+p_predict = jax.pmap(predict, axis_name='d')
+
+
+def sample(params, batch):
+    out = p_predict(params, batch)
+    return out, batch
+
+
+def sample_twice(params, batch):
+    return sample(params, batch)
+
+
+def report(params, batches):
+    outs, _ = sample_twice(params, batches[0])
+    host = jax.device_get(outs)
+    scores = []
+    for batch in batches:
+        scores.append(p_predict(params, batch))
+    scores = np.concatenate(scores)
+    images = p_predict(params, batches[1])
+    images = (images + 1.0) / 2.0
+    pixels = np.clip(images * 255, 0, 255)
+    return host, scores, pixels
+
+
+class Sampler:
+    @partial(jax.pmap, axis_name='d')
+    def denoise(self, x):
+        return x
+
+    @partial(jax.pmap, axis_name='d')
+    def update(self, x):
+        return x
+
+
+def draw(sampler, x, config):
+    x = sampler.denoise(x)
+    kept = np.asarray(x)
+    config.update({'seen': 1})
+    return kept, np.asarray(config)
+"""
+
+
+def test_what_a_function_of_the_script_returns_from_a_pmap_is_its_output():
+    assert (19, "numpy-of-global") in rule_set(THROUGH)
+
+
+def test_a_list_of_pmap_outputs_and_arithmetic_on_one_are_pmap_outputs():
+    found = rule_set(THROUGH)
+    assert {(23, "numpy-of-global"), (26, "numpy-of-global")} <= found, found
+
+
+def test_a_method_pmap_decorates_hands_back_pmap_outputs_on_any_instance():
+    found = rule_set(THROUGH)
+    assert (42, "numpy-of-global") in found, found
+    assert (44, "numpy-of-global") not in found  # `update` is also a dict's: not read as the pmapped method
+
+
+WITHOUT = """\
+import jax
+import numpy as np
+
+p_predict = jax.pmap(predict, axis_name='d')
+
+
+def sample(params, batch):
+    return batch
+
+
+def report(params, batches):
+    rows = sample(params, batches[0])
+    scores = []
+    for batch in batches:
+        scores.append(batch)
+    images = (batches[1] + 1.0) / 2.0
+    return jax.device_get(rows), np.concatenate(scores), np.clip(images * 255, 0, 255)
+"""
+
+
+def test_host_values_that_never_held_a_pmap_output_are_not_said():
+    assert not {line for line, rule in rule_set(WITHOUT) if rule == "numpy-of-global"}
+
+
+FOLDED = """\
+import jax
+import numpy as np
+
+p_sample = jax.pmap(sample_fn, axis_name='d')
+images = p_sample(keys, state)
+grid = images.reshape((-1, *images.shape[2:]))
+flat = np.asarray(images.reshape(-1, 32, 32, 3))
+kept = images.reshape((8, 4, 32, 32, 3))
+"""
+
+
+def test_a_pmap_outputs_device_axis_folded_away_is_a_local_batch_and_read_with_numpy_is_global():
+    found = rule_set(FOLDED)
+    assert (6, "local-batch") in found and (6, "numpy-of-global") not in found, found
+    assert (7, "numpy-of-global") in found, found
+    assert 8 not in {line for line, _ in found}  # no -1: the device axis kept
