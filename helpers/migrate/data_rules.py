@@ -236,9 +236,22 @@ def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                "* per_host] with per_host = global_batch // jax.process_count(), and "
                "jax.make_array_from_process_local_data assembles the global batch")
     named: dict[ast.AST, ast.AST] = {}  # a name's count of every device -> what it sizes, a stack before a product
+    shares: dict[ast.AST, ast.Call] = {}  # `per_device = total // jax.device_count()` -> a stack it sizes
     for reshape, leading in _device_stacks(s):
         if device_count_of(s, leading) == "every":
-            named.setdefault(s.value(leading), reshape)
+            share = _share_of_every_device(s, reshape)
+            if share is not None:
+                shares.setdefault(share, reshape)
+            else:
+                named.setdefault(s.value(leading), reshape)
+    for share, reshape in sorted(shares.items(), key=lambda pair: pair[0].lineno):
+        yield (share, "global-batch-per-host",
+               f"{code_of(share)} is each device's share of {code_of(share.left)} over every host's devices, and "
+               f"this host stacks that share for each of them ({code_of(reshape)}, line {reshape.lineno}): every "
+               f"host builds all of {code_of(share.left)}",
+               "each host builds its part: total // jax.process_count() (jax.local_device_count() shares of it), or "
+               "under jax.jit build the global value once and let jax.make_array_from_process_local_data take each "
+               "host's part")
     for product, side in _every_device_products(s):
         if isinstance(side, ast.Name) and _handed_to_jax(s, product):  # `split(key, n_devices * num_envs + 1)`
             named.setdefault(s.value(side), product)
@@ -268,6 +281,22 @@ def global_batch_per_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                        "each host reads its part: global_batch // jax.process_count() rows (its own rows: split "
                        "the data by jax.process_index()), and jax.make_array_from_process_local_data assembles "
                        "the global batch")
+
+
+def _share_of_every_device(s: Script, reshape: ast.Call) -> ast.BinOp | None:
+    """`total // jax.device_count()` held in the name a stack's second axis reads (`x.reshape(jax.device_count(),
+    per_device, ...)` with `per_device = total // jax.device_count()`): a total shared out over every host's
+    devices, of which this host stacks every share."""
+    function = is_name(s.name(reshape.func), "jax.numpy.reshape", "numpy.reshape")
+    axes = reshape.args[1:2] if function else reshape.args
+    first = axes[0] if len(axes) == 1 else None
+    while isinstance(first, ast.BinOp) and isinstance(first.op, ast.Add):
+        first = first.left
+    axes = first.elts if isinstance(first, (ast.Tuple, ast.List)) else axes
+    second = axes[1] if len(axes) > 1 else None
+    share = s.value(second) if isinstance(second, ast.Name) else None
+    return share if isinstance(share, ast.BinOp) and isinstance(share.op, (ast.FloorDiv, ast.Div)) \
+        and device_count_of(s, share.right) == "every" else None
 
 
 def _shared_out_per_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -305,11 +334,12 @@ def stacked_through_a_count(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
     for reshape, leading in _device_stacks(s):
         if not _counted_plainly(s, leading):
             whose = "this host's" if device_count_of(s, leading) == "local" else "every host's"
-            yield (reshape, "local-batch",
-                   f"{code_of(reshape)} gives this host's rows a leading axis of {code_of(leading)}, a count of "
-                   f"{whose} devices: one slice per device, the leading axis pmap strips",
-                   "no stacking: pass the host's rows as they are to jax.make_array_from_process_local_data("
-                   "NamedSharding(mesh, P(('host', 'device'))), rows), and JAX splits them over the devices")
+            for node in {reshape.lineno: reshape, leading.lineno: leading}.values():  # and the count's own line
+                yield (node, "local-batch",
+                       f"{code_of(reshape)} gives this host's rows a leading axis of {code_of(leading)}, a count of "
+                       f"{whose} devices: one slice per device, the leading axis pmap strips",
+                       "no stacking: pass the host's rows as they are to jax.make_array_from_process_local_data("
+                       "NamedSharding(mesh, P(('host', 'device'))), rows), and JAX splits them over the devices")
 
 
 _SPLITS = ("jax.numpy.split", "numpy.split", "jax.numpy.array_split", "numpy.array_split")
@@ -340,7 +370,8 @@ def _device_stacks(s: Script) -> Iterator[tuple[ast.Call, ast.AST]]:
         return
     for call in s.calls:
         array, heads = _reshaped(s, call)
-        leading = next((h for h in heads if isinstance(h, (ast.Name, ast.Call)) and device_count_of(s, h)), None)
+        leading = next((h for h in heads if isinstance(h, (ast.Name, ast.Attribute, ast.Call))
+                        and device_count_of(s, h)), None)
         if leading is not None and not _keys_split_per_device(s, array):
             yield call, leading
 
@@ -364,7 +395,9 @@ def _reshaped(s: Script, call: ast.Call) -> tuple[ast.AST | None, list[ast.AST]]
 
 def _counted_plainly(s: Script, leading: ast.AST) -> bool:
     """jax.local_device_count() or jax.device_count() as written or in a name assigned from it: the plain
-    local-batch rule (jax_rules) says those."""
+    local-batch rule (jax_rules) says those (an attribute, `self.num_devices`, it does not read)."""
+    if isinstance(leading, ast.Attribute):
+        return False
     count = s.value(leading)
     return isinstance(count, ast.Call) and is_name(s.name(count.func), "jax.local_device_count", "device_count")
 
@@ -542,7 +575,7 @@ def drawn_global_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 # for batch_rules, which reads batch sizes and rows the same way
 pmap_era, reads_host_number = _pmap_era, _reads_host_number
-global_sizes, reads_by_index, traced = _global_sizes, _reads_by_index, _traced
+global_sizes, reads_by_index, traced, splits_by_host = _global_sizes, _reads_by_index, _traced, _splits_by_host
 
 # the roots of libraries whose loaders the other rules read (or that load no batches): not a project's own library
 RULES = (shared_shuffle, shared_loader_order, global_batch_per_host, shared_draws, drawn_global_batches,

@@ -9,9 +9,9 @@ import re
 import sys
 from typing import Iterator
 
-from helpers.migrate.bindings import arguments_for, bound_value
-from helpers.migrate.data_rules import fed_to_pmap
-from helpers.migrate.script import Script, code_of, is_name
+from helpers.migrate.bindings import arguments_for, bound_value, device_count_of
+from helpers.migrate.data_rules import fed_to_pmap, pmap_era, splits_by_host
+from helpers.migrate.script import MESH_AXES, Script, code_of, is_name
 
 LESSONS: dict[str, tuple[str, str]] = {}  # local-batch: jax_rules'
 
@@ -109,6 +109,8 @@ def _keeps_the_shape(s: Script, function: ast.AST) -> bool:
 def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """A project library's loader whose batches go to pmap as they come: the library stacked them per local
     device; and `[0]` of such a batch, device 0's slice."""
+    if any(module.split(".")[0] == "objax" for module in s.names.alias.values()):
+        return  # objax.Parallel splits the batch it is handed over the local devices itself: no stack comes in
     stacked = {}
     for argument in fed_to_pmap(s):
         for source in _each_caller_s(s, argument):
@@ -116,19 +118,100 @@ def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
             if loader is not None and handed_loaded_rows(s, loader) is None:
                 stacked.setdefault(loader, argument)
     for loader, argument in stacked.items():
-        sized = [k.arg for k in loader.keywords if k.arg and "device" in k.arg]
-        yield (loader, "local-batch",
-               f"{code_of(loader.func)}(...) builds this host's batches stacked per local device (its "
-               f"{code_of(argument)} goes to pmap as it comes, so the library made pmap's leading axis"
-               + (f"; {sized[0]}= sizes them per device" if sized else "") + ")",
-               "have the loader give this host's rows unstacked (global_batch // jax.process_count() of them) and pass "
-               "them to jax.make_array_from_process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows)")
+        if not per_device_sizes(s, loader):  # said where the size is: per_device_size_to_a_loader
+            yield (loader, "local-batch",
+                   f"{code_of(loader.func)}(...) builds this host's batches stacked per local device (its "
+                   f"{code_of(argument)} goes to pmap as it comes, so the library made pmap's leading axis)",
+                   _UNSTACKED)
     for node in ast.walk(s.tree):
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0 \
                 and _loader_of(s, node.value) in stacked and not _only_counted(s, node):
             yield (node, "local-batch",
                    f"{code_of(node)} takes device 0's slice of a batch the project's loader stacks per local device",
                    "after the port a batch has no device axis: take the rows you need (batch[:n]), or the batch itself")
+
+
+_UNSTACKED = ("have the loader give this host's rows unstacked (global_batch // jax.process_count() of them) and pass "
+              "them to jax.make_array_from_process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows)")
+# a loader's keyword for the rows of one device or one host (`per_device_batch_size=`, `device_batch_size=`,
+# `batch_size_per_device_per_step=`, `process_batch_size=`, `local_batch_size_eval=`): the convention of input
+# pipelines written for pmap, which batch that many rows and then stack one batch per local device
+_PER_DEVICE_WORDS = frozenset({"device", "devices", "local", "process", "replica"})
+
+
+def _sizes_per_device(keyword: str) -> bool:
+    words = set(keyword.lower().split("_"))
+    return any(w.startswith("batch") for w in words) and bool(words & _PER_DEVICE_WORDS) \
+        and not words & {"global", "total"}
+
+
+def per_device_sizes(s: Script, call: ast.Call) -> list[ast.keyword]:
+    """The keywords of a project's or the script's own data call (`data.build_input(...)`,
+    `partial(self._build_eval_input, ...)`) that size its batches per device or per host, with anything but a count
+    of devices (device_count_handed_to_a_loader's)."""
+    function = call.args[0] if is_name(s.name(call.func), "functools.partial") and call.args else call.func
+    short = code_of(function).rsplit(".", 1)[-1]
+    counts = set(short.lower().split("_")) & {"num", "count", "steps", "size", "len"}
+    own = short in s.defined and _DATASET_WORDS.search(short)
+    if counts or not (own or _project_loader(s, ast.Call(function, [], []), _DATASET_WORDS)):
+        return []
+    sized = [k for k in call.keywords if k.arg and _sizes_per_device(k.arg) and device_count_of(s, k.value) is None]
+    return sized if sized and not _stacked_after(s, call) else []
+
+
+def _stacked_after(s: Script, loader: ast.Call) -> bool:
+    """The script stacks the loader's batches itself (`step(params, shard(batch.tokens))`): the loader does not."""
+    return any(isinstance(c.func, (ast.Name, ast.Attribute)) and c.args
+               and re.search(r"shard|split|stack", code_of(c.func).rsplit(".", 1)[-1], re.I)
+               and _loader_of(s, c.args[0]) is loader for c in s.calls)
+
+
+def per_device_size_to_a_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`build_train_input(..., batch_size_per_device_per_step=b)` in a pmap-era script: a loader told the rows of
+    one device (or one host) and stacks one batch per local device, the leading axis pmap strips."""
+    if not pmap_era(s):
+        return
+    for call in s.calls:
+        for k in per_device_sizes(s, call):
+            yield (k.value, "local-batch",
+                   f"{code_of(call.func)}(..., {k.arg}={code_of(k.value)}): {k.arg}= sizes them per "
+                   f"{'device' if 'device' in k.arg.lower() else 'host'}, and a pmap-era loader batches that many "
+                   "rows and stacks them one batch per local device, the leading axis pmap strips", _UNSTACKED)
+
+
+def batch_dims_per_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`batch_dims = [jax.local_device_count(), per_device]` in a script that pmaps: the dimensions a loader is told
+    to batch by, one batch per local device stacked (a call's own shape argument is jax_rules')."""
+    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+        return
+    for node in ast.walk(s.tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple)) \
+                and len(node.value.elts) > 1 and device_count_of(s, node.value.elts[0]) == "local" \
+                and any("batch" in code_of(t).lower() for t in node.targets):
+            count = node.value.elts[0]
+            yield (count, "local-batch",
+                   f"{code_of(node.value)} batches by {code_of(count)} first: one batch per local device stacked, "
+                   "the leading axis pmap strips",
+                   "batch this host's rows once (global_batch // jax.process_count() of them) and pass them to "
+                   f"jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), rows)")
+
+
+def unsampled_data_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`DataLoader(train_set, batch_size=b, ...)` (torch's, or a class of that name) in a pmap-era script, with no
+    sampler and nothing on its path reading the process index: every host loads batches of the whole dataset, its
+    own copy of every row (said at the dataset it is handed)."""
+    if not pmap_era(s):
+        return
+    for call in s.calls:
+        if s.name(call.func).rsplit(".", 1)[-1].endswith("DataLoader") and call.args \
+                and not any(k.arg in ("sampler", "batch_sampler") for k in call.keywords) \
+                and not splits_by_host(s, call):
+            yield (call.args[0], "global-batch-per-host",
+                   f"{code_of(call.func)}({code_of(call.args[0])}, ...) has no sampler, and nothing on its path reads "
+                   "jax.process_index(): every host loads batches of the whole dataset (the same rows on each)",
+                   "give each host its part: a DistributedSampler(dataset, num_replicas=jax.process_count(), "
+                   "rank=jax.process_index()) with batch_size = global_batch // jax.process_count(), and "
+                   "jax.make_array_from_process_local_data to assemble the global batch")
 
 
 def _each_caller_s(s: Script, argument: ast.AST) -> list[ast.AST]:
@@ -156,4 +239,4 @@ def _only_counted(s: Script, node: ast.AST) -> bool:
     return isinstance(holder, ast.Call) and s.name(holder.func) == "len"
 
 
-RULES = (project_stacked_batches,)
+RULES = (project_stacked_batches, per_device_size_to_a_loader, batch_dims_per_device, unsampled_data_loader)
