@@ -108,3 +108,43 @@ def test_a_pmap_outputs_device_axis_folded_away_is_a_local_batch_and_read_with_n
     assert (6, "local-batch") in found and (6, "numpy-of-global") not in found, found
     assert (7, "numpy-of-global") in found, found
     assert 8 not in {line for line, _ in found}  # no -1: the device axis kept
+
+
+ROWS = """\
+import jax
+
+
+def update(params, batch):
+    grads, (logits, labels) = jax.grad(loss_fn, has_aux=True)(params, batch)
+    grads = jax.lax.pmean(grads, axis_name='i')
+    loss = jax.lax.pmean(loss_fn(params, batch)[0], axis_name='i')
+    params = apply(params, grads)
+    return params, loss, logits, labels
+
+
+p_update = jax.pmap(update, axis_name='i')
+params, loss, logits, labels = p_update(params, batch)
+first_logits = logits[0][0]
+first_label = labels[0]
+now = loss[0]
+kept = params[0]
+"""
+
+
+def test_device_zeros_entry_of_an_output_no_collective_reduced_is_its_rows_not_a_copy():
+    found = rule_set(ROWS)
+    assert {(14, "local-batch"), (15, "local-batch")} <= found, found
+    assert not {(14, "jax-utils-replicate"), (15, "jax-utils-replicate")} & found
+
+
+def test_device_zeros_entry_of_a_reduced_output_or_the_state_stays_a_copy():
+    found = rule_set(ROWS)
+    assert {(16, "jax-utils-replicate"), (17, "jax-utils-replicate")} <= found, found
+    assert not {(16, "local-batch"), (17, "local-batch")} & found
+
+
+def test_a_per_example_name_the_step_reduced_is_a_copy():
+    reduced = ROWS.replace("    return params, loss, logits, labels",
+                           "    logits = jax.lax.all_gather(logits, 'i')\n    return params, loss, logits, labels")
+    found = rule_set(reduced)
+    assert (15, "jax-utils-replicate") in found and (15, "local-batch") not in found, found

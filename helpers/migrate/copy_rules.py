@@ -8,6 +8,7 @@ import ast
 from typing import Callable, Iterator
 
 from helpers.migrate.bindings import bound_value, device_count_of, reaches
+from helpers.migrate.device_rows import holds_rows
 from helpers.migrate.jax_rules import counts_devices
 from helpers.migrate.reach import runs_under_pmap
 from helpers.migrate.script import Script, code_of, first_copy, first_copy_of, is_name, root_name
@@ -57,6 +58,15 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if first_copy_of(node, stacked) and not s.in_pmap_over_hosts(node) \
                 and not _not_yet_an_output(s, node, stacks, pmapped_call) \
                 and not _a_parameter_under_pmap(s, node, stacks):
+            held = node.value if isinstance(node.value, ast.Name) else None
+            if held is not None and holds_rows(s, held):
+                yield (node, "local-batch",
+                       f"{code_of(node)} takes device 0's rows of {held.id}, a per-example output the step did not "
+                       "reduce (each device returns its own rows); after the port it is one global array over every "
+                       "host's rows, and [0] would take its first row",
+                       "this host's rows: multihost_utils.global_array_to_host_local_array(out, mesh, P(('host', "
+                       "'device'))), then any row of it; or every host's with multihost_utils.process_allgather(out)")
+                continue
             yield (node, "jax-utils-replicate",
                    f"{code_of(node)} takes device 0's entry of pmap's per-device output; after the port it is "
                    "one global value, and [0] would index into it",
