@@ -148,3 +148,28 @@ def test_a_per_example_name_the_step_reduced_is_a_copy():
                            "    logits = jax.lax.all_gather(logits, 'i')\n    return params, loss, logits, labels")
     found = rule_set(reduced)
     assert (15, "jax-utils-replicate") in found and (15, "local-batch") not in found, found
+
+
+NAMED_MAP = """\
+import jax
+
+p_step = jax.pmap(step, axis_name='d')
+take_first = lambda x: x[0]
+
+
+def fetch(tree):
+    def first_leaf(x):
+        return x[0]
+    return jax.tree_util.tree_map(first_leaf, tree)
+
+
+models, opt_states = p_step(models, batch)
+model = jax.tree_util.tree_map(take_first, models)
+ones = jax.tree_util.tree_map(lambda x: x + 1, models)
+"""
+
+
+def test_a_tree_map_of_a_named_function_taking_each_leafs_first_copy_is_an_unreplicate():
+    found = rule_set(NAMED_MAP)
+    assert {(4, "jax-utils-replicate"), (9, "jax-utils-replicate"), (14, "jax-utils-replicate")} <= found, found
+    assert 15 not in {line for line, _ in found}

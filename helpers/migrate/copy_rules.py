@@ -71,18 +71,45 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{code_of(node)} takes device 0's entry of pmap's per-device output; after the port it is "
                    "one global value, and [0] would index into it",
                    "use the value as it is: a P() result is the same on every device")
+    said = set()
     for call in s.calls:
-        if not (s.is_tree_map(call) and call.args and isinstance(call.args[0], ast.Lambda)):
+        mapped = mapped_function(s, call) if s.is_tree_map(call) and call.args else None
+        if mapped is None:
             continue
-        lam = call.args[0]
-        params = {a.arg for a in lam.args.args}
-        first = next((n for n in ast.walk(lam.body) if first_copy(n, params)), None)
-        if first is not None and not s.in_pmap_over_hosts(call):
-            yield (first if _maps_a_parameter(s, call) else call, "jax-utils-replicate",
-                   f"{code_of(call)} takes device 0's copy of pmap's stack by hand ({code_of(first)} of each leaf); "
-                   "after the port each leaf is one global value, and [0] would take its first row",
-                   "nothing: a P() array already is the value (read it on any host, device_get it to save or print); "
-                   "a leaf sharded over the hosts is read with multihost_utils.process_allgather on every host")
+        params = {a.arg for a in mapped.args.args}
+        first = next((n for body in _bodies(mapped) for n in ast.walk(body) if first_copy(n, params)), None)
+        if first is None or s.in_pmap_over_hosts(call):
+            continue
+        if mapped is not call.args[0] and first not in said:  # a helper of the script's: said in its body too
+            said.add(first)
+            yield (first, "jax-utils-replicate",
+                   f"{code_of(first)} in {code_of(call.args[0])} takes device 0's copy of each leaf of pmap's stacks it "
+                   "is mapped over; after the port each leaf is one global value, and [0] would take its first row",
+                   "return the leaf as it is: a P() array already is the value")
+        yield (first if _maps_a_parameter(s, call) else call, "jax-utils-replicate",
+               f"{code_of(call)} takes device 0's copy of pmap's stack by hand ({code_of(first)} of each leaf); "
+               "after the port each leaf is one global value, and [0] would take its first row",
+               "nothing: a P() array already is the value (read it on any host, device_get it to save or print); "
+               "a leaf sharded over the hosts is read with multihost_utils.process_allgather on every host")
+
+
+def mapped_function(s: Script, call: ast.Call) -> ast.Lambda | ast.FunctionDef | None:
+    """What a tree map maps: a lambda written there, or a function or lambda named there that the script (or the
+    function the map is in) defines (`tree_map(select_first, models)`, `tree_map(fetch_fn, x)`)."""
+    mapped = call.args[0]
+    if isinstance(mapped, ast.Lambda):
+        return mapped
+    if not isinstance(mapped, ast.Name):
+        return None
+    value = bound_value(s, mapped)
+    if isinstance(value, ast.Lambda):
+        return value
+    return next((d for d in ast.walk(s.tree) if isinstance(d, ast.FunctionDef) and d.name == mapped.id
+                 and len(d.args.args) == 1), None)
+
+
+def _bodies(function: ast.Lambda | ast.FunctionDef) -> list[ast.AST]:
+    return [function.body] if isinstance(function, ast.Lambda) else function.body
 
 
 def _maps_a_parameter(s: Script, call: ast.Call) -> bool:
