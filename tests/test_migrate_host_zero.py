@@ -106,3 +106,37 @@ def test_a_save_helper_reading_device_zeros_copy_anywhere_in_its_body_is_said_at
     found = rule_set(SAVE_HELPER)
     assert (19, "jax-utils-replicate") in found and (20, "jax-utils-replicate") not in found
     assert (8, "jax-utils-replicate") in found and (8, "numpy-of-global") not in found  # [0], not the whole stack
+
+
+AND_TEST = """\
+import jax
+
+p_sample = jax.pmap(sample, axis_name='d')
+is_main = jax.process_index() == 0
+
+
+def draw(state, keys):
+    return p_sample(state, keys)
+
+
+def report(state, keys):
+    return draw(state, keys)
+
+
+def log(state, keys, step):
+    if step % 100 == 0 and is_main:
+        report(state, keys)
+        print(step)
+    if step % 100 == 0:
+        report(state, keys)
+"""
+
+
+def test_a_test_that_ands_a_name_holding_process_zero_guards_process_zero_code():
+    found = rule_set(AND_TEST)
+    assert (17, "process-zero-collective") in found, found
+    assert not {18, 20} & {line for line, _ in found}
+
+
+def test_a_function_that_runs_a_pmapped_step_calls_deep_is_a_compiled_step_on_process_zero():
+    assert "compiled" in said(AND_TEST, 17, "process-zero-collective")

@@ -33,6 +33,8 @@ def _process_zero_test(s: Script, test: ast.AST, depth: int = 0) -> bool:
     binds to such a test (`if self.is_master:`)."""
     if only_process_zero(test, s.names, s.value):
         return True
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):  # `if step % n == 0 and is_master:`
+        return any(_process_zero_test(s, v, depth) for v in test.values)
     bound = _bound_test(s, test)
     return bound is not None and depth < 3 and _process_zero_test(s, bound, depth + 1)
 

@@ -35,10 +35,11 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                                                       or (isinstance(c.func, ast.Name) and c.func.id in compiled))
                          for c in ast.walk(node))}
     global_outputs = _compiled_outputs(s, compiled - s.pmapped_names())
+    compiled = _and_their_callers(s, compiled | s.pmapped_names())
     for inner in sorted((n for n in process_zero_nodes(s) if isinstance(n, ast.Call)),
                         key=lambda n: (n.lineno, n.col_offset)):
         name = s.name(inner.func)
-        called = inner.func.id if isinstance(inner.func, ast.Name) else ""
+        called = _called(inner)
         if is_checkpoint_save(s, inner):
             yield (inner, "process-zero-save",
                    f"{code_of(inner.func)}(...) runs on process 0 only: a checkpoint of global "
@@ -69,6 +70,29 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "every host, and host 0 waits for hosts that never join it",
                    "compute it on every host, outside the if (or in the step, returned with out_specs "
                    "P()); keep only the print or the write under it")
+
+
+def _called(call: ast.Call) -> str:
+    """The script's function a call runs: `f(...)` or `self.f(...)`."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def _and_their_callers(s: Script, compiled: set[str]) -> set[str]:
+    """The script's functions that run a compiled step, followed three calls deep (a sampler calling a helper that
+    calls the pmapped step), with those that hand a library `jit=True` (a pipeline that pmaps inside)."""
+    defs = [f for f in ast.walk(s.tree) if isinstance(f, ast.FunctionDef)]
+    for _ in range(3):
+        callers = {f.name for f in defs if f.name not in compiled and any(
+            isinstance(c, ast.Call) and (_called(c) in compiled or any(
+                k.arg == "jit" and isinstance(k.value, ast.Constant) and k.value.value is True for k in c.keywords))
+            for c in ast.walk(f))}
+        if not callers:
+            break
+        compiled = compiled | callers
+    return compiled
 
 
 def _scalar(s: Script, call: ast.Call) -> bool:
