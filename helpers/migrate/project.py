@@ -9,6 +9,7 @@ from pathlib import Path
 
 from helpers.migrate.aliases import definitions, expand
 from helpers.migrate.batch_rules import stacks_per_local_device
+from helpers.migrate.checkpoint_rules import checkpointers
 from helpers.migrate.script import Folder, Script, first_copy, is_name
 
 MOST_MODULES = 40  # a script importing half a monorepo: read the first ones, keep the tool fast
@@ -49,6 +50,12 @@ def _imported(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
+def _outer_roots(top: Path, dotted: str) -> list[Path]:
+    """The folder above the script's top package when an import names that package: `paxml/train.py` importing
+    `paxml.checkpoints`, its own folder a package without `__init__.py`."""
+    return [top.parent] if dotted.split(".")[0] == top.name else []
+
+
 def project_modules(script: Path) -> list[Path]:
     """The files of the script's own project that it imports directly, in the order it names them."""
     try:
@@ -64,7 +71,7 @@ def project_modules(script: Path) -> list[Path]:
                 base = base.parent
             candidates = [base]
         else:
-            candidates = bases
+            candidates = bases + _outer_roots(bases[-1], dotted)
         for base in candidates:
             file = _module_file(base, dotted)
             if file is not None and file.resolve() != script.resolve() and file not in found:
@@ -77,8 +84,9 @@ def folder_facts(files: list[Path]) -> Folder:
     """What the files of a folder (or a project) tell each other: the functions they hand gradients to, their pmaps'
     axes, their helpers that replicate or unreplicate, their functions that pmap a function they are handed, and their
     aliases of pmap and its collectives (and string constants: an axis name), and which of their functions, methods and
-    classes read the process index or count (a loader that splits its data by host)."""
-    handed, axes, copies, pmappers, aliases, read, host_aware, stackers = (set() for _ in range(8))
+    classes read the process index or count (a loader that splits its data by host), and which save or restore model
+    state (a pickle, msgpack or npz of it: `save_checkpoint`)."""
+    handed, axes, copies, pmappers, aliases, read, host_aware, stackers, saving = (set() for _ in range(9))
     for file in files:
         try:
             tree = ast.parse(file.read_text(encoding="utf-8"))
@@ -90,6 +98,7 @@ def folder_facts(files: list[Path]) -> Folder:
         axes |= script.pmap_axes
         copies |= set(script.copies(saves=False).items()) | _mapped_first_copies(script)
         pmappers |= _pmapping_functions(script)
+        saving |= checkpointers(script, file.stem)
         for definition in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))):
             read.add(definition.name)
             if any(isinstance(n, ast.Call) and is_name(script.name(n.func), *_HOST_NUMBERS)
@@ -98,7 +107,7 @@ def folder_facts(files: list[Path]) -> Folder:
             if isinstance(definition, ast.FunctionDef) and stacks_per_local_device(script, definition):
                 stackers.add(definition.name)
     return Folder(frozenset(handed), frozenset(axes), frozenset(copies), frozenset(pmappers), frozenset(aliases),
-                  frozenset(read), frozenset(host_aware), frozenset(stackers))
+                  frozenset(read), frozenset(host_aware), frozenset(stackers), frozenset(saving))
 
 
 def _pmapping_functions(script: Script) -> set[str]:

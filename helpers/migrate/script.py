@@ -165,6 +165,7 @@ class Folder:
     read: frozenset[str] = frozenset()  # their functions, methods and classes, read to their bodies
     host_aware: frozenset[str] = frozenset()  # those of them whose body reads the process index or count
     stackers: frozenset[str] = frozenset()  # their functions that stack rows per local device (`shard(batch)`)
+    checkpointers: frozenset[str] = frozenset()  # their functions and classes that save or restore model state
 
 
 _LIBRARIES = ("jax.", "flax.", "haiku.", "equinox.", "optax.", "numpy.", "functools.", "self.")  # not a project's
