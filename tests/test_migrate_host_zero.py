@@ -140,3 +140,36 @@ def test_a_test_that_ands_a_name_holding_process_zero_guards_process_zero_code()
 
 def test_a_function_that_runs_a_pmapped_step_calls_deep_is_a_compiled_step_on_process_zero():
     assert "compiled" in said(AND_TEST, 17, "process-zero-collective")
+
+
+FOLLOWED = """\
+import jax
+import pickle
+
+p_step = jax.pmap(step, axis_name='d')
+
+
+def setup_hosts():
+    index = jax.process_index()
+    return jax.process_count(), index
+
+
+COUNT, INDEX = setup_hosts()
+is_main = INDEX == 0
+args.rank = jax.process_index()
+args.width = 4
+if is_main:
+    checkpoints.save_checkpoint('ckpt', state, 0)
+if args.rank == 0:
+    checkpoints.save_checkpoint('ckpt', state, 1)
+if args.width == 0:
+    checkpoints.save_checkpoint('ckpt', state, 2)
+if COUNT == 0:
+    checkpoints.save_checkpoint('ckpt', state, 3)
+"""
+
+
+def test_the_index_followed_through_a_tuple_a_function_returns_and_an_attribute_assigned():
+    found = rule_set(FOLLOWED)
+    assert {(17, "process-zero-save"), (19, "process-zero-save")} <= found, found
+    assert not {(21, "process-zero-save"), (23, "process-zero-save")} & found

@@ -14,7 +14,7 @@ def only_process_zero(test: ast.AST, names: Names, value=lambda node: node) -> b
     """`jax.process_index() == 0`, `0 == ...`, `not jax.process_index()`, `... < 1` (or `jax.host_id()`), also
     through a name `value` follows to the call (`process_id = jax.process_index()`)."""
     def is_index(n):
-        n = value(n) if isinstance(n, ast.Name) else n
+        n = value(n) if isinstance(n, (ast.Name, ast.Attribute)) else n
         return isinstance(n, ast.Call) and is_name(names.of(n.func), "process_index", "host_id")
 
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -31,12 +31,49 @@ def only_process_zero(test: ast.AST, names: Names, value=lambda node: node) -> b
 def _process_zero_test(s: Script, test: ast.AST, depth: int = 0) -> bool:
     """`process_index() == 0` as `only_process_zero` reads it, also through a name or a `self.` attribute the script
     binds to such a test (`if self.is_master:`)."""
-    if only_process_zero(test, s.names, s.value):
+    if only_process_zero(test, s.names, lambda node: held_index(s, node)):
         return True
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):  # `if step % n == 0 and is_master:`
         return any(_process_zero_test(s, v, depth) for v in test.values)
     bound = _bound_test(s, test)
     return bound is not None and depth < 3 and _process_zero_test(s, bound, depth + 1)
+
+
+def held_index(s: Script, node: ast.AST) -> ast.AST:
+    """What a name or attribute stands for, followed to where the process index may come from: its assignment, an
+    attribute the script assigns (`args.local_rank = jax.process_index()`), or the item of a tuple that a function
+    of the script returns (`count, index = setup_hosts()`, `return jax.process_count(), jax.process_index()`)."""
+    for _ in range(6):
+        if isinstance(node, ast.Name):
+            bound = s.value(node)
+            bound = _returned_item(s, node) if bound is node else bound
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            spelled = ast.unparse(node)
+            bound = next((a.value for a in ast.walk(s.tree) if isinstance(a, ast.Assign)
+                          and any(ast.unparse(t) == spelled for t in a.targets)), None)
+        else:
+            break
+        if bound is None or bound is node:
+            break
+        node = bound
+    return node
+
+
+def _returned_item(s: Script, name: ast.Name) -> ast.AST | None:
+    """The item a tuple target takes from a call of the script's own function: what that function returns there."""
+    defs = {f.name: f for f in ast.walk(s.tree) if isinstance(f, ast.FunctionDef)}
+    for node in ast.walk(s.tree):
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name) and node.value.func.id in defs):
+            continue
+        for target in (t for t in node.targets if isinstance(t, ast.Tuple)):
+            position = next((i for i, e in enumerate(target.elts) if isinstance(e, ast.Name) and e.id == name.id),
+                            None)
+            returned = [r.value for r in ast.walk(defs[node.value.func.id]) if isinstance(r, ast.Return)
+                        and isinstance(r.value, ast.Tuple) and len(r.value.elts) == len(target.elts)]
+            if position is not None and returned:
+                return returned[-1].elts[position]
+    return None
 
 
 def _bound_test(s: Script, test: ast.AST) -> ast.AST | None:
