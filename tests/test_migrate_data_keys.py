@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from helpers.migrate import LESSONS
+from tests.migrate_support import rule_set, said
 from migrate_support import rule_set as _rules, said as _said
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,3 +194,22 @@ def test_the_new_kind_names_a_section_its_notebook_has():
     notebook, section = LESSONS["per-host-init"]
     source = next((ROOT / "notebooks" / "src").glob(f"{notebook}_*.md")).read_text()
     assert section in {re.sub(r"^#+ (\d+\. )?", "", line) for line in source.splitlines() if line.startswith("#")}
+
+
+KEY_STREAM = """\
+import jax
+import haiku as hk
+
+p_step = jax.pmap(step, axis_name='d')
+rng = hk.PRNGSequence(jax.random.fold_in(jax.random.PRNGKey(0), jax.process_index()))
+keys = rng.take(jax.local_device_count())
+other = rng.take(4)
+state = p_step(state, keys)
+"""
+
+
+def test_keys_taken_off_a_haiku_key_stream_one_a_local_device_are_per_device_keys():
+    found = rule_set(KEY_STREAM)
+    assert (6, "per-device-keys") in found and 7 not in {line for line, _ in found}, found
+    assert "rng.take(jax.local_device_count())" in said(KEY_STREAM, 6, "per-device-keys")
+    assert "folds in jax.process_index()" in said(KEY_STREAM, 6, "per-device-keys")

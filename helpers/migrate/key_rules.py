@@ -42,9 +42,14 @@ def _less_a_constant(count: ast.AST | None) -> ast.AST | None:
 
 
 def _split_count(s: Script, call: ast.Call) -> ast.AST | None:
-    """How many keys a split makes: jax.random.split's second argument, or the count handed to a project's
-    `split_key(key, num=...)` / `split_rng(rng, n)` (a function named for splitting keys); None for other calls."""
+    """How many keys a split makes: jax.random.split's second argument, the count handed to a project's
+    `split_key(key, num=...)` / `split_rng(rng, n)` (a function named for splitting keys), or to haiku's
+    `PRNGSequence.take(n)`; None for other calls."""
     name = s.name(call.func)
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "take" and len(call.args) == 1:
+        stream = s.value(call.func.value)  # haiku's `hk.PRNGSequence(seed).take(n)`: n keys off a key stream
+        return call.args[0] if isinstance(stream, ast.Call) and is_name(s.name(stream.func), "haiku.PRNGSequence") \
+            else None
     short = name.rsplit(".", 1)[-1].lower()
     wrapper = not name.startswith(("jax.", "flax.")) and "split" in short and re.search(r"key|rng", short)
     if not (is_name(name, "jax.random.split") or wrapper):
@@ -60,8 +65,9 @@ def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             count = _split_count(s, call)
             every = any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.device_count")
                         for n in ast.walk(s.value(count)))
-            split = f"{_split_name(s, call)}(key, {code_of(count)})"
-            key = argument(call, 0, "key")  # jax.random.split(key=k, num=n) too
+            split = f"{code_of(call.func)}({code_of(count)})" if _split_key(s, call) is not argument(call, 0, "key") \
+                else f"{_split_name(s, call)}(key, {code_of(count)})"
+            key = _split_key(s, call)
             if key is not None and _folds_in_the_host(s, key):
                 said = "; the key folds in jax.process_index(), so each host's keys differ, but the port keeps one key"
             elif key is not None and host_index_in(s, key) is not None:
@@ -77,6 +83,15 @@ def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                     else f"{split} makes one key per local device for pmap") + said,
                    "one key, and inside shard_map jax.random.fold_in(key, jax.lax.axis_index("
                    f"{MESH_AXES})): a different stream on every device of every host")
+
+
+def _split_key(s: Script, call: ast.Call) -> ast.AST | None:
+    """The key a split splits: its first argument (`jax.random.split(key=k, num=n)` too), or the seed of the haiku
+    key stream a `take` draws from."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "take":
+        stream = s.value(call.func.value)
+        return stream.args[0] if isinstance(stream, ast.Call) and stream.args else None
+    return argument(call, 0, "key")
 
 
 def _split_name(s: Script, call: ast.Call) -> str:
