@@ -98,6 +98,16 @@ def bound_value(s: Script, read: ast.AST) -> ast.AST | None:
         scope = s.scope(scope)
 
 
+def assigned_attribute(s: Script, attribute: ast.AST) -> ast.AST | None:
+    """What the script assigns to an attribute spelled so (`self.is_master = ...`, `args.rank = ...`), anywhere in
+    it (its first assignment); None for anything else, or one nothing assigns."""
+    if not isinstance(attribute, ast.Attribute):
+        return None
+    spelled = code_of(attribute)
+    return next((a.value for a in ast.walk(s.tree) if isinstance(a, ast.Assign)
+                 and any(code_of(t) == spelled for t in a.targets)), None)
+
+
 def arguments_for(s: Script, read: ast.Name) -> list[ast.AST]:
     """What the script's calls of a function it defines hand the parameter `read` names (`ds` of `def evaluate(state,
     ds)` at `evaluate(state, val_ds)`: `val_ds`), by position or keyword; [] for a read that is no parameter."""

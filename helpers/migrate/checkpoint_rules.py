@@ -16,6 +16,7 @@ import ast
 import re
 from typing import Iterator
 
+from helpers.migrate.bindings import assigned_attribute
 from helpers.migrate.bodies import pmap_era
 from helpers.migrate.host_zero import process_zero_nodes
 from helpers.migrate.process_zero_rules import is_checkpoint_save
@@ -85,16 +86,8 @@ def sink(s: Script, call: ast.Call) -> str | None:
 
 def _made_by(s: Script, held: ast.AST, test) -> bool:
     """A name (or a `self.` attribute) bound to a call of a class `test` accepts by its dotted name."""
-    made = s.value(held) if isinstance(held, ast.Name) else _attribute_value(s, held)
+    made = s.value(held) if isinstance(held, ast.Name) else assigned_attribute(s, held)
     return isinstance(made, ast.Call) and test(s.name(made.func))
-
-
-def _attribute_value(s: Script, held: ast.AST) -> ast.AST | None:
-    if not isinstance(held, ast.Attribute):
-        return None
-    spelled = code_of(held)
-    return next((a.value for a in ast.walk(s.tree) if isinstance(a, ast.Assign)
-                 and any(code_of(t) == spelled for t in a.targets)), None)
 
 
 def _saved(s: Script, call: ast.Call) -> list[ast.AST]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from helpers.migrate.bindings import assigned_attribute
 from helpers.migrate.once import once
 from helpers.migrate.script import Names, Script, is_name
 
@@ -48,9 +49,7 @@ def held_index(s: Script, node: ast.AST) -> ast.AST:
             bound = s.value(node)
             bound = _returned_item(s, node) if bound is node else bound
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            spelled = ast.unparse(node)
-            bound = next((a.value for a in ast.walk(s.tree) if isinstance(a, ast.Assign)
-                          and any(ast.unparse(t) == spelled for t in a.targets)), None)
+            bound = assigned_attribute(s, node)
         else:
             break
         if bound is None or bound is node:
@@ -81,9 +80,7 @@ def _bound_test(s: Script, test: ast.AST) -> ast.AST | None:
         value = s.value(test)
         return value if value is not test else None
     if isinstance(test, ast.Attribute) and isinstance(test.value, ast.Name) and test.value.id == "self":
-        spelled = ast.unparse(test)
-        return next((a.value for a in ast.walk(s.tree) if isinstance(a, ast.Assign)
-                     and any(ast.unparse(t) == spelled for t in a.targets)), None)
+        return assigned_attribute(s, test)
     return None
 
 
