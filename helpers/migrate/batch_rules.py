@@ -351,30 +351,46 @@ def project_stacking_helper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
                    f"NamedSharding(mesh, P({MESH_AXES})), rows), and JAX splits them over the devices")
 
 
+def _handed_a_batch(s: Script, call: ast.Call) -> bool:
+    """A project call handed the batches of another loader call (`model_input_from_chunk(batch)` of a batch that
+    `get_chunks(...)` made, through the script's functions): it transforms rows, it loads none."""
+    return any(batch_source(s, a) not in (None, call) for a in [*call.args, *(k.value for k in call.keywords)])
+
+
+def _host_split_off(s: Script, call: ast.Call, named: str) -> str | None:
+    """How a call of a project loader that splits by host only in a branch on a parameter (`if is_training:`) turns
+    the split off (`is_training is true (here False)`), else None."""
+    return next(filter(None, (w.off_at(call, s.value) for w in s.folder.host_switches if w.function == named)), None)
+
+
 def shared_project_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """The project's loader whose batches feed a pmapped step, told nothing of the host it runs on: every host loads
     the same whole batches. Read to its body when the project is (a body that reads the process index splits by host
     itself); out of view, only for a training step in a script where nothing reads the process index as data."""
     if not _pmap_era(s):
         return
-    pmapped, script_reads_host = s.pmapped_names(), _reads_host_number(s, s.tree)
+    pmapped_call, script_reads_host = s.pmapped_call_test(), _reads_host_number(s, s.tree)
     said = set()
     for call in s.calls:
-        if not (isinstance(call.func, ast.Name) and call.func.id in pmapped):
+        if not pmapped_call(call):
             continue
         for argument in [*call.args, *(k.value for k in call.keywords)]:
             loader = batch_source(s, argument)
             if loader is None or loader in said or host_index_in(s, loader) is not None \
-                    or handed_loaded_rows(s, loader) is not None:  # a transform of rows another loader read
-                continue
+                    or handed_loaded_rows(s, loader) is not None or _handed_a_batch(s, loader):
+                continue  # a transform of rows another loader read
             named = code_of(loader.func).rsplit(".", 1)[-1]
-            read = named in s.folder.read and named not in s.folder.host_aware
-            if named in s.folder.host_aware or not read and (script_reads_host or not _trains(s, call)):
+            switched_off = _host_split_off(s, loader, named)
+            host_aware = named in s.folder.host_aware and not switched_off
+            read = named in s.folder.read and not host_aware
+            if host_aware or not read and (script_reads_host or not _trains(s, call)):
                 continue
             said.add(loader)
             yield (loader, "global-batch-per-host",
                    f"{code_of(loader.func)}(...) makes the batches a pmapped step reads, and nothing the script hands "
                    "it reads jax.process_index()" + (
+                       f": its body (in the project) splits them by host only when {switched_off}, so every host "
+                       "loads the same whole batches" if switched_off else
                        f": nor does its body (in the project), so every host loads the same whole batches" if read
                        else ": unless it splits the data by host on its own, every host loads the same rows"),
                    "give each host its own part: shard the files or rows by jax.process_index() out of "

@@ -40,10 +40,12 @@ def _numpy_call(s: Script, call: ast.Call) -> bool:
 
 @once
 def _pmapped(s: Script) -> set[str]:
-    """The names of pmapped functions: the script's own pmaps, those the project pmaps out of view, functions a
+    """The names of pmapped functions: the script's own pmaps, those the project pmaps out of view, the project's
+    functions it imports that run a pmapped step and return its output (`from models import sample`), functions a
     script's function is handed and calls with pmap's stacks, and the script's functions that return what one of
     those gave back (`def sample(...): ...; return predictions`)."""
     pmapped = s.pmapped_names() | {name for names in pmapped_out_of_view(s).values() for name in names}
+    pmapped |= imported_pmap_runners(s)
     pmapped |= _handed_pmapped(s, pmapped)
     for _ in range(3):  # a function returning another's output: followed three calls deep
         returning = _returning_outputs(s, pmapped, _outputs_by_scope(s, pmapped))
@@ -51,6 +53,12 @@ def _pmapped(s: Script) -> set[str]:
             break
         pmapped |= returning
     return pmapped
+
+
+def imported_pmap_runners(s: Script) -> set[str]:
+    """The project's functions the script imports by name (and does not define) that run a pmapped step and return
+    its output, or are pmapped steps themselves (project.py reads them from their bodies)."""
+    return {name for name in s.folder.pmap_runners if name in s.names.alias and name not in s.defined}
 
 
 def _returning_outputs(s: Script, pmapped: set[str], outputs: set[tuple[ast.AST, str]]) -> set[str]:

@@ -10,6 +10,7 @@ import ast
 from typing import Iterator
 
 from helpers.migrate.copy_rules import entries_of, entry_in_comprehension
+from helpers.migrate.host_read_rules import imported_pmap_runners
 from helpers.migrate.host_zero import process_zero_nodes
 from helpers.migrate.script import Script, code_of, is_name
 
@@ -35,7 +36,7 @@ def _process_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                                                       or (isinstance(c.func, ast.Name) and c.func.id in compiled))
                          for c in ast.walk(node))}
     global_outputs = _compiled_outputs(s, compiled - s.pmapped_names())
-    compiled = _and_their_callers(s, compiled | s.pmapped_names())
+    compiled = _and_their_callers(s, compiled | s.pmapped_names() | imported_pmap_runners(s))
     for inner in sorted((n for n in process_zero_nodes(s) if isinstance(n, ast.Call)),
                         key=lambda n: (n.lineno, n.col_offset)):
         name = s.name(inner.func)

@@ -10,7 +10,9 @@ from pathlib import Path
 from helpers.migrate.aliases import definitions, expand
 from helpers.migrate.batch_rules import stacks_per_local_device
 from helpers.migrate.checkpoint_rules import checkpointers
-from helpers.migrate.script import Folder, Script, first_copy, is_name
+from helpers.migrate.copy_rules import mapped_function
+from helpers.migrate.folder import Folder, HostSwitch
+from helpers.migrate.script import Script, first_copy, is_name, is_name_call
 
 MOST_MODULES = 40  # a script importing half a monorepo: read the first ones, keep the tool fast
 _HOST_NUMBERS = ("process_index", "process_count", "host_id", "host_count")
@@ -51,9 +53,11 @@ def _imported(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def _outer_roots(top: Path, dotted: str) -> list[Path]:
-    """The folder above the script's top package when an import names that package: `paxml/train.py` importing
-    `paxml.checkpoints`, its own folder a package without `__init__.py`."""
-    return [top.parent] if dotted.split(".")[0] == top.name else []
+    """The folder above the script's top package, or above a folder further up, when an import names that folder:
+    `paxml/train.py` importing `paxml.checkpoints`, `chirp/train/classifier.py` importing `chirp.data.utils`, the
+    folders packages without `__init__.py`."""
+    head = dotted.split(".")[0]
+    return [folder.parent for folder in (top, *top.parents) if folder.name == head][:1]
 
 
 def project_modules(script: Path) -> list[Path]:
@@ -84,9 +88,11 @@ def folder_facts(files: list[Path]) -> Folder:
     """What the files of a folder (or a project) tell each other: the functions they hand gradients to, their pmaps'
     axes, their helpers that replicate or unreplicate, their functions that pmap a function they are handed, and their
     aliases of pmap and its collectives (and string constants: an axis name), and which of their functions, methods and
-    classes read the process index or count (a loader that splits its data by host), and which save or restore model
-    state (a pickle, msgpack or npz of it: `save_checkpoint`)."""
-    handed, axes, copies, pmappers, aliases, read, host_aware, stackers, saving = (set() for _ in range(9))
+    classes read the process index or count (a loader that splits its data by host; `if is_training:` only, the
+    switch), which save or restore model state (a pickle, msgpack or npz of it: `save_checkpoint`), and which run a
+    pmapped step and hand back its output."""
+    handed, axes, copies, pmappers, aliases, read, host_aware, stackers, saving, switches, runners = (
+        set() for _ in range(11))
     for file in files:
         try:
             tree = ast.parse(file.read_text(encoding="utf-8"))
@@ -99,15 +105,121 @@ def folder_facts(files: list[Path]) -> Folder:
         copies |= set(script.copies(saves=False).items()) | _mapped_first_copies(script)
         pmappers |= _pmapping_functions(script)
         saving |= checkpointers(script, file.stem)
-        for definition in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))):
+        runners |= _pmap_runners(script)
+        for definition in (n for n in ast.walk(script.tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))):
             read.add(definition.name)
-            if any(isinstance(n, ast.Call) and is_name(script.name(n.func), *_HOST_NUMBERS)
-                   for n in ast.walk(definition)):
+            if _host_reads(script, definition):
                 host_aware.add(definition.name)
+                switches |= {s for s in [_host_switch(script, definition)] if s is not None}
             if isinstance(definition, ast.FunctionDef) and stacks_per_local_device(script, definition):
                 stackers.add(definition.name)
     return Folder(frozenset(handed), frozenset(axes), frozenset(copies), frozenset(pmappers), frozenset(aliases),
-                  frozenset(read), frozenset(host_aware), frozenset(stackers), frozenset(saving))
+                  frozenset(read), frozenset(host_aware), frozenset(stackers), frozenset(saving),
+                  host_switches=frozenset(switches), pmap_runners=frozenset(runners))
+
+
+def _pmap_runners(script: Script) -> set[str]:
+    """The module's own pmapped steps (`@jax.pmap def step`, `p_step = jax.pmap(step)`), and its functions that run
+    one (or `jax.pmap(f)(x)`) and return what it gave back, through the names, lists and nested functions of their
+    bodies (`samples = decode(jax.pmap(f)(x)); return samples`): a script that imports one gets pmap's stacks from
+    it. A pmap of a lambda places values (a replicate, a key split), it runs no step."""
+    pmaps = set(script.pmaps())
+    steps = {c for c in pmaps if is_name_call(c) and c.args and not isinstance(c.args[0], ast.Lambda)}
+    pmapped = {f.name for f in ast.walk(script.tree) if isinstance(f, ast.FunctionDef) and any(
+        n in pmaps or is_name(script.name(n), "jax.pmap") for d in f.decorator_list for n in ast.walk(d))}
+    pmapped |= {t.id for n in ast.walk(script.tree) if isinstance(n, ast.Assign) and n.value in steps
+                for t in n.targets if isinstance(t, ast.Name)}
+    top = {n.name for n in script.tree.body if isinstance(n, ast.FunctionDef)} | {
+        t.id for n in script.tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
+    return (pmapped & top) | {f.name for f in script.tree.body if isinstance(f, ast.FunctionDef)
+                              and f.name not in pmapped and _returns_pmap_output(f, pmapped, steps)}
+
+
+def _returns_pmap_output(function: ast.FunctionDef, pmapped: set[str], steps: set[ast.Call]) -> bool:
+    """What the function returns derives from a call of a pmapped step made in its body."""
+    held: set[str] = set()  # names (and nested functions) that hold an output
+
+    def derived(node: ast.AST) -> bool:
+        return any(isinstance(n, ast.Name) and n.id in held or isinstance(n, ast.Call) and (
+            isinstance(n.func, ast.Name) and n.func.id in pmapped or n.func in steps) for n in ast.walk(node))
+
+    for _ in range(4):  # a name bound from another that holds one, a few steps on
+        before = len(held)
+        for node in ast.walk(function):
+            if isinstance(node, ast.Assign) and derived(node.value):
+                held |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "append" \
+                    and isinstance(node.func.value, ast.Name) and any(derived(a) for a in node.args):
+                held.add(node.func.value.id)
+            elif isinstance(node, ast.FunctionDef) and node is not function \
+                    and any(derived(r) for r in _own_returns(node)):
+                held.add(node.name)
+        if len(held) == before:
+            break
+    return any(derived(r) for r in _own_returns(function))
+
+
+def _host_reads(script: Script, definition: ast.AST) -> list[ast.Call]:
+    """The calls in a definition's body that read the process index or count."""
+    return [n for n in ast.walk(definition) if isinstance(n, ast.Call) and is_name(script.name(n.func), *_HOST_NUMBERS)]
+
+
+def _host_switch(script: Script, definition: ast.FunctionDef | ast.ClassDef) -> HostSwitch | None:
+    """How a loader turns its host split on when it reads the process index only in branches on one of its
+    parameters, all turned on alike (`if is_training: start = jax.process_index() * n`): a class by its __init__'s."""
+    function = definition
+    if isinstance(definition, ast.ClassDef):
+        function = next((f for f in definition.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+        if function is None or len(_host_reads(script, function)) != len(_host_reads(script, definition)):
+            return None
+    tests = {_branch_on_parameter(script, read, function) for read in _host_reads(script, function)}
+    if len(tests) != 1 or None in tests:
+        return None
+    (parameter, test, value), = tests
+    arguments = function.args
+    positional = [a.arg for a in arguments.posonlyargs + arguments.args]
+    skipped = 1 if positional[:1] in (["self"], ["cls"]) else 0
+    defaults = dict(zip(positional[::-1], arguments.defaults[::-1])) | {
+        a.arg: d for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None}
+    position = positional.index(parameter) - skipped if parameter in positional else -1
+    default = ast.unparse(defaults[parameter]) if parameter in defaults else ""
+    return HostSwitch(definition.name, parameter, position, test, value, default)
+
+
+_FLIPPED = {"true": "false", "false": "true", "==": "!=", "!=": "=="}
+
+
+def _branch_on_parameter(script: Script, read: ast.AST, function: ast.FunctionDef) -> tuple[str, str, str] | None:
+    """(parameter, test, value) of the nearest branch on one of the function's parameters that the read is in:
+    `if train:` ('true'), `if not train:` ('false'), `if split == 'train':` ('==', "'train'"), the else branch
+    flipped; None if no such branch holds it."""
+    parameters = {a.arg for a in function.args.posonlyargs + function.args.args + function.args.kwonlyargs}
+    node = read
+    while node in script.parent and node is not function:
+        branch, node = node, script.parent[node]
+        if isinstance(node, (ast.If, ast.IfExp)) and branch is not node.test:
+            switch = _parameter_test(node.test, parameters)
+            if switch is not None:
+                parameter, test, value = switch
+                in_else = branch in node.orelse if isinstance(node, ast.If) else branch is node.orelse
+                return parameter, _FLIPPED[test] if in_else else test, value
+    return None
+
+
+def _parameter_test(test: ast.AST, parameters: set[str]) -> tuple[str, str, str] | None:
+    """`p`, `not p`, `p == 'train'`, `p != Split.TEST` for a parameter p: (p, test, the constant's code)."""
+    if isinstance(test, ast.Name) and test.id in parameters:
+        return test.id, "true", ""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _parameter_test(test.operand, parameters)
+        return (inner[0], _FLIPPED[inner[1]], inner[2]) if inner is not None else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
+        sides = [test.left, test.comparators[0]]
+        named = [n.id for n in sides if isinstance(n, ast.Name) and n.id in parameters]
+        constant = [n for n in sides if isinstance(n, (ast.Constant, ast.Attribute))]
+        if len(named) == 1 and len(constant) == 1:
+            return named[0], "==" if isinstance(test.ops[0], ast.Eq) else "!=", ast.unparse(constant[0])
+    return None
 
 
 def _pmapping_functions(script: Script) -> set[str]:
@@ -118,7 +230,9 @@ def _pmapping_functions(script: Script) -> set[str]:
 
 
 def _mapped_first_copies(script: Script) -> set[tuple[str, str]]:
-    """`instance = functools.partial(jax.tree_util.tree_map, lambda x: x[0])`: a module's name for device 0's copy."""
+    """A module's names for device 0's copy: `instance = functools.partial(jax.tree_util.tree_map, lambda x: x[0])`,
+    and a function that returns a tree map of a function it names whose body takes [0] of its leaf (`def fetch(x):
+    def first(leaf): return leaf[0]` ... `return jax.tree_util.tree_map(first, x)`)."""
     found = set()
     for node in getattr(script.tree, "body", []):
         value = node.value if isinstance(node, ast.Assign) else None
@@ -127,4 +241,29 @@ def _mapped_first_copies(script: Script) -> set[tuple[str, str]]:
                 and script.name(value.args[0]).endswith(("tree_map", "tree.map")) \
                 and any(first_copy(n, {a.arg for a in mapped.args.args}) for n in ast.walk(mapped.body)):
             found |= {(t.id, "unreplicate") for t in node.targets if isinstance(t, ast.Name)}
+    return found | {(f.name, "unreplicate") for f in ast.walk(script.tree)
+                    if isinstance(f, ast.FunctionDef) and any(_maps_a_first_copy(script, f, r) for r in _own_returns(f))}
+
+
+def _maps_a_first_copy(script: Script, function: ast.FunctionDef, returned: ast.AST) -> bool:
+    """A tree map of a function (one nested in `function` first) whose body takes device 0's copy of its leaf."""
+    if not (isinstance(returned, ast.Call) and script.is_tree_map(returned) and returned.args):
+        return False
+    named = returned.args[0].id if isinstance(returned.args[0], ast.Name) else None
+    mapped = next((d for d in ast.walk(function) if isinstance(d, ast.FunctionDef) and d is not function
+                   and d.name == named), None) or mapped_function(script, returned)
+    params = {a.arg for a in mapped.args.args} if mapped is not None else set()
+    body = [mapped.body] if isinstance(mapped, ast.Lambda) else getattr(mapped, "body", [])
+    return any(first_copy(n, params) for part in body for n in ast.walk(part))
+
+
+def _own_returns(function: ast.FunctionDef) -> list[ast.AST]:
+    """What a function's own return statements return, those of its nested functions left out."""
+    found, todo = [], list(function.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Return) and node.value is not None:
+            found.append(node.value)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo += ast.iter_child_nodes(node)
     return found

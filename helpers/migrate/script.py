@@ -3,9 +3,9 @@ imports or runs the script: `ast` only."""
 from __future__ import annotations
 
 import ast
-import dataclasses
 from typing import Callable, Iterator
 
+from helpers.migrate.folder import Folder
 from helpers.migrate.gradients import Gradients, whole
 from helpers.migrate.once import once
 
@@ -150,22 +150,6 @@ def _returned_expressions(function: ast.AST) -> list[ast.AST]:
             todo += ast.iter_child_nodes(node)
     through = [v for r in returns for n in ast.walk(r) if isinstance(n, ast.Name) for v in assigned.get(n.id, [])]
     return returns + through
-
-
-@dataclasses.dataclass(frozen=True)
-class Folder:
-    """What the other files of a script's folder tell about it: the (function, position or keyword) they hand
-    gradients to, and the axis names their pmaps map over."""
-
-    handed: frozenset[tuple[str, object]] = frozenset()
-    pmap_axes: frozenset[str] = frozenset()
-    copies: frozenset[tuple[str, str]] = frozenset()  # (function, 'replicate' or 'unreplicate') they define
-    pmappers: frozenset[str] = frozenset()  # their functions that call jax.pmap (a project's `utils.dist(f)`)
-    aliases: frozenset[tuple[str, str]] = frozenset()  # (name, what it spells out): `pmap` of a partial of jax.pmap
-    read: frozenset[str] = frozenset()  # their functions, methods and classes, read to their bodies
-    host_aware: frozenset[str] = frozenset()  # those of them whose body reads the process index or count
-    stackers: frozenset[str] = frozenset()  # their functions that stack rows per local device (`shard(batch)`)
-    checkpointers: frozenset[str] = frozenset()  # their functions and classes that save or restore model state
 
 
 _LIBRARIES = ("jax.", "flax.", "haiku.", "equinox.", "optax.", "numpy.", "functools.", "self.")  # not a project's

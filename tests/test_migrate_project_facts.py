@@ -1,0 +1,114 @@
+"""What a script's project modules tell it (helpers.migrate.project `folder_facts`): folders without `__init__.py`
+named by an import, loaders that split by host only for training, functions that hand back a pmapped step's output,
+and a helper that takes device 0's copy through a function nested in it."""
+from pathlib import Path
+
+from helpers import migrate
+from helpers.migrate.project import folder_facts, project_modules
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _said_on(script: Path, line: int) -> dict[str, str]:
+    """rule -> what it says, for the findings on a line."""
+    return {f.rule: f.does for f in migrate.migrate(script, show=False) if f.line == line}
+
+
+_COPY = "import jax\n\n\ndef first_copy(xs):\n    return jax.tree_util.tree_map(lambda x: x[0], xs)\n"
+_USES_COPY = ("import jax\nfrom {module} import utils\n\nstep = jax.pmap(f, axis_name='i')\nout = step(x)\n"
+              "log(utils.first_copy(out))\n")
+
+
+def test_a_folder_without_init_named_by_an_import_is_a_root(tmp_path):
+    _write(tmp_path / "proj" / "data" / "utils.py", _COPY)
+    script = _write(tmp_path / "proj" / "train" / "main.py", _USES_COPY.format(module="proj.data"))
+    assert project_modules(script) == [tmp_path / "proj" / "data" / "utils.py"]
+    assert "jax-utils-replicate" in _said_on(script, 6)
+    other = _write(tmp_path / "proj" / "train" / "other.py", _USES_COPY.format(module="elsewhere.data"))
+    assert project_modules(other) == []  # a folder no ancestor of the script is named for: not the project's
+
+
+_SPLIT_IF_TRAINING = ("import jax\n\n\ndef load(split, is_training, batch_size):\n    if is_training:\n"
+                      "        start = jax.process_index()\n    else:\n        start = 0\n"
+                      "    return read(split, start, batch_size)\n")
+_SPLIT_IF_TRAIN_SPLIT = ("import jax\n\n\ndef load(split='train', batch_size=8):\n    rows = read(split, batch_size)\n"
+                         "    if split == 'train':\n        rows = rows.shard(jax.process_count(), jax.process_index())\n"
+                         "    return rows\n")
+
+
+def test_a_loader_that_splits_by_host_only_for_training_is_read_as_such(tmp_path):
+    _write(tmp_path / "proj" / "data.py", _SPLIT_IF_TRAINING)
+    _write(tmp_path / "proj" / "tfds.py", _SPLIT_IF_TRAIN_SPLIT)
+    by_split, by_flag = sorted(folder_facts([tmp_path / "proj" / "data.py", tmp_path / "proj" / "tfds.py"]
+                                             ).host_switches, key=lambda w: w.test)
+    assert (by_split.function, by_split.parameter, by_split.test, by_split.value, by_split.default) == (
+        "load", "split", "==", "'train'", "'train'")
+    assert (by_flag.function, by_flag.parameter, by_flag.position, by_flag.test) == ("load", "is_training", 1, "true")
+    none = _write(tmp_path / "plain.py", "import jax\n\n\ndef load(n):\n    return read(n, jax.process_index())\n")
+    assert folder_facts([none]).host_switches == frozenset()  # read whatever it is told: host-aware, no switch
+
+
+def test_an_evaluation_call_of_a_loader_split_by_host_only_for_training_loads_everything_on_every_host(tmp_path):
+    _write(tmp_path / "proj" / "__init__.py", "")
+    _write(tmp_path / "proj" / "data.py", _SPLIT_IF_TRAINING)
+    script = _write(tmp_path / "train.py",
+                    "import jax\nfrom proj import data\n\np_eval = jax.pmap(eval_step, axis_name='b')\n"
+                    "for batch in data.load('test', is_training=False, batch_size=8):\n    p_eval(state, batch)\n"
+                    "for batch in data.load('train', True, 8):\n    p_eval(state, batch)\n"
+                    "for batch in data.load('train', training, 8):\n    p_eval(state, batch)\n")
+    said = _said_on(script, 5)
+    assert "only when is_training is true (here False)" in said["global-batch-per-host"]
+    assert "global-batch-per-host" not in _said_on(script, 7)  # the training call splits by host
+    assert "global-batch-per-host" not in _said_on(script, 9)  # a flag the tool cannot read: not guessed
+
+
+def test_a_split_compared_with_the_training_split_and_its_default(tmp_path):
+    _write(tmp_path / "proj" / "__init__.py", "")
+    _write(tmp_path / "proj" / "data.py", _SPLIT_IF_TRAIN_SPLIT)
+    script = _write(tmp_path / "train.py",
+                    "import jax\nfrom proj import data\n\np_eval = jax.pmap(eval_step, axis_name='b')\n"
+                    "for batch in data.load(split='test'):\n    p_eval(state, batch)\n"
+                    "for batch in data.load():\n    p_eval(state, batch)\n")
+    assert "global-batch-per-host" in _said_on(script, 5)
+    assert "global-batch-per-host" not in _said_on(script, 7)  # the default, 'train', splits by host
+
+
+_SAMPLER = ("import jax\n\n\ndef _decode(x):\n    return x * 2\n\n\ndef sample(state, x):\n"
+            "    p_decode = jax.pmap(_decode)\n    out = []\n    out.append(p_decode(x))\n    return finish(out)\n\n\n"
+            "def place(x):\n    return jax.pmap(lambda v: v)(x)\n\n\ndef plain(x):\n    return x + 1\n")
+
+
+def test_a_project_function_that_returns_a_pmapped_steps_output_hands_back_pmap_stacks(tmp_path):
+    _write(tmp_path / "proj" / "__init__.py", "")
+    models = _write(tmp_path / "proj" / "models.py", _SAMPLER)
+    assert folder_facts([models]).pmap_runners == {"sample"}  # a pmap of a lambda places values, it runs no step
+    script = _write(tmp_path / "train.py",
+                    "import jax\nfrom proj.models import sample, place, plain\n\n"
+                    "step = jax.pmap(f, axis_name='i')\npredictions = sample(state, batch)\n"
+                    "host = jax.device_get(predictions)\nother = jax.device_get(plain(batch))\n"
+                    "if jax.process_index() == 0:\n    sample(state, batch)\n    plain(batch)\n")
+    assert "numpy-of-global" in _said_on(script, 6)
+    assert "numpy-of-global" not in _said_on(script, 7)
+    assert "process-zero-collective" in _said_on(script, 9)  # a compiled step on process 0 only
+    assert "process-zero-collective" not in _said_on(script, 10)
+
+
+_NESTED_COPY = ("import jax\n\n\ndef rows_of(tree):\n    def take(leaf):\n        return leaf * 2\n"
+                "    return jax.tree_util.tree_map(take, tree)\n\n\n"
+                "def first_of(tree):\n    def take(leaf):\n        leaf = leaf[0]\n        return leaf\n"
+                "    return jax.tree_util.tree_map(take, tree)\n")
+
+
+def test_a_helper_that_maps_a_nested_function_taking_device_zeros_copy_is_an_unreplicate(tmp_path):
+    _write(tmp_path / "proj" / "__init__.py", "")
+    utils = _write(tmp_path / "proj" / "utils.py", _NESTED_COPY)
+    assert folder_facts([utils]).copies == {("first_of", "unreplicate")}  # each helper's own nested `take`
+    script = _write(tmp_path / "train.py",
+                    "import jax\nfrom proj.utils import first_of, rows_of\n\nstep = jax.pmap(f, axis_name='i')\n"
+                    "out = step(x)\nlog(first_of(out))\nlog(rows_of(out))\n")
+    assert "jax-utils-replicate" in _said_on(script, 6)
+    assert "jax-utils-replicate" not in _said_on(script, 7)
