@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Iterator
 
 from helpers.migrate.findings import LESSONS, Finding, findings
-from helpers.migrate.project import folder_facts, project_modules
+from helpers.migrate.importers import script_facts
+from helpers.migrate.project import folder_facts
 from helpers.migrate.rewriter import rewrite
 from helpers.migrate.script import Folder
 
@@ -62,7 +63,7 @@ def _sources(path: Path, shown: Path, folder: Folder | None = None
             yield (_python(fence.group(1)), str(shown), text.count("\n", 0, fence.start(1)) + 1,
                    tuple(_python(f.group(1)) for f in fences[:number]), Folder())
         return
-    yield text, str(shown), 1, (), folder if folder is not None else folder_facts(project_modules(path))
+    yield text, str(shown), 1, (), folder if folder is not None else script_facts(path)
 
 
 _CODE_CELL = re.compile(r"^```\{code-cell\}[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         diffs = []
         for path in map(Path, opts.paths):
             files = _python_files(path) if path.is_dir() else [path]
-            folder = folder_facts(files if path.is_dir() else project_modules(path))
+            folder = folder_facts(files) if path.is_dir() else script_facts(path)
             diffs += [d for d in (_diff(f, folder) for f in files) if d]
         print("\n" + ("".join(diffs) if diffs else "(no finding here can be rewritten safely; "
                                                     "the lines above say what to write)"), end="")
