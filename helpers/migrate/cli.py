@@ -139,7 +139,8 @@ _EPILOG = "\n\n".join([
     textwrap.fill("Reads .py scripts, folders (every .py file under them, hidden folders and caches left out), "
                   ".ipynb notebooks and jupytext MyST .md notebooks (cell by cell). A script named where it lives in "
                   "its project is read with the project's modules it imports (its pmap aliases, replicate helpers, "
-                  "loaders), never a third-party library's.", 100),
+                  "loaders, checkpointers), never a third-party library's, and with the pmap axes of the project's "
+                  "files that import it (a launcher that pmaps its functions).", 100),
     "A line you keep on purpose (a port that keeps the script's keys, say): end it with\n"
     "  # migrate: ok                  every finding on that line is acknowledged\n"
     "  # migrate: ok per-device-keys  only that rule's (several: comma-separated)\n"
