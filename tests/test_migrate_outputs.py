@@ -173,3 +173,24 @@ def test_a_tree_map_of_a_named_function_taking_each_leafs_first_copy_is_an_unrep
     found = rule_set(NAMED_MAP)
     assert {(4, "jax-utils-replicate"), (9, "jax-utils-replicate"), (14, "jax-utils-replicate")} <= found, found
     assert 15 not in {line for line, _ in found}
+
+
+BATCH_ROWS = """\
+import jax
+from flax import jax_utils
+
+p_step = jax.pmap(step, axis_name='d')
+state = jax_utils.replicate(state)
+batch = next(train_iter)
+sample = jax_utils.unreplicate(batch)
+first = jax.tree_util.tree_map(lambda x: x[0], next(train_iter))
+state, metrics = p_step(state, batch)
+kept = jax_utils.unreplicate(state)
+"""
+
+
+def test_device_zeros_entry_of_a_loaders_batch_is_its_rows_not_a_copy():
+    found = rule_set(BATCH_ROWS)
+    assert {(7, "local-batch"), (8, "local-batch")} <= found, found
+    assert not {(7, "jax-utils-replicate"), (8, "jax-utils-replicate")} & found
+    assert (10, "jax-utils-replicate") in found

@@ -108,6 +108,20 @@ def assigned_attribute(s: Script, attribute: ast.AST) -> ast.AST | None:
                  and any(code_of(t) == spelled for t in a.targets)), None)
 
 
+def a_loaders_batch(s: Script, expr: ast.AST) -> bool:
+    """The next batch of a loader (`next(train_iter)`, or a name bound to one): rows stacked per device, which differ
+    from device to device, not copies of one value."""
+    value = bound_value(s, expr) if isinstance(expr, ast.Name) else expr
+    return isinstance(value, ast.Call) and s.name(value.func) == "next"
+
+
+def batch_rows(what: str) -> tuple[str, str]:
+    """What a finding says of device 0's entry of a loader's batch stack, and what to write instead."""
+    return (f"{what} takes device 0's rows of a batch stacked per local device (each device's rows differ: no copy); "
+            "after the port the batch has no device axis, and [0] would take its first row",
+            "take the rows you need from the host's batch before it is made global (batch[:n]), or the batch itself")
+
+
 def arguments_for(s: Script, read: ast.Name) -> list[ast.AST]:
     """What the script's calls of a function it defines hand the parameter `read` names (`ds` of `def evaluate(state,
     ds)` at `evaluate(state, val_ds)`: `val_ds`), by position or keyword; [] for a read that is no parameter."""

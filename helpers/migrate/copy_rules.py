@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import Callable, Iterator
 
-from helpers.migrate.bindings import bound_value, device_count_of, reaches
+from helpers.migrate.bindings import a_loaders_batch, batch_rows, bound_value, device_count_of, reaches
 from helpers.migrate.device_rows import holds_rows
 from helpers.migrate.jax_rules import counts_devices
 from helpers.migrate.reach import runs_under_pmap
@@ -79,6 +79,9 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         params = {a.arg for a in mapped.args.args}
         first = next((n for body in _bodies(mapped) for n in ast.walk(body) if first_copy(n, params)), None)
         if first is None or s.in_pmap_over_hosts(call):
+            continue
+        if len(call.args) > 1 and a_loaders_batch(s, call.args[1]):
+            yield (call, "local-batch", *batch_rows(f"{code_of(first)} of each leaf of {code_of(call.args[1])}"))
             continue
         if mapped is not call.args[0] and first not in said:  # a helper of the script's: said in its body too
             said.add(first)
@@ -223,6 +226,8 @@ def copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "and [0] would take the first row of each",
                    "save the global state on every host with an orbax.checkpoint.CheckpointManager (each host writes "
                    "its shards), without [0]")
+        elif kind == "unreplicate" and call.args and a_loaders_batch(s, call.args[0]):
+            yield (call, "local-batch", *batch_rows(f"{code_of(call.func)}(...) of {code_of(call.args[0])}"))
         elif kind == "unreplicate":
             yield (call, "jax-utils-replicate",
                    f"{code_of(call.func)}(...) takes device 0's copy of pmap's per-device stacks (a project helper "

@@ -11,7 +11,8 @@ import ast
 from typing import Iterator
 
 from helpers.migrate.batch_rules import shares_a_global_count
-from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, reaches, this_hosts_devices
+from helpers.migrate.bindings import (a_loaders_batch, arguments_for, batch_rows, bound_value, device_count_of, reaches,
+                                      this_hosts_devices)
 from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, device_grid,
                                     is_name, is_name_call, keyword, pmap_axis, root_name, strings)
 
@@ -243,7 +244,12 @@ _OLD_CALLS = {
 
 def _old_calls(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """The calls of `_OLD_CALLS`, and those functions handed on uncalled (`jax.tree.map(jax_utils.unreplicate, m)`)."""
-    yield from s.calls_in(_OLD_CALLS)
+    for node, rule, does, instead in s.calls_in(_OLD_CALLS):
+        if rule == "jax-utils-replicate" and s.name(node.func).endswith("unreplicate") and node.args \
+                and a_loaders_batch(s, node.args[0]):
+            yield (node, "local-batch", *batch_rows(f"jax_utils.unreplicate({code_of(node.args[0])})"))
+        else:
+            yield node, rule, does, instead
     for call in s.calls:
         for arg in call.args:
             name = s.name(arg) if isinstance(arg, (ast.Name, ast.Attribute)) else ""
