@@ -122,7 +122,14 @@ def test_pmaps_axis_handed_under_a_keyword_named_for_an_axis_is_a_pmap_collectiv
 def test_pmaps_axis_handed_to_a_function_named_for_gradients_gets_both_outcomes():
     said = _said(HANDED_AXIS.replace("make_update", "make_gradient_update"), 9, "pmap-collective")
     assert "named for gradients" in said and "if this is a gradient" in said
-    assert "if this is a gradient" not in _said(HANDED_AXIS, 9, "pmap-collective")
+
+
+def test_pmaps_axis_handed_with_a_loss_and_an_optimizer_gets_both_outcomes():
+    said = _said(HANDED_AXIS, 9, "pmap-collective")  # make_update(loss_fn, optimizer, ...) trains: it may reduce them
+    assert "handed a loss" in said and "if this is a gradient" in said
+    assert "if this is a gradient" not in _said(HANDED_AXIS, 11, "pmap-collective")  # moments: statistics, a rename
+    step = HANDED_AXIS.replace("grads.make_update(\n        loss_fn, optimizer,", "grads.training_step(\n        rows,")
+    assert "if this is a gradient" in _said(step, 9, "pmap-collective")
 
 
 # ------------------------------------------------------------------ libraries' own pmap helpers

@@ -294,21 +294,35 @@ def _handed_axis(s: Script, call: ast.Call, axis: ast.AST) -> tuple[ast.AST, str
     status = max((s.gradient_status(a) for a in handed), key=_STATUSES.index, default="no")
     held = next((k.arg for k in call.keywords if k.value is axis), None)
     spelled = f"{held}={code_of(axis)}" if held else code_of(axis)  # or handed by position
-    short = (s.name(call.func) or code_of(call.func)).rsplit(".", 1)[-1].lower()
+    callee = call.args[0] if is_name(s.name(call.func), "functools.partial") and call.args else call.func
+    short = (s.name(callee) or code_of(callee)).rsplit(".", 1)[-1].lower()
+    trains = status == "no" and not any(word in short for word in _GRADIENT_WORDS) and _trains(s, call, short)
     for_gradients = status == "no" and any(word in short for word in _GRADIENT_WORDS)
     said = f"{code_of(call.func)}(..., {spelled}) hands pmap's axis name to code that runs " \
            "collectives over it"
     return _by_gradient_status(
-        axis, "unknown" if for_gradients else status, said,
+        axis, "unknown" if for_gradients or trains else status, said,
         trap=(f"on gradients; {_TRAP}", f"no collective here: take the gradient of jax.lax.pmean(loss, {MESH_AXES}); "
               "renaming the axis is not enough"),
         rename=(" (a key bound to each device, statistics synced), and shard_map has no such axis",
                 (f"{held}={MESH_AXES}" if held else f"hand it {MESH_AXES}")
                 + ": the mesh axes reach every device of every host"),
-        maybe=_NAMED_FOR_GRADIENTS if for_gradients else _MAYBE)
+        maybe=_NAMED_FOR_GRADIENTS if for_gradients else _TRAINS if trains else _MAYBE)
+
+
+def _trains(s: Script, call: ast.Call, short: str) -> bool:
+    """Code that trains: a training step (`training_step`), or code handed a loss or an optimizer
+    (`partial(step, loss_fn=..., optimizer=...)`, `make_update(loss_fn, opt, ...)`), which may reduce the gradients
+    it takes."""
+    handed = [*(k.arg or "" for k in call.keywords),
+              *(code_of(a) for a in [*call.args, *(k.value for k in call.keywords)])]
+    return any(word in short for word in ("step", "train")) \
+        or any(re.search(r"loss|optim", word, re.IGNORECASE) for word in handed)
 
 
 _GRADIENT_WORDS = ("grad", "optim", "kfac", "shampoo", "sgd", "adam")  # an optimizer reduces them
+_TRAINS = ("this may be a gradient reduction: the code it is handed to trains (a training step, or code handed a loss "
+           "or an optimizer), and the tool cannot see its body; if it reduces gradients over this axis, " + _TRAP)
 _NAMED_FOR_GRADIENTS = ("the function is named for gradients (or for an optimizer, which reduces the gradients it "
                         "takes), so it may reduce gradients over this axis (the tool cannot see its body): if it does, "
                         f"{_TRAP}")
