@@ -112,3 +112,31 @@ def test_a_helper_that_maps_a_nested_function_taking_device_zeros_copy_is_an_unr
                     "out = step(x)\nlog(first_of(out))\nlog(rows_of(out))\n")
     assert "jax-utils-replicate" in _said_on(script, 6)
     assert "jax-utils-replicate" not in _said_on(script, 7)
+
+
+def test_a_project_loader_that_prefetches_its_stacks_to_the_devices_is_flax_prefetch(tmp_path):
+    (tmp_path / "data.py").write_text(
+        "import jax\nfrom flax import jax_utils\n\n"
+        "def _stack(x):\n    return x.reshape((jax.local_device_count(), -1) + x.shape[1:])\n\n"
+        "def to_device(batches):\n    return jax_utils.prefetch_to_device(map(_stack, batches), 2)\n\n"
+        "def create_dataset(args):\n    return to_device(read(args))\n\n"
+        "def create_plain(args):\n    return map(_stack, read(args))\n")
+    script = tmp_path / "train.py"
+    script.write_text("import jax\nimport data\n\np_step = jax.pmap(step, axis_name='d')\n"
+                      "it = data.create_dataset(args)\nplain = data.create_plain(args)\n"
+                      "for batch in it:\n    state = p_step(state, batch)\n"
+                      "for batch in plain:\n    state = p_step(state, batch)\n")
+    found = {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
+    assert (5, "flax-prefetch") in found and (5, "local-batch") not in found, found
+    assert (6, "local-batch") in found and (6, "flax-prefetch") not in found, found
+
+
+def test_a_package_s_init_re_exports_its_modules_to_the_script(tmp_path):
+    package = tmp_path / "data"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .tfds import create_iterator\n")
+    (package / "tfds.py").write_text("def create_iterator(args):\n    return read(args)\n")
+    (package / "other.py").write_text("def unused():\n    pass\n")
+    script = tmp_path / "train.py"
+    script.write_text("from data import create_iterator\n")
+    assert [p.name for p in project_modules(script)] == ["__init__.py", "tfds.py"]

@@ -65,3 +65,4 @@ class Folder:
     checkpointers: frozenset[str] = frozenset()  # their functions and classes that save or restore model state
     host_switches: frozenset[HostSwitch] = frozenset()  # read the process index only in a branch on a parameter
     pmap_runners: frozenset[str] = frozenset()  # their functions that run a pmapped step and return its output
+    prefetchers: frozenset[str] = frozenset()  # their functions that prefetch the batches to the local devices

@@ -118,7 +118,12 @@ def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
             if loader is not None and handed_loaded_rows(s, loader) is None:
                 stacked.setdefault(loader, argument)
     for loader, argument in stacked.items():
-        if not per_device_sizes(s, loader):  # said where the size is: per_device_size_to_a_loader
+        if code_of(loader.func).rsplit(".", 1)[-1] in s.folder.prefetchers:
+            yield (loader, "flax-prefetch",
+                   f"{code_of(loader.func)}(...) (in the project) stacks this host's batches per local device and "
+                   "prefetches them onto the local devices (flax's prefetch_to_device), pmap's stacks",
+                   _PREFETCH_INSTEAD)
+        elif not per_device_sizes(s, loader):  # said where the size is: per_device_size_to_a_loader
             yield (loader, "local-batch",
                    f"{code_of(loader.func)}(...) builds this host's batches stacked per local device (its "
                    f"{code_of(argument)} goes to pmap as it comes, so the library made pmap's leading axis)",
@@ -131,6 +136,9 @@ def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
                    "after the port a batch has no device axis: take the rows you need (batch[:n]), or the batch itself")
 
 
+_PREFETCH_INSTEAD = ("have the loader give this host's rows unstacked and make each batch global with "
+                     f"jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), rows); to overlap "
+                     "input with steps, prefetch in a thread or with your loader (Grain's prefetch)")
 _UNSTACKED = ("have the loader give this host's rows unstacked (global_batch // jax.process_count() of them) and pass "
               "them to jax.make_array_from_process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows)")
 # a loader's keyword for the rows of one device or one host (`per_device_batch_size=`, `device_batch_size=`,

@@ -81,7 +81,19 @@ def project_modules(script: Path) -> list[Path]:
             if file is not None and file.resolve() != script.resolve() and file not in found:
                 found.append(file)
                 break
+    found += [m for package in found if package.name == "__init__.py" for m in _reexported(package) if m not in found]
     return found[:MOST_MODULES]
+
+
+def _reexported(package: Path) -> list[Path]:
+    """The modules a package's `__init__.py` imports relatively (`from .tfds import create_iterator`): what a script
+    importing the package gets from them."""
+    try:
+        tree = ast.parse(package.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError):
+        return []
+    return [file for node in tree.body if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module
+            for file in [_module_file(package.parent, node.module)] if file is not None]
 
 
 def folder_facts(files: list[Path]) -> Folder:
@@ -89,10 +101,10 @@ def folder_facts(files: list[Path]) -> Folder:
     axes, their helpers that replicate or unreplicate, their functions that pmap a function they are handed, and their
     aliases of pmap and its collectives (and string constants: an axis name), and which of their functions, methods and
     classes read the process index or count (a loader that splits its data by host; `if is_training:` only, the
-    switch), which save or restore model state (a pickle, msgpack or npz of it: `save_checkpoint`), and which run a
-    pmapped step and hand back its output."""
-    handed, axes, copies, pmappers, aliases, read, host_aware, stackers, saving, switches, runners = (
-        set() for _ in range(11))
+    switch), which save or restore model state (a pickle, msgpack or npz of it: `save_checkpoint`), which run a
+    pmapped step and hand back its output, and which prefetch their batches to the local devices."""
+    handed, axes, copies, pmappers, aliases, read, host_aware, stackers, saving, switches, runners, prefetch = (
+        set() for _ in range(12))
     for file in files:
         try:
             tree = ast.parse(file.read_text(encoding="utf-8"))
@@ -106,6 +118,7 @@ def folder_facts(files: list[Path]) -> Folder:
         pmappers |= _pmapping_functions(script)
         saving |= checkpointers(script, file.stem)
         runners |= _pmap_runners(script)
+        prefetch |= _prefetchers(script)
         for definition in (n for n in ast.walk(script.tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))):
             read.add(definition.name)
             if _host_reads(script, definition):
@@ -115,7 +128,23 @@ def folder_facts(files: list[Path]) -> Folder:
                 stackers.add(definition.name)
     return Folder(frozenset(handed), frozenset(axes), frozenset(copies), frozenset(pmappers), frozenset(aliases),
                   frozenset(read), frozenset(host_aware), frozenset(stackers), frozenset(saving),
-                  host_switches=frozenset(switches), pmap_runners=frozenset(runners))
+                  host_switches=frozenset(switches), pmap_runners=frozenset(runners), prefetchers=frozenset(prefetch))
+
+
+def _prefetchers(script: Script) -> set[str]:
+    """The module's functions that put the batches they make on the local devices (`prefetch_to_device`), also
+    through another of its functions (`create_dataset` returning `to_device(batches)`)."""
+    defs = [f for f in ast.walk(script.tree) if isinstance(f, ast.FunctionDef)]
+    found: set[str] = set()
+    for _ in range(4):
+        more = {f.name for f in defs if f.name not in found and any(
+            isinstance(c, ast.Call) and (script.name(c.func).endswith("prefetch_to_device")
+                                         or isinstance(c.func, ast.Name) and c.func.id in found)
+            for c in ast.walk(f))}
+        if not more:
+            break
+        found |= more
+    return found
 
 
 def _pmap_runners(script: Script) -> set[str]:
