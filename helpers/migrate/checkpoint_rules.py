@@ -16,7 +16,7 @@ import ast
 import re
 from typing import Iterator
 
-from helpers.migrate.bindings import assigned_attribute
+from helpers.migrate.bindings import assigned_attribute, reaches
 from helpers.migrate.bodies import pmap_era
 from helpers.migrate.host_zero import process_zero_nodes
 from helpers.migrate.process_zero_rules import is_checkpoint_save
@@ -237,8 +237,9 @@ def _handed(s: Script, node: ast.AST) -> list[ast.AST]:
 def _host_copy(s: Script, expr: ast.AST, depth: int = 3) -> bool:
     """One host's copy of the state: device 0's (`unreplicate`, `x[0]`, a project helper doing that), or one read to
     the host (`jax.device_get`), also through the names that hold it."""
-    return _reaches(s, expr, lambda n: isinstance(n, ast.Call) and (
-        is_name(s.name(n.func), "flax.jax_utils.unreplicate", "jax.device_get") or s.copy_zero_by_hand(n)), depth)
+    return reaches(s, expr, lambda n: isinstance(n, ast.Call) and (
+        is_name(s.name(n.func), "flax.jax_utils.unreplicate", "jax.device_get") or s.copy_zero_by_hand(n)),
+        depth) is not None
 
 
 def _stack(s: Script, expr: ast.AST, depth: int = 3) -> bool:
@@ -280,16 +281,6 @@ def _same_branch(s: Script, assign: ast.AST, read: ast.AST) -> bool:
             return False
         node = holder
     return True
-
-
-def _reaches(s: Script, expr: ast.AST, test, depth: int = 3) -> bool:
-    for n in ast.walk(expr):
-        if test(n):
-            return True
-        held = s.value(n) if isinstance(n, ast.Name) and depth else n
-        if held is not n and held is not None and _reaches(s, held, test, depth - 1):
-            return True
-    return False
 
 
 def _uses(s: Script, own: set[str]) -> Iterator[tuple[ast.AST, str, str]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from helpers.migrate.aliases import expand
 from helpers.migrate.folder import Folder
-from helpers.migrate.project import folder_facts, project_modules, roots
+from helpers.migrate.project import folder_facts, imported_modules, project_modules, roots
 from helpers.migrate.script import Script
 
 MOST_FILES = 400  # a monorepo: look no further, keep the tool fast
@@ -18,12 +18,6 @@ def _dotted(script: Path, top: Path) -> list[str]:
     """The module's dotted name from the folder above its top package, and each package that holds it."""
     parts = list(script.relative_to(top).with_suffix("").parts)
     return [".".join(parts[:n]) for n in range(len(parts), 0, -1) if parts[:n] != ["__init__"]]
-
-
-def _imports(tree: ast.AST, names: set[str]) -> bool:
-    return any(isinstance(n, ast.ImportFrom) and n.level == 0 and (n.module in names or any(
-        f"{n.module}.{a.name}" in names for a in n.names)) or isinstance(n, ast.Import) and any(
-        a.name in names for a in n.names) for n in ast.walk(tree))
 
 
 def importers(script: Path, top: Path) -> list[Path]:
@@ -38,7 +32,7 @@ def importers(script: Path, top: Path) -> list[Path]:
             text = file.read_text(encoding="utf-8")
             if script.parent.name not in text:
                 continue
-            if _imports(ast.parse(text), names):
+            if any(not level and dotted in names for level, dotted in imported_modules(ast.parse(text))):
                 found.append(file)
         except (OSError, UnicodeDecodeError, SyntaxError):
             continue

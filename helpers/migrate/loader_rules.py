@@ -199,9 +199,7 @@ def batch_dims_per_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             count = node.value.elts[0]
             yield (count, "local-batch",
                    f"{code_of(node.value)} batches by {code_of(count)} first: one batch per local device stacked, "
-                   "the leading axis pmap strips",
-                   "batch this host's rows once (global_batch // jax.process_count() of them) and pass them to "
-                   f"jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), rows)")
+                   "the leading axis pmap strips", _UNSTACKED)
 
 
 def unsampled_data_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:

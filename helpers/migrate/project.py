@@ -38,7 +38,7 @@ def _module_file(base: Path, dotted: str) -> Path | None:
     return None
 
 
-def _imported(tree: ast.AST) -> list[tuple[int, str]]:
+def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
     """(level, dotted module) for each module an import may name: `import a.b`; `from a import b` names `a` and
     `a.b` (b may be a module); `from . import c` is (1, 'c')."""
     found = []
@@ -68,7 +68,7 @@ def project_modules(script: Path) -> list[Path]:
         return []
     bases = roots(script)
     found: list[Path] = []
-    for level, dotted in _imported(tree):
+    for level, dotted in imported_modules(tree):
         if level:
             base = script.parent
             for _ in range(level - 1):
