@@ -60,7 +60,9 @@ def test_device_get_of_a_batch_shard_stacked_for_pmap_is_a_numpy_of_global():
 
 def test_device_get_of_a_loader_batch_never_stacked_is_no_global_read():
     plain = STACKED_BATCH.replace("yield shard(data[i:i + size])", "yield data[i:i + size]")
-    assert (15, "numpy-of-global") not in _rules(plain)
+    assert (15, "numpy-of-global") in _rules(plain)  # handed to pmap, so a stack all the same
+    unmapped = plain.replace("out = step(batch)", "out = step(np.ones((2, 3)))")
+    assert (15, "numpy-of-global") not in _rules(unmapped)
 
 
 

@@ -227,9 +227,12 @@ def test_the_whole_shape_of_a_batch_fed_to_pmap_handed_on_as_a_shape_is_a_local_
     assert "no device axis" in _said(SAMPLE_SHAPE, 9, "local-batch")
 
 
-def test_the_shape_of_a_batch_no_pmap_maps_whole_is_not_said():
-    for other in ("jax.jit(step)", "jax.pmap(step, axis_name='batch', in_axes=(None, 0, 0))"):
+def test_the_shape_of_a_batch_no_pmap_maps_is_not_said():
+    for other in ("jax.jit(step)", "jax.pmap(step, axis_name='batch', in_axes=(0, 0, None))",
+                  "jax.pmap(step, axis_name='batch', static_broadcasted_argnums=(2,))"):
         assert (9, "local-batch") not in _rules(SAMPLE_SHAPE.replace("jax.pmap(step, axis_name='batch')", other))
+    mapped = "jax.pmap(step, axis_name='batch', in_axes=(None, 0, 0))"  # the batch at a mapped position: a stack
+    assert (9, "local-batch") in _rules(SAMPLE_SHAPE.replace("jax.pmap(step, axis_name='batch')", mapped))
 
 
 def test_rows_sliced_by_a_loop_index_and_handed_to_a_pmap_are_the_same_rows_on_every_host():

@@ -124,6 +124,7 @@ def _objax(call: ast.Call, names: Names) -> ast.AST | None:
     short = name.rsplit(".", 1)[-1]
     if name == "objax.Parallel":
         made = ast.Call(ast.parse("jax.pmap", mode="eval").body, [call.args[0]], [ast.keyword("axis_name", axis)])
+        made.splits_its_inputs = True  # Parallel splits the host's rows itself: its arguments are no stacks
     elif name.startswith("objax.functional.parallel.") and short in _COLLECTIVES:
         made = ast.Call(ast.parse(f"jax.lax.{short}", mode="eval").body, [call.args[0]],
                         [ast.keyword("axis_name", axis)])

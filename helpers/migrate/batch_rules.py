@@ -472,92 +472,6 @@ def batched_by_local_devices(s: Script) -> Iterator[tuple[ast.AST, str, str, str
                    f"jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), rows)")
 
 
-_NOT_SIZED = ("print", "len", "str", "repr")
-
-
-def _mapped_whole(s: Script, call: ast.Call) -> bool:
-    """`p_step(rng, state, batch)` with `p_step = jax.pmap(step, axis_name=...)`: every argument mapped at 0 (no
-    in_axes, no static arguments), so each is a stack with a leading axis of this host's devices."""
-    made = s.value(call.func) if isinstance(call.func, ast.Name) else None
-    return isinstance(made, ast.Call) and made in set(s.pmaps()) and not any(
-        k.arg in ("in_axes", "static_broadcasted_argnums") for k in made.keywords) and len(made.args) == 1
-
-
-def _fed_whole(s: Script) -> set[tuple[ast.AST, str]]:
-    """(scope, name) of each name handed to a pmapped step that maps every argument: pmap's stacks on the host."""
-    return {(s.enclosing_function(c), a.id) for c in s.calls if isinstance(c.func, ast.Name)
-            and c.func.id in s.pmapped_names() and _mapped_whole(s, c) for a in c.args if isinstance(a, ast.Name)}
-
-
-def shape_of_a_stack_handed_on(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """`sample_loop(key, state, tuple(batch['image'].shape), ...)` where `batch` is handed to a pmapped step that
-    maps every argument: the whole shape of pmap's stack (its leading axis of this host's devices) made the shape of
-    something else."""
-    fed = _fed_whole(s)
-    for node in ast.walk(s.tree):
-        if not (isinstance(node, ast.Attribute) and node.attr == "shape"):
-            continue
-        root = node.value
-        while isinstance(root, (ast.Subscript, ast.Attribute)):
-            root = root.value
-        if not (isinstance(root, ast.Name) and (s.enclosing_function(node), root.id) in fed):
-            continue
-        handed = s.parent.get(node)
-        if isinstance(handed, ast.Call) and s.name(handed.func) in ("tuple", "list") and handed.args == [node]:
-            node_or_tuple, handed = handed, s.parent.get(handed)
-        else:
-            node_or_tuple = node
-        if isinstance(handed, ast.keyword):
-            handed = s.parent.get(handed)
-        if isinstance(handed, ast.Call) and handed.func is not node_or_tuple and node_or_tuple is not handed \
-                and not s.name(handed.func).startswith(("logging.", "absl.logging")) \
-                and s.name(handed.func) not in _NOT_SIZED and not s.name(handed.func).startswith("jax.random."):
-            yield (node, "local-batch",
-                   f"{code_of(node)} is the shape of pmap's stack ({root.id} goes to a pmapped step): its leading "
-                   f"axis is this host's devices, handed to {code_of(handed.func)} as a shape; after the port the "
-                   "batch has no device axis (and its first axis is every host's rows)",
-                   "take the shape from the global batch (rows first, no device axis), or build it from the global "
-                   "batch size: (global_batch, *rest)")
-
-
-def device_axes_read(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """`batch['label'].shape[1]` or `.shape[:2]` where `batch` goes to a pmapped step that maps every argument: the
-    rows per device, or (devices, rows per device), read off pmap's stack; after the port axis 1 is no longer the
-    rows (and axis 0 is every host's rows)."""
-    fed = _fed_whole(s)
-    for node in ast.walk(s.tree):
-        read = s.parent.get(node)
-        if not (isinstance(node, ast.Attribute) and node.attr == "shape" and isinstance(read, ast.Subscript)
-                and read.value is node and _device_axes(read.slice)):
-            continue
-        root = node.value
-        while isinstance(root, (ast.Subscript, ast.Attribute)):
-            root = root.value
-        if isinstance(root, ast.Name) and (s.enclosing_function(node), root.id) in fed and not _only_shown(s, read):
-            yield (read, "local-batch",
-                   f"{code_of(read)} reads pmap's stack per device ({root.id} goes to a pmapped step: axis 0 is this "
-                   "host's devices, axis 1 each device's rows); after the port the batch has no device axis",
-                   "count rows on the global batch: its first axis is every host's rows (x.shape[0]), this host's "
-                   "part x.shape[0] // jax.process_count()")
-
-
-def _only_shown(s: Script, node: ast.AST) -> bool:
-    """The value is printed or logged, nothing computed from it."""
-    holder = s.parent.get(node)
-    while isinstance(holder, (ast.FormattedValue, ast.JoinedStr, ast.Tuple)):
-        holder = s.parent.get(holder)
-    return isinstance(holder, ast.Call) and (s.name(holder.func) == "print" or "logging" in s.name(holder.func)
-                                             or code_of(holder.func).endswith(("log", "info", "write")))
-
-
-def _device_axes(index: ast.AST) -> bool:
-    """`[1]` or `[:2]` of a shape."""
-    if isinstance(index, ast.Constant):
-        return index.value == 1
-    return isinstance(index, ast.Slice) and index.lower is None and index.step is None \
-        and isinstance(index.upper, ast.Constant) and index.upper.value == 2
-
-
 def _slice_from(node: ast.AST, start: str) -> bool:
     """`rows[start:start + bs]`: the rows from a loop's index on."""
     return isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Slice) \
@@ -597,4 +511,4 @@ def same_rows_to_a_pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 RULES = (global_count_over_local_devices, device_count_handed_to_a_loader, rows_of_a_split_batch,
          stacked_by_a_helper, loader_batch_stacked_over_every_device, shared_project_loader,
          blocks_per_device_in_a_step, stacked_for_a_pmapped_call, batched_by_local_devices,
-         shape_of_a_stack_handed_on, same_rows_to_a_pmap, project_stacking_helper, device_axes_read)
+         same_rows_to_a_pmap, project_stacking_helper)

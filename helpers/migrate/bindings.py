@@ -17,12 +17,12 @@ _Bindings = dict[tuple[ast.AST | None, str], list[tuple[tuple[int, int], ast.AST
 _CACHE: weakref.WeakKeyDictionary[Script, _Bindings] = weakref.WeakKeyDictionary()
 
 
-def _targets(target: ast.AST, value: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
+def targets(target: ast.AST, value: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
     """(target, the part of `value` it gets): item by item for `a, b = f(), g()`, the whole value otherwise."""
     if isinstance(target, (ast.Tuple, ast.List)):
         if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
-            return [p for t, v in zip(target.elts, value.elts) for p in _targets(t, v)]
-        return [p for t in target.elts for p in _targets(t.value if isinstance(t, ast.Starred) else t, value)]
+            return [p for t, v in zip(target.elts, value.elts) for p in targets(t, v)]
+        return [p for t in target.elts for p in targets(t.value if isinstance(t, ast.Starred) else t, value)]
     return [(target, value)]
 
 
@@ -60,12 +60,12 @@ def _bindings(s: Script) -> _Bindings:
         found: _Bindings = {}
         for node in ast.walk(s.tree):
             if isinstance(node, ast.Assign):
-                pairs = [p for t in node.targets for p in _targets(t, node.value)]
+                pairs = [p for t in node.targets for p in targets(t, node.value)]
                 at = (node.end_lineno, node.end_col_offset)
             elif isinstance(node, ast.AnnAssign) and node.value is not None:  # `samples: Sample = step(data)`
-                pairs, at = _targets(node.target, node.value), (node.end_lineno, node.end_col_offset)
+                pairs, at = targets(node.target, node.value), (node.end_lineno, node.end_col_offset)
             elif isinstance(node, (ast.For, ast.AsyncFor)):
-                pairs = [p for t, it in loop_items(node) for p in _targets(t, it)]
+                pairs = [p for t, it in loop_items(node) for p in targets(t, it)]
                 at = (node.target.end_lineno, node.target.end_col_offset)
             else:
                 continue

@@ -129,7 +129,8 @@ def _unseeded(s: Script, call: ast.Call) -> bool:
 
 
 _TRANSFORMS = ("jax.jit", "jax.pmap", "jax.vmap", "jax.grad", "jax.value_and_grad", "jax.checkpoint", "jax.remat",
-               "jax.shard_map", "jax.experimental.shard_map.shard_map")
+               "jax.shard_map", "jax.experimental.shard_map.shard_map", "equinox.filter_jit", "equinox.filter_vmap",
+               "equinox.filter_grad", "equinox.filter_value_and_grad")
 
 
 def _traced(s: Script, node: ast.AST) -> bool:

@@ -161,6 +161,13 @@ def _a_pmapped_attribute(s: Script, func: ast.AST) -> bool:
             for node in ast.walk(s.tree))
 
 
+def pmap_output(s: Script, expr: ast.AST | None) -> bool:
+    """A pmap output on the host: a name holding one (or a parameter its callers hand one), or the pmapped call
+    itself (or an item of it)."""
+    pmapped = _pmapped(s)
+    return _is_pmap_output(s, expr, _pmap_outputs_by_scope(s), pmapped) or _pmap_output_call(s, expr, pmapped)
+
+
 def _is_pmap_output(s: Script, name: ast.AST, outputs: set[tuple[ast.AST, str]], pmapped: set[str]) -> bool:
     """A name read where it holds a pmap output: bound last to a pmapped call (or an item of it), or a parameter its
     function's callers pass one to."""
@@ -480,6 +487,23 @@ def device_axis_merged_on_a_host_copy(s: Script) -> Iterator[tuple[ast.AST, str,
                    "first axis already is every device's rows), so the merge takes the wrong axes",
                    "drop the merge: the global output's rows are one axis; this host's rows are "
                    f"multihost_utils.global_array_to_host_local_array(out, mesh, P({MESH_AXES}))")
+
+
+def said_fold(s: Script, call: ast.Call) -> bool:
+    """A `.reshape(-1, ...)` these rules say: of a pmap output (host_rows_of_global), of this host's numpy copy
+    of one (device_axis_merged_on_a_host_copy), or read by device_get from a batch flax's shard() stacked
+    (global_read_whole)."""
+    owner = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "reshape" else None
+    if owner is None or not _flattens_devices(call):
+        return False
+    reader = s.parent.get(call)
+    if pmap_output(s, owner) or isinstance(reader, ast.Call) and is_name(s.name(reader.func), "jax.device_get") \
+            and reader.args[:1] == [call] and _stacked_input(s, call) is not None:
+        return True
+    copy = bound_value(s, owner) if isinstance(owner, ast.Name) else None
+    return isinstance(copy, ast.Call) and bool(copy.args) and (
+        is_name(s.name(copy.func), "jax.device_get") or _numpy_call(s, copy)) \
+        and _through_host_copies(s, copy.args[0], _pmap_outputs_by_scope(s), _pmapped(s))
 
 
 _MASK_WORDS = re.compile(r"(^|_)(mask|masks|valid|done|dones|terminated|truncated|keep)$|^is_")
