@@ -91,5 +91,26 @@ def test_the_same_script_without_its_project_says_none_of_it(tmp_path):
     (tmp_path / "alone").mkdir()
     script = tmp_path / "alone" / "train.py"
     script.write_text(TRAIN)
+    found = {(f.line, f.rule): f for f in migrate.migrate(script, show=False)}
+    assert not {(8, "pmap"), (11, "pmap-collective"), (16, "pmap-collective")} & set(found)
+    assert "cannot read it" in found[15, "pmap"].does  # `constants.pmap(f)`: a pmap by its name alone
+
+
+UNREAD_PMAP = """\
+import jax
+import kfac_jax
+from missing_pkg import utils
+
+params = kfac_jax.utils.replicate_all_local_devices(params)
+step = utils.pmap(make_step(), donate_argnums=1)
+"""
+
+
+def test_a_project_pmap_the_tool_cannot_read_still_makes_the_script_pmap_era(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(UNREAD_PMAP)
     found = {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
-    assert not {(8, "pmap"), (11, "pmap-collective"), (15, "pmap"), (16, "pmap-collective")} & found
+    assert {(5, "jax-utils-replicate"), (6, "pmap")} <= found
+    script.write_text(UNREAD_PMAP.replace("utils.pmap(make_step(), donate_argnums=1)", "utils.wrap(make_step())"))
+    assert not {(5, "jax-utils-replicate"), (6, "pmap")} & {(f.line, f.rule) for f in migrate.migrate(script,
+                                                                                                     show=False)}

@@ -126,3 +126,25 @@ def test_saves_and_restores_through_clus_multihost_checkpoint_are_flax_checkpoin
     found = rule_set(source)
     assert {(5, "flax-checkpoints"), (6, "flax-checkpoints"), (7, "flax-checkpoints")} <= found
     assert (8, "flax-checkpoints") not in found
+
+
+APPLIED = """\
+import jax
+from functools import partial
+
+
+@partial(jax.pmap, axis_name='pmap')
+def step(state, batch):
+    grads = jax.grad(loss_fn)(state.params, batch)
+    state = accumulate(state, grads, lambda s, g: s.apply_gradients(grads=jax.lax.pmean(g, axis_name='pmap')))
+    updates, opt_state = tx.update(jax.lax.psum(batch, 'pmap'), state.opt_state, state.params)
+    metrics = jax.lax.pmean(batch, axis_name='pmap')
+    return state, metrics
+"""
+
+
+def test_a_collective_applied_as_gradients_is_the_trap_whatever_it_reduces():
+    for line in (8, 9):  # apply_gradients(grads=...) of a lambda's parameter; an optimizer's updates
+        assert "the gradients" in said(APPLIED, line, "pmap-collective")
+        assert "renaming the axis is not enough" in said(APPLIED, line, "pmap-collective")
+    assert "name the mesh axes" in said(APPLIED, 10, "pmap-collective")  # metrics: a rename

@@ -403,7 +403,7 @@ def blocks_per_device_in_a_step(s: Script) -> Iterator[tuple[ast.AST, str, str, 
     the global batch a pjit'd step sees, cut one slice per device (to keep work on each device); in shard_map the body
     sees one device's block, which has not jax.device_count() slices. Only in a pjit-era script with no pmap: there
     the batch a function reshapes so is a pjit'd step's (a pmap-era host stacks its rows by its own devices)."""
-    if any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]) or not any(
+    if s.pmaps_here() or not any(
             name.startswith(("jax.experimental.pjit", "jax.experimental.maps")) for _, name, _ in s.used_names()):
         return
     for call in s.calls:
@@ -460,7 +460,7 @@ def stacked_for_a_pmapped_call(s: Script) -> Iterator[tuple[ast.AST, str, str, s
 def batched_by_local_devices(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`ds = ds.batch(jax.local_device_count())` in a script that pmaps: a dataset's batches grouped one a local
     device, the leading axis pmap strips (tf.data, grain)."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+    if not s.pmaps_here():
         return
     for call in s.calls:
         if isinstance(call.func, ast.Attribute) and call.func.attr == "batch" and call.args \

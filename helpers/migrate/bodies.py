@@ -48,7 +48,7 @@ def pmap_era(s: Script) -> bool:
     used = {name for _, name, _ in s.used_names()}
     if any("shard_map" in name or is_name(name, "xmap") for name in used):
         return False
-    return any(True for _ in s.pmaps()) or any(True for _ in s.nnx_pmaps()) or bool(s.wrappers) \
+    return s.pmaps_here() \
         or bool(s.folder.pmap_axes or s.folder.pmappers) \
         or any(name.startswith(_PMAP_ERA) or name.rsplit(".", 1)[-1] in KNOWN_COPIES for name in used)
 

@@ -86,6 +86,8 @@ def _collective(s: Script, call: ast.Call, pmaps: set[ast.AST]) -> Iterator[tupl
     where = _HELD if unresolved else "pmap's axis"
     operand = code_of(call.args[0]) if call.args and op != "axis_index" else ""
     status = s.gradient_status(call.args[0]) if op in ("pmean", "psum") and call.args else "no"
+    if op in ("pmean", "psum") and applied_as_gradients(s, call):
+        status = "yes"
     named = status == "no" and op in ("pmean", "psum") and bool(call.args) and named_for_gradients(call.args[0])
     if unresolved and status == "no" and not named and _parameter_of_unused_function(s, axis):
         return  # no gradient, in code the script never runs: nothing says the axis is pmap's
@@ -161,6 +163,16 @@ _MAYBE = ("this may be a gradient (it comes from a call that was handed gradient
 _NAMED_MAYBE = ("its name says gradients, and the tool cannot see a gradient transform make it (a parameter, or "
                 "the result of code it cannot follow): if it is one, " + _TRAP)
 _GRADIENT_NAME = re.compile(r"(^|_)(d?grads?|gradients?)(_|$)", re.IGNORECASE)
+
+
+def applied_as_gradients(s: Script, call: ast.Call) -> bool:
+    """The collective's result is applied as gradients, whatever it was computed from: `apply_gradients(grads=
+    pmean(g, 'i'))`, or the updates an optimizer is handed first (`tx.update(psum(g, 'i'), opt_state, params)`)."""
+    holder = s.parent.get(call)
+    if isinstance(holder, ast.keyword):
+        return holder.arg in ("grads", "gradients", "grad")
+    return isinstance(holder, ast.Call) and holder.args[:1] == [call] and len(holder.args) >= 2 \
+        and isinstance(holder.func, ast.Attribute) and holder.func.attr == "update"
 
 
 def named_for_gradients(expr: ast.AST) -> bool:

@@ -47,7 +47,7 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`jax.tree.map(lambda x: x[0], state)`, `loss[0]` or `np.asarray(loss)[0]` of a pmap output: pmap's
     unreplicate, by hand (said where the [0] is: in a helper's body at the [0], where the script's values are
     mapped at the tree map's call)."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+    if not s.pmaps_here():
         return
     stacks = s.pmap_outputs() | entries_of(s, s.pmap_outputs())
     pmapped_call = s.pmapped_call_test()
@@ -168,7 +168,7 @@ def copy_at_another_index(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`state.opt_state[2][1].hyperparams['lr'][-1]` of a replicated state that a pmap gives back: device k's copy,
     taken by hand as [0] is (the last index that reaches the leaf is the device's: one from the end, or one read
     as a number, `int(state.step[1])`; other indices may pick an item of the state's tuples)."""
-    if not any(True for _ in s.pmaps()):
+    if not s.pmaps_here(nnx=False):
         return
     states = s.pmap_outputs() & {t.id for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
                                  and s.replicates(node.value) for t in node.targets if isinstance(t, ast.Name)}
@@ -276,7 +276,7 @@ def _a_project_module_copy(s: Script, call: ast.Call) -> str | None:
         module = s.names.alias.get(func.value.id) if isinstance(func.value, ast.Name) else None
     else:  # `from myproject.utils import replicate`
         module = s.names.alias.get(func.id, "").rpartition(".")[0] or None
-    if module is None or module.split(".")[0] in _NOT_A_PROJECT or not any(True for _ in s.pmaps()):
+    if module is None or module.split(".")[0] in _NOT_A_PROJECT or not s.pmaps_here(nnx=False):
         return None
     return short
 
@@ -296,7 +296,7 @@ def _stacks_local_copies(s: Script, call: ast.Call) -> bool:
     """In a pmap-era script, copies of one value stacked per local device by hand: `jnp.stack([x] * n_local)`, or a
     tree map of a function that stacks what it is handed over copies per device (`jax.tree.map(lambda *xs:
     jnp.stack(xs), *[tree] * len(local_devices))`): pmap's replicate."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+    if not s.pmaps_here():
         return False
     if is_name(s.name(call.func), "numpy.stack", "jax.numpy.stack") and call.args:
         return _copies_per_local_device(s, call.args[0])
@@ -312,7 +312,7 @@ def copy_of_a_made_stack(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     device, keys split one a local device), also of a field of one (`params = state.params`), of what a method such
     as `.replace(...)` makes of one, and of what a call it is handed gives back under the same name (`state, keys =
     step(keys, state, batch)`: a step out of view carries the stacks): device 0's copy, by hand."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]) and not any(s.replicates(c) for c in s.calls):
+    if not s.pmaps_here() and not any(s.replicates(c) for c in s.calls):
         return
     outputs = s.pmap_outputs()
     for node in ast.walk(s.tree):

@@ -25,7 +25,7 @@ _HOST_NUMBERS = ("jax.process_index", "jax.process_count", "jax.host_id", "jax.h
 def _pmap_era(s: Script) -> bool:
     """The script feeds pmap or an older parallel API (xmap's jax.experimental.maps, old pjit, which took each
     host's batch as its part): it calls one, or stacks batches per local device."""
-    return any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]) or any(
+    return s.pmaps_here() or any(
         is_name(s.name(c.func), "flax.training.common_utils.shard", "jax.local_device_count") for c in s.calls) or any(
         name.startswith(("jax.experimental.maps", "jax.experimental.pjit")) for _, name, _ in s.used_names())
 
@@ -367,7 +367,7 @@ def split_per_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 def _device_stacks(s: Script) -> Iterator[tuple[ast.Call, ast.AST]]:
     """(reshape, its leading axis) for each reshape, in a script that pmaps, whose leading axis counts devices
     (through names), of anything but keys split per device."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+    if not s.pmaps_here():
         return
     for call in s.calls:
         array, heads = _reshaped(s, call)

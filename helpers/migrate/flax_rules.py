@@ -63,7 +63,7 @@ def flax_calls(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 def project_get_metrics(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`utils.get_metrics(metrics)` in a pmap-era script: the project's copy of Flax's get_metrics, defined out of this
     script (x[0] of pmap's per-device stacks, then device_get)."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps(), *s.wrappers]):
+    if not s.pmaps_here():
         return
     for call in s.calls:
         name = s.name(call.func)
@@ -158,7 +158,7 @@ def _host_local_to_global(s: Script, node: ast.AST) -> str | None:
 
 def host_local_checkpoints(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """A pmap-era script that makes its per-device state global by hand for Orbax: after the port it already is."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]) and not any(s.replicates(c) for c in s.calls):
+    if not s.pmaps_here() and not any(s.replicates(c) for c in s.calls):
         return
     for node in ast.walk(s.tree):
         if (name := _host_local_to_global(s, node)) is not None:
@@ -368,7 +368,7 @@ def jaxline_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """jaxline's own pmap-era machinery in an experiment that pmaps: `double_buffer_on_gpu(it)` (device_put_sharded of
     each per-device stack, flax's prefetch_to_device), and a class's `CHECKPOINT_ATTRS` (jaxline saves those
     attributes as pmap's per-device copies: device 0's on save, broadcast to the local devices on restore)."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+    if not s.pmaps_here():
         return
     for call in s.calls:
         name = s.name(call.func)

@@ -69,7 +69,7 @@ def pmapped_out_of_view(s: Script) -> dict[ast.Call, set[str]]:
     another module), each with the names bound to it: in a pmap-era script, a function bound to a call of the project
     (no library's, none the script defines) and called with pmap's stacks (a replicated state, keys split one a
     device, a pmap output)."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+    if not s.pmaps_here():
         return {}
     pmapped, found = s.pmapped_names(), {}
     for call in s.calls:
@@ -140,8 +140,10 @@ def _pmap_wrapper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """A project's function that pmaps what it is handed: `utils.dist(sample, axis_name='batch')`."""
     for call in s.wrappers:
         axis = s.axis_names(pmap_axis(call))
-        where = ("defined in another file of this folder, calls jax.pmap" if s.name(call.func).rsplit(".", 1)[-1]
-                 in s.folder.pmappers else f"handed a function and pmap's keyword axis_name={axis[0]!r}, pmaps it")
+        short = s.name(call.func).rsplit(".", 1)[-1]
+        where = ("defined in another file of this folder, calls jax.pmap" if short in s.folder.pmappers
+                 else f"handed a function and pmap's keyword axis_name={axis[0]!r}, pmaps it" if axis
+                 else "has pmap's name (defined where the tool cannot read it): a pmap of what it is handed")
         yield (call, "pmap",
                f"{code_of(call.func)}(...) is the project's wrapper that {where}: the function it wraps runs under "
                "pmap over this host's devices, each fed a slice of a per-host stack"
@@ -316,7 +318,7 @@ def is_mesh(s: Script, expr: ast.AST) -> bool:
 
 def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     seen = set()
-    pmap_era = any(True for _ in [*s.pmaps(), *s.nnx_pmaps()])
+    pmap_era = s.pmaps_here()
     for node in ast.walk(s.tree):
         shaping = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                    and node.func.attr == "reshape") or (
@@ -409,7 +411,7 @@ def _knows_the_global_batch(s: Script, sized: ast.AST) -> bool:
     elsewhere, this a host's batch divided per local device), or anything in a script with no pmap that multiplies
     by jax.process_count() (a pjit-era script that assembles the global batch from each host's). A pmap script
     that multiplies by the process count still sizes pmap's stack per host, which its port replaces."""
-    pmap_era = any(True for _ in [*s.pmaps(), *s.nnx_pmaps()])
+    pmap_era = s.pmaps_here()
     divides = isinstance(sized, ast.BinOp) and isinstance(sized.op, (ast.Div, ast.FloorDiv))
     for call in s.calls:
         name = s.name(call.func)
@@ -531,7 +533,7 @@ def _jitted_steps(s: Script) -> list[ast.FunctionDef]:
 def jitted_step_on_host_rows(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """In a script that pmaps, a step jitted on its own (no pmap) that applies gradients with no collective, called
     from the host: each host trains its own copy on its own rows, and nothing averages them over the hosts."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+    if not s.pmaps_here():
         return
     steps = {f.name: f for f in _jitted_steps(s)}
     for call in s.calls:

@@ -26,7 +26,7 @@ def _jit_era(s: Script) -> bool:
     used = {name for _, name, _ in s.used_names()}
     if any("shard_map" in name or is_name(name, "xmap", "pmap") for name in used):
         return False
-    if any(True for _ in s.pmaps()) or any(True for _ in s.nnx_pmaps()) or s.wrappers \
+    if s.pmaps_here() \
             or s.folder.pmap_axes or s.folder.pmappers:
         return False
     return any(is_name(name, *_JITS) for name in used)

@@ -103,7 +103,7 @@ def _key_per_device_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
     """A project helper named for a key per device (`utils.make_different_rng_key_on_all_devices(key)`), or kfac_jax's
     `p_split` (its lineage's too), in a script that uses pmap: a host-local stack of keys, one per local device, that
     pmap strips."""
-    if not any(True for _ in s.pmaps()):
+    if not s.pmaps_here(nnx=False):
         return
     for call in s.calls:
         name = s.name(call.func)

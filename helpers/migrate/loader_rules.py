@@ -190,7 +190,7 @@ def per_device_size_to_a_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, 
 def batch_dims_per_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`batch_dims = [jax.local_device_count(), per_device]` in a script that pmaps: the dimensions a loader is told
     to batch by, one batch per local device stacked (a call's own shape argument is jax_rules')."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+    if not s.pmaps_here():
         return
     for node in ast.walk(s.tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple)) \

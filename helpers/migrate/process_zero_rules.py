@@ -149,7 +149,7 @@ def _stack_reads(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """pmap's per-device stacks reduced on process 0 only (a mean over the device axis, a tree map of `.mean()`):
     harmless today, each host holding its own stack; after the port a value split over the hosts cannot be reduced
     by host 0 alone. Device 0's copy read there (`loss[0]`, an unreplicate) is no collective: copy_rules say it."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+    if not s.pmaps_here():
         return
     outputs, said = s.pmap_outputs(), set()
     entries = entries_of(s, outputs)

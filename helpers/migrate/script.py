@@ -290,6 +290,8 @@ class Script:
         is reached through its module (`utils.dist`, or imported from it), never a name the script binds itself."""
         name = self.name(call.func)
         short = name.rsplit(".", 1)[-1]
+        if "." in name and not name.startswith(_LIBRARIES) and short == "pmap" and call.args:
+            return True  # `utils.pmap(step)`: a project's pmap, read or not (a partial of jax.pmap, most often)
         if "." not in name or name.startswith(_LIBRARIES) or short in self.defined \
                 or short in ("grad", "value_and_grad") or "map" in short.lower() or "scan" in short.lower():
             return False
@@ -328,7 +330,7 @@ class Script:
             return own
         if short in dict(self.folder.copies):  # a function of another file of its folder
             return dict(self.folder.copies)[short]
-        pmap_era = any(True for _ in [*self.pmaps(), *self.nnx_pmaps()])
+        pmap_era = self.pmaps_here()
         if short in KNOWN_COPIES and pmap_era:
             return KNOWN_COPIES[short]
         if short.startswith(("unreplicate_", "replicate_")) and pmap_era:  # a project's variant: unreplicate_n_dims
@@ -404,6 +406,11 @@ class Script:
                         return loop
             node = self.parent.get(node)
         return None
+
+    def pmaps_here(self, nnx: bool = True) -> bool:
+        """The script pmaps: jax.pmap, a project's wrapper of it (`utils.pmap(step)`, read or not), or (with `nnx`)
+        nnx.pmap."""
+        return any(True for _ in self.pmaps()) or bool(self.wrappers) or nnx and any(True for _ in self.nnx_pmaps())
 
     @once
     def pmaps(self) -> Iterator[ast.Call]:

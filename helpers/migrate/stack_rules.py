@@ -45,7 +45,7 @@ def batched_per_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`ds.batch(per_device).batch(n)` with n a count of devices, in a script that pmaps: the loader makes the leading
     device axis pmap strips (both batch() calls make the stack); when n counts every device and per_device is a batch
     divided by every device, each host loads the whole global batch."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+    if not s.pmaps_here():
         return
     for call in s.calls:
         size = _batch_size(call)
@@ -150,7 +150,7 @@ def _groups_by_local_devices(s: Script, function: ast.AST) -> bool:
 def stacked_per_local_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`if i % n_devices == n_devices - 1: yield jax.tree.map(lambda *x: jnp.stack(x), *items)` in a pmap script: a
     function that collects one item a local device and stacks them, the leading axis pmap strips."""
-    if not any(True for _ in [*s.pmaps(), *s.nnx_pmaps()]):
+    if not s.pmaps_here():
         return
     said = set()
     for call in s.calls:
