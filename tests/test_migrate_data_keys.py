@@ -213,3 +213,52 @@ def test_keys_taken_off_a_haiku_key_stream_one_a_local_device_are_per_device_key
     assert (6, "per-device-keys") in found and 7 not in {line for line, _ in found}, found
     assert "rng.take(jax.local_device_count())" in said(KEY_STREAM, 6, "per-device-keys")
     assert "folds in jax.process_index()" in said(KEY_STREAM, 6, "per-device-keys")
+
+
+HOST_KEY = """\
+import jax
+from flax.training.common_utils import shard_prng_key
+
+p_step = jax.pmap(step, axis_name='batch')
+
+
+def train(state, batches, seed):
+    rng = jax.random.PRNGKey(seed)
+    rng = jax.random.fold_in(rng, jax.process_index())
+    for batch in batches:
+        rng, step_rng = jax.random.split(rng)
+        state = p_step(state, batch, shard_prng_key(step_rng))
+    return state
+"""
+
+
+def test_a_key_made_per_host_then_split_per_device_is_said_where_the_host_enters():
+    found = rule_set(HOST_KEY)
+    assert (9, "per-device-keys") in found
+    assert "the same" not in said(HOST_KEY, 9, "per-device-keys")
+    assert "one key for every host" in said(HOST_KEY, 9, "per-device-keys")
+    unsplit = HOST_KEY.replace("shard_prng_key(step_rng)", "step_rng")
+    assert (9, "per-device-keys") not in rule_set(unsplit)
+    initialising = HOST_KEY.replace("    for batch in batches:", "    state = model.init(rng, batch0)\n"
+                                                                 "    for batch in batches:")
+    assert (9, "per-device-keys") not in rule_set(initialising)  # the init key: per-host-init, said at the init
+
+
+REPLICATED_BY_ARRAY = """\
+import jax
+import jax.numpy as jnp
+
+
+def replicate_tree(tree):
+    return jax.tree_util.tree_map(lambda x: jnp.array([x] * jax.device_count()), tree)
+
+
+p_step = jax.pmap(step)
+params = replicate_tree(params)
+"""
+
+
+def test_an_array_of_one_copy_per_device_is_a_replicate():
+    assert (10, "jax-utils-replicate") in rule_set(REPLICATED_BY_ARRAY)
+    rows = REPLICATED_BY_ARRAY.replace("[x] * jax.device_count()", "[x] * 3")
+    assert (10, "jax-utils-replicate") not in rule_set(rows)

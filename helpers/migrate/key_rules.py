@@ -85,6 +85,40 @@ def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{MESH_AXES})): a different stream on every device of every host")
 
 
+def _per_device_split_key(s: Script, call: ast.Call) -> ast.AST | None:
+    """The key a call splits one a local device: jax.random.split to a device count, flax's shard_prng_key, or a
+    project helper named for a key per device; None for other calls."""
+    name = s.name(call.func)
+    short = name.rsplit(".", 1)[-1].lower()
+    if splits_per_device(s, call):
+        return _split_key(s, call)
+    helper = name and not name.startswith(("jax.", "flax.")) and re.search(r"rng|key", short) and "device" in short
+    if helper or is_name(name, "flax.training.common_utils.shard_prng_key"):
+        return call.args[0] if call.args else None
+    return None
+
+
+def _host_folded_before_the_split(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`rng = fold_in(rng, jax.process_index())` (or `PRNGKey(seed + jax.process_index())`) on a line of its own,
+    whose key is then split one a local device: keys made per host and then per device, which the port replaces by
+    one key and fold_in(key, axis_index) inside the step (a key that also initialises weights is per-host-init's)."""
+    if not s.pmaps_here():
+        return
+    inits = {host for call in s.calls for key in _init_keys(s, call) if (host := host_index_in(s, key)) is not None}
+    seen = set()
+    for call in s.calls:
+        key = _per_device_split_key(s, call)
+        host = host_index_in(s, key) if key is not None else None
+        if host is None or host.lineno == call.lineno or host in inits or host.lineno in seen:
+            continue
+        seen.add(host.lineno)
+        yield (host, "per-device-keys",
+               f"{code_of(host)} makes this host's key, which line {call.lineno} then splits one a local device: "
+               "pmap's keys, told apart per host by hand",
+               "one key for every host, and inside shard_map jax.random.fold_in(key, jax.lax.axis_index("
+               f"{MESH_AXES})): a different stream on every device of every host")
+
+
 def _split_key(s: Script, call: ast.Call) -> ast.AST | None:
     """The key a split splits: its first argument (`jax.random.split(key=k, num=n)` too), or the seed of the haiku
     key stream a `take` draws from."""
@@ -302,4 +336,4 @@ def _init_keys(s: Script, call: ast.Call) -> list[ast.AST]:
             and (named or re.search(r"init|param", said, re.I))]
 
 
-RULES = (_per_device_keys, _pmap_body_keys, _key_per_device_helpers, _per_host_init)
+RULES = (_per_device_keys, _pmap_body_keys, _key_per_device_helpers, _per_host_init, _host_folded_before_the_split)

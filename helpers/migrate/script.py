@@ -258,8 +258,10 @@ class Script:
         return self.stacks_per_device(call)
 
     def stacks_per_device(self, call: ast.Call) -> bool:
-        """`jnp.stack([x] * len(devices))` or `np.stack(n_devices * [x])`: copies of one value, one a device."""
-        return is_name(self.name(call.func), "numpy.stack", "jax.numpy.stack") and bool(call.args) \
+        """`jnp.stack([x] * len(devices))`, `np.stack(n_devices * [x])` or `jnp.array([x] * jax.device_count())`:
+        copies of one value, one a device."""
+        return is_name(self.name(call.func), "numpy.stack", "jax.numpy.stack", "numpy.array", "jax.numpy.array",
+                       "numpy.asarray", "jax.numpy.asarray") and bool(call.args) \
             and self.copy_per_device(call.args[0])
 
     def copy_per_device(self, node: ast.AST) -> bool:
