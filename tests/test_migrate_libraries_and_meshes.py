@@ -148,3 +148,25 @@ def test_a_collective_applied_as_gradients_is_the_trap_whatever_it_reduces():
         assert "the gradients" in said(APPLIED, line, "pmap-collective")
         assert "renaming the axis is not enough" in said(APPLIED, line, "pmap-collective")
     assert "name the mesh axes" in said(APPLIED, 10, "pmap-collective")  # metrics: a rename
+
+
+DERIVATIVES = """\
+import jax
+from functools import partial
+
+
+@partial(jax.pmap, axis_name='batch')
+def step(state, batch, key):
+    (_, aux), grads, hvp = hessian_helper(key, loss_fn, state.params, batch)
+    hvp = jax.lax.pmean(hvp, axis_name='batch')
+    stats = jax.lax.pmean(batch, axis_name='batch')
+    return state, hvp, stats
+"""
+
+
+def test_what_a_helper_handed_the_loss_function_gives_back_is_never_just_renamed():
+    assert "if this is a gradient" in said(DERIVATIVES, 8, "pmap-collective")  # a Hessian-vector product, maybe
+    assert "name the mesh axes" in said(DERIVATIVES, 9, "pmap-collective")
+    unhanded = DERIVATIVES.replace("hessian_helper(key, loss_fn, state.params, batch)",
+                                   "hessian_helper(key, state.params, batch)")
+    assert "name the mesh axes" in said(unhanded, 8, "pmap-collective")

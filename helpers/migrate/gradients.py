@@ -9,6 +9,7 @@ Everything else is not a gradient: the tool can show where it comes from.
 from __future__ import annotations
 
 import ast
+import re
 import dataclasses
 from typing import Iterator
 
@@ -180,6 +181,8 @@ class Gradients:
         handed = [k for k in (self.transform(a) for a in args) if k is not None]
         if handed:  # a helper handed a gradient transform gives back what it gives, or may
             return _unsure(handed[0])
+        if not self.callees(call) and any(_a_loss_function(a) for a in args):
+            return UNKNOWN  # `hessian_helper(key, loss_fn, params)`: what it gives may be derivatives of the loss
         callees = self.callees(call)
         if callees:  # the script's own function: what it returns
             return join([self._of(r) for f in callees for r in self.returns(f)])
@@ -347,6 +350,12 @@ class Gradients:
                 continue
             yield from ((name, i) for i, a in enumerate(call.args) if whole(self.status(a)) != NO)
             yield from ((name, k.arg) for k in call.keywords if k.arg and whole(self.status(k.value)) != NO)
+
+
+def _a_loss_function(node: ast.AST) -> bool:
+    """A loss function handed on by name: `loss_fn`, `self.compute_loss_func`."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return bool(re.search(r"loss", name, re.I)) and name.endswith(("fn", "func", "function"))
 
 
 def _shallow(status: object) -> object:
