@@ -93,7 +93,7 @@ def test_the_same_script_without_its_project_says_none_of_it(tmp_path):
     script.write_text(TRAIN)
     found = {(f.line, f.rule): f for f in migrate.migrate(script, show=False)}
     assert not {(8, "pmap"), (11, "pmap-collective"), (16, "pmap-collective")} & set(found)
-    assert "cannot read it" in found[15, "pmap"].does  # `constants.pmap(f)`: a pmap by its name alone
+    assert "defined where the tool cannot read it" in found[15, "pmap"].does  # `constants.pmap(f)`: a pmap by its name alone
 
 
 UNREAD_PMAP = """\

@@ -262,3 +262,18 @@ def test_an_array_of_one_copy_per_device_is_a_replicate():
     assert (10, "jax-utils-replicate") in rule_set(REPLICATED_BY_ARRAY)
     rows = REPLICATED_BY_ARRAY.replace("[x] * jax.device_count()", "[x] * 3")
     assert (10, "jax-utils-replicate") not in rule_set(rows)
+
+
+OWN_REPLICATE = """\
+import jax
+
+p_step = jax.pmap(step, axis_name='batch')
+replicate = lambda tree: jax.device_put_replicated(tree, jax.local_devices())
+params = replicate(params)
+"""
+
+
+def test_a_replicate_of_the_scripts_own_is_said_at_each_call():
+    assert (5, "jax-utils-replicate") in rule_set(OWN_REPLICATE)
+    other = OWN_REPLICATE.replace("jax.device_put_replicated(tree, jax.local_devices())", "tree")
+    assert (5, "jax-utils-replicate") not in rule_set(other)  # the name alone is no replicate

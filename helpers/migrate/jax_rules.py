@@ -143,9 +143,9 @@ def _pmap_wrapper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         short = s.name(call.func).rsplit(".", 1)[-1]
         where = ("defined in another file of this folder, calls jax.pmap" if short in s.folder.pmappers
                  else f"handed a function and pmap's keyword axis_name={axis[0]!r}, pmaps it" if axis
-                 else "has pmap's name (defined where the tool cannot read it): a pmap of what it is handed")
+                 else "named pmap and defined where the tool cannot read it, pmaps what it is handed")
         yield (call, "pmap",
-               f"{code_of(call.func)}(...) is the project's wrapper that {where}: the function it wraps runs under "
+               f"{code_of(call.func)}(...), the project's wrapper {where}: the function it wraps runs under "
                "pmap over this host's devices, each fed a slice of a per-host stack"
                + (f" (collectives over {axis[0]!r} inside reach this host's devices only, and the wrapper may "
                   "gather or unreplicate the result)" if axis else ""),

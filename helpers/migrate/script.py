@@ -324,7 +324,7 @@ class Script:
         if name.startswith(("flax.", "jax.")) or not name:
             return None
         short = name.rsplit(".", 1)[-1]
-        own_call = isinstance(call.func, ast.Name) and self._own_copies.get(short) == "unreplicate"
+        own_call = isinstance(call.func, ast.Name) and short in self._own_copies
         if short in ("replicate", "unreplicate", "get_metrics") and not own_call:  # flax's own: rules of their own
             return None
         if short in self._own_copies or short in self.defined:  # the script's own function: each call replicates
