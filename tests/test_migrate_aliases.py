@@ -92,8 +92,9 @@ def test_the_same_script_without_its_project_says_none_of_it(tmp_path):
     script = tmp_path / "alone" / "train.py"
     script.write_text(TRAIN)
     found = {(f.line, f.rule): f for f in migrate.migrate(script, show=False)}
-    assert not {(8, "pmap"), (11, "pmap-collective"), (16, "pmap-collective")} & set(found)
+    assert not {(8, "pmap"), (11, "pmap-collective")} & set(found)
     assert "defined where the tool cannot read it" in found[15, "pmap"].does  # `constants.pmap(f)`: a pmap by its name alone
+    assert "if this is a gradient" in found[16, "pmap-collective"].instead  # pmap_axis_name= by its keyword alone
 
 
 UNREAD_PMAP = """\
@@ -114,3 +115,33 @@ def test_a_project_pmap_the_tool_cannot_read_still_makes_the_script_pmap_era(tmp
     script.write_text(UNREAD_PMAP.replace("utils.pmap(make_step(), donate_argnums=1)", "utils.wrap(make_step())"))
     assert not {(5, "jax-utils-replicate"), (6, "pmap")} & {(f.line, f.rule) for f in migrate.migrate(script,
                                                                                                      show=False)}
+
+
+OUT_OF_VIEW_QMC = """\
+import jax
+import kfac_jax
+from missing_pkg import constants
+
+
+@constants.pmap
+def average(x):
+    return x
+
+
+opt = kfac_jax.Optimizer(
+    value_and_grad_func=vg,
+    multi_device=True,
+    pmap_axis_name=constants.PMAP_AXIS_NAME,
+)
+"""
+
+
+def test_a_project_pmap_decorator_multi_device_and_an_unread_pmap_axis_name_are_said(tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(OUT_OF_VIEW_QMC)
+    found = {(f.line, f.rule): f for f in migrate.migrate(script, show=False)}
+    assert {(6, "pmap"), (13, "pmap"), (14, "pmap-collective")} <= set(found)
+    assert "multi_device=False" in found[13, "pmap"].instead
+    script.write_text(OUT_OF_VIEW_QMC.replace("@constants.pmap", "@constants.jit").replace("True", "False"))
+    assert not {(6, "pmap"), (13, "pmap"), (14, "pmap-collective")} & {
+        (f.line, f.rule) for f in migrate.migrate(script, show=False)}

@@ -63,6 +63,10 @@ def _collective(s: Script, call: ast.Call, pmaps: set[ast.AST]) -> Iterator[tupl
             and call not in pmaps and not s.in_pmap_over_hosts(call):
         yield _handed_axis(s, call, axis)
         return
+    named = keyword(call, "pmap_axis_name")  # `pmap_axis_name=constants.PMAP_AXIS_NAME`, defined out of view
+    if named is not None and not s.axis_names(named) and s.pmaps_here():
+        yield _handed_axis(s, call, named)
+        return
     handed = _handed_by_position(s, call, pmaps) if axis is None or not s.axis_names(axis) else None
     if handed is not None:
         yield _handed_axis(s, call, handed)

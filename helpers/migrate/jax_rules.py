@@ -170,7 +170,17 @@ _LIBRARY_PMAPS = {
 
 
 def _library_pmaps(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """Libraries' helpers that run a jax.pmap, and a library told to run its own (`kfac_jax.Optimizer(...,
+    multi_device=True)`, a pipeline's `jit=True` is process_zero_rules')."""
     yield from s.calls_in(_LIBRARY_PMAPS)
+    for call in s.calls:
+        flag = keyword(call, "multi_device")
+        if isinstance(flag, ast.Constant) and flag.value is True:
+            yield (flag, "pmap",
+                   f"{code_of(call.func)}(..., multi_device=True) runs the library's own jax.pmap over this host's "
+                   "devices: its inputs are pmap's per-device stacks and its reductions use pmap's axis",
+                   "multi_device=False, and call it inside jax.jit on global arrays (or inside shard_map over the "
+                   f"{MESH_AXES} mesh, its axis name the mesh's)")
 
 
 def _shard_prng_key_argument(s: Script, call: ast.Call) -> int | None:

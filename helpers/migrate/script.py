@@ -176,7 +176,7 @@ class Script:
                 self._scoped.setdefault((self.scope(node), name), []).append(((node.lineno, node.col_offset), value))
         self._bare_pmaps = [ast.copy_location(ast.Call(func=d, args=[], keywords=[]), d)
                             for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for d in f.decorator_list
-                            if isinstance(d, (ast.Name, ast.Attribute)) and is_name(self.name(d), "jax.pmap")]
+                            if isinstance(d, (ast.Name, ast.Attribute)) and self._names_pmap(d)]
         self.folder = folder
         self.defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         self.wrappers = [call for call in self.calls if self._wraps_pmap(call)]
@@ -188,6 +188,11 @@ class Script:
 
     def name(self, node: ast.AST) -> str:
         return self.names.of(node)
+
+    def _names_pmap(self, node: ast.AST) -> bool:
+        """`jax.pmap`, or a project's `constants.pmap` (a partial of it, most often), read or not."""
+        name = self.name(node)
+        return is_name(name, "jax.pmap") or "." in name and name.endswith(".pmap") and not name.startswith(_LIBRARIES)
 
     def copies(self, saves: bool = True) -> dict[str, str]:
         """The script's own functions that make or undo pmap's stack of copies: name -> 'replicate' (copy one
@@ -476,7 +481,7 @@ class Script:
         for node in defs.values():
             for d in node.decorator_list:
                 head = d.func if isinstance(d, ast.Call) else d
-                if is_name(self.name(head), "jax.pmap") or (
+                if self._names_pmap(head) or (
                         isinstance(d, ast.Call) and is_name(self.name(head), "functools.partial")
                         and d.args and is_name(self.name(d.args[0]), "jax.pmap")):
                     yield node
