@@ -52,14 +52,19 @@ def test_a_loader_that_splits_by_host_only_for_training_is_read_as_such(tmp_path
     assert folder_facts([none]).host_switches == frozenset()  # read whatever it is told: host-aware, no switch
 
 
-def test_an_evaluation_call_of_a_loader_split_by_host_only_for_training_loads_everything_on_every_host(tmp_path):
+def _evaluating(tmp_path: Path, loader: str, *loads: str) -> Path:
+    """A script that feeds a pmapped eval step from each of `loads`, calls of the project module `proj/data.py`
+    (`loader` its source), one loop a call, from line 5 on, two lines a loop."""
     _write(tmp_path / "proj" / "__init__.py", "")
-    _write(tmp_path / "proj" / "data.py", _SPLIT_IF_TRAINING)
-    script = _write(tmp_path / "train.py",
-                    "import jax\nfrom proj import data\n\np_eval = jax.pmap(eval_step, axis_name='b')\n"
-                    "for batch in data.load('test', is_training=False, batch_size=8):\n    p_eval(state, batch)\n"
-                    "for batch in data.load('train', True, 8):\n    p_eval(state, batch)\n"
-                    "for batch in data.load('train', training, 8):\n    p_eval(state, batch)\n")
+    _write(tmp_path / "proj" / "data.py", loader)
+    loops = "".join(f"for batch in {load}:\n    p_eval(state, batch)\n" for load in loads)
+    return _write(tmp_path / "train.py",
+                  "import jax\nfrom proj import data\n\np_eval = jax.pmap(eval_step, axis_name='b')\n" + loops)
+
+
+def test_an_evaluation_call_of_a_loader_split_by_host_only_for_training_loads_everything_on_every_host(tmp_path):
+    script = _evaluating(tmp_path, _SPLIT_IF_TRAINING, "data.load('test', is_training=False, batch_size=8)",
+                         "data.load('train', True, 8)", "data.load('train', training, 8)")
     said = _said_on(script, 5)
     assert "only when is_training is true (here False)" in said["global-batch-per-host"]
     assert "global-batch-per-host" not in _said_on(script, 7)  # the training call splits by host
@@ -67,12 +72,7 @@ def test_an_evaluation_call_of_a_loader_split_by_host_only_for_training_loads_ev
 
 
 def test_a_split_compared_with_the_training_split_and_its_default(tmp_path):
-    _write(tmp_path / "proj" / "__init__.py", "")
-    _write(tmp_path / "proj" / "data.py", _SPLIT_IF_TRAIN_SPLIT)
-    script = _write(tmp_path / "train.py",
-                    "import jax\nfrom proj import data\n\np_eval = jax.pmap(eval_step, axis_name='b')\n"
-                    "for batch in data.load(split='test'):\n    p_eval(state, batch)\n"
-                    "for batch in data.load():\n    p_eval(state, batch)\n")
+    script = _evaluating(tmp_path, _SPLIT_IF_TRAIN_SPLIT, "data.load(split='test')", "data.load()")
     assert "global-batch-per-host" in _said_on(script, 5)
     assert "global-batch-per-host" not in _said_on(script, 7)  # the default, 'train', splits by host
 

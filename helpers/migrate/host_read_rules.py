@@ -477,10 +477,7 @@ def device_axis_merged_on_a_host_copy(s: Script) -> Iterator[tuple[ast.AST, str,
         if not isinstance(owner, ast.Name) or _is_pmap_output(s, owner, outputs, pmapped) \
                 or not (_flattens_devices(call) or _merges_two_leading(call, owner)):
             continue  # a reshape of the output itself: host_rows_of_global
-        copy = bound_value(s, owner)
-        if isinstance(copy, ast.Call) and copy.args and (is_name(s.name(copy.func), "jax.device_get")
-                                                         or _numpy_call(s, copy)) \
-                and _through_host_copies(s, copy.args[0], outputs, pmapped):
+        if _host_copy_of_output(s, owner):
             yield (call, "local-batch",
                    f"{code_of(call)} folds pmap's leading axis of local devices into the rows of {code_of(owner)}, "
                    "this host's copy of a pmap output, by hand; after the port the output has no device axis (its "
@@ -500,7 +497,12 @@ def said_fold(s: Script, call: ast.Call) -> bool:
     if pmap_output(s, owner) or isinstance(reader, ast.Call) and is_name(s.name(reader.func), "jax.device_get") \
             and reader.args[:1] == [call] and _stacked_input(s, call) is not None:
         return True
-    copy = bound_value(s, owner) if isinstance(owner, ast.Name) else None
+    return isinstance(owner, ast.Name) and _host_copy_of_output(s, owner)
+
+
+def _host_copy_of_output(s: Script, name: ast.Name) -> bool:
+    """A name bound to this host's copy of a pmap output: `y_np = np.asarray(jax.device_get(y))`."""
+    copy = bound_value(s, name)
     return isinstance(copy, ast.Call) and bool(copy.args) and (
         is_name(s.name(copy.func), "jax.device_get") or _numpy_call(s, copy)) \
         and _through_host_copies(s, copy.args[0], _pmap_outputs_by_scope(s), _pmapped(s))

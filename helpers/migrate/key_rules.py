@@ -89,13 +89,18 @@ def _per_device_split_key(s: Script, call: ast.Call) -> ast.AST | None:
     """The key a call splits one a local device: jax.random.split to a device count, flax's shard_prng_key, or a
     project helper named for a key per device; None for other calls."""
     name = s.name(call.func)
-    short = name.rsplit(".", 1)[-1].lower()
     if splits_per_device(s, call):
         return _split_key(s, call)
-    helper = name and not name.startswith(("jax.", "flax.")) and re.search(r"rng|key", short) and "device" in short
-    if helper or is_name(name, "flax.training.common_utils.shard_prng_key"):
+    if _names_a_key_per_device(name) or is_name(name, "flax.training.common_utils.shard_prng_key"):
         return call.args[0] if call.args else None
     return None
+
+
+def _names_a_key_per_device(name: str) -> bool:
+    """A project helper named for a key per device: `utils.make_different_rng_key_on_all_devices`."""
+    short = name.rsplit(".", 1)[-1].lower()
+    return bool(name) and not name.startswith(("jax.", "flax.")) and bool(re.search(r"rng|key", short)) \
+        and "device" in short
 
 
 def _host_folded_before_the_split(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -142,8 +147,7 @@ def _key_per_device_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
     for call in s.calls:
         name = s.name(call.func)
         short = name.rsplit(".", 1)[-1].lower()
-        if name and not name.startswith(("jax.", "flax.")) and (
-                re.search(r"rng|key", short) and "device" in short or short == "p_split"):
+        if _names_a_key_per_device(name) or name and not name.startswith(("jax.", "flax.")) and short == "p_split":
             yield (call, "per-device-keys",
                    f"{code_of(call.func)}(...) makes a key per local device (a project helper"
                    + (": kfac_jax's p_split, a pmap of jax.random.split over the stack of keys" if short == "p_split"

@@ -297,7 +297,7 @@ class Script:
         is reached through its module (`utils.dist`, or imported from it), never a name the script binds itself."""
         name = self.name(call.func)
         short = name.rsplit(".", 1)[-1]
-        if "." in name and not name.startswith(_LIBRARIES) and short == "pmap" and call.args:
+        if call.args and self._names_pmap(call.func) and not is_name(name, "jax.pmap"):
             return True  # `utils.pmap(step)`: a project's pmap, read or not (a partial of jax.pmap, most often)
         if "." not in name or name.startswith(_LIBRARIES) or short in self.defined \
                 or short in ("grad", "value_and_grad") or "map" in short.lower() or "scan" in short.lower():

@@ -23,10 +23,6 @@ _ROWS_GLOBALLY = ("count rows on the global array: its first axis is every host'
 _NOT_SIZED = ("print", "len", "str", "repr")
 
 
-def _host_read(s: Script, node: ast.AST) -> bool:
-    return not traced(s, node)
-
-
 def device_axes_read(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`x.shape[0]`, `x.shape[1]` or `x.shape[:2]` of a stack on the host: this host's device count, or each
     device's rows, read off pmap's layout."""
@@ -35,7 +31,7 @@ def device_axes_read(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if not (isinstance(node, ast.Attribute) and node.attr == "shape" and isinstance(read, ast.Subscript)
                 and read.value is node and _device_axes(read.slice)):
             continue
-        if stacked(s, node.value) and _host_read(s, node) and not _only_shown(s, read) \
+        if stacked(s, node.value) and not traced(s, node) and not _only_shown(s, read) \
                 and not _keeps_its_own_axis(s, read, node.value):
             yield (read, "local-batch",
                    f"{code_of(read)} reads pmap's layout off {code_of(node.value)} (axis 0 is this host's devices, "
@@ -56,7 +52,7 @@ def shape_of_a_stack_handed_on(s: Script) -> Iterator[tuple[ast.AST, str, str, s
     leading axis of this host's devices) made the shape of something else."""
     for node in ast.walk(s.tree):
         if not (isinstance(node, ast.Attribute) and node.attr == "shape" and stacked(s, node.value)
-                and _host_read(s, node)):
+                and not traced(s, node)):
             continue
         handed = s.parent.get(node)
         if isinstance(handed, ast.Call) and s.name(handed.func) in ("tuple", "list") and handed.args == [node]:
@@ -80,7 +76,7 @@ def device_axis_split(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`x[:, :n]` or `x[:, :, j]` of a stack on the host: a cut along axis 1, each device's rows."""
     for node in ast.walk(s.tree):
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _behind_the_device_axis(node.slice) \
-                and stacked(s, node.value) and _host_read(s, node):
+                and stacked(s, node.value) and not traced(s, node):
             yield (node, "local-batch",
                    f"{code_of(node)} cuts pmap's stack behind its device axis (axis 1 is each device's rows); after "
                    "the port the array has no device axis, so the cut takes the wrong axis",
@@ -96,7 +92,7 @@ def device_axis_folded(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.calls:
         owner = call.func.value if isinstance(call.func, ast.Attribute) else None
         if owner is None or not _folds(call) or said_fold(s, call) or not stacked(s, owner) \
-                or not _host_read(s, call):
+                or traced(s, call):
             continue
         reader = s.parent.get(call)
         if isinstance(reader, ast.Call) and reader.args[:1] == [call] and (
@@ -124,7 +120,7 @@ def device_axis_joined(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                 and isinstance(axis, ast.Constant) and axis.value == 1):
             continue
         parts = call.args[0].elts if isinstance(call.args[0], (ast.List, ast.Tuple)) else [call.args[0]]
-        if any(stacked(s, p) for p in parts) and _host_read(s, call):
+        if any(stacked(s, p) for p in parts) and not traced(s, call):
             yield (call, "local-batch",
                    f"{code_of(call.func)}(..., axis=1) joins pmap's stacks along each device's rows (axis 0 is this "
                    "host's devices); after the port the arrays have no device axis, and axis 1 is no longer rows",
