@@ -91,6 +91,33 @@ def test_a_project_function_that_stacks_rows_per_local_device_is_local_batch_at_
     assert "local-batch" not in _rules_on(alone, 6)
 
 
+
+_STACKING_MODULE = (
+    "import jax\nimport jax.numpy as jnp\nimport tensorflow as tf\n\n\n"
+    "def shard_batch(batch, n_devices):\n    return jnp.reshape(batch, (n_devices, -1) + batch.shape[1:])\n\n\n"
+    "def split_batch(batch):\n    return tf.reshape(batch, (jax.local_device_count(), -1) + tuple(batch.shape[1:]))\n\n\n"
+    "def create_split(builder, batch_size):\n    return builder.as_dataset().batch(batch_size).map(split_batch)\n\n\n"
+    "def evaluate_loop(p_eval, state, builder):\n    for batch in create_split(builder, 8):\n"
+    "        p_eval(state, batch)\n")
+
+
+def test_a_project_function_that_stacks_by_a_count_it_is_handed_or_through_another_is_local_batch(tmp_path):
+    _write(tmp_path / "proj" / "__init__.py", "")
+    _write(tmp_path / "proj" / "pipeline.py", _STACKING_MODULE)
+    source = ("import jax\nfrom proj.pipeline import create_split, evaluate_loop, shard_batch, split_batch\n\n"
+              "p_step = jax.pmap(train_step, axis_name='b')\nn_devices = jax.local_device_count()\n"
+              "ds = create_split(builder, 64)\n"  # 6: a loader that maps the stacker
+              "other = builder.as_dataset().map(split_batch)\n"  # 7: the stacker handed on
+              "for batch in ds:\n    state = p_step(state, shard_batch(batch, n_devices))\n"  # 9: by a device count
+              "    halves = shard_batch(batch, 2)\n"  # 10: a count of halves, not of devices
+              "evaluate_loop(p_eval, state, builder)\n")  # 11: it runs a step on what it stacks, it loads nothing
+    script = _write(tmp_path / "train.py", source)
+    assert {line for line in range(6, 12) if "local-batch" in _rules_on(script, line)} == {6, 7, 9}
+    alone = _write(tmp_path / "alone" / "train.py", source)  # out of view: not guessed from the names
+    assert not any("local-batch" in _rules_on(alone, line) for line in (6, 7))
+    assert not any("(in the project)" in f.does for f in migrate.migrate(alone, show=False))
+
+
 _KFAC_STYLE = ("import functools\nimport jax\nimport jax.tree_util as jtu\n\n"
                "instance = functools.partial(jtu.tree_map, lambda x: x[0])\n"
                "_p_split = jax.pmap(lambda key: tuple(jax.random.split(key)))\n\n\n"

@@ -180,8 +180,9 @@ _SPLITS = ("jax.numpy.split", "numpy.split", "jax.numpy.array_split", "numpy.arr
 
 def leading_axis(s: Script, reshape: ast.Call) -> ast.AST | None:
     """The first axis of `x.reshape(n, ...)`, `x.reshape((n, -1) + x.shape[1:])` or `x.reshape(new_shape)` with
-    `new_shape = (n, per_device) + x.shape[1:]`."""
-    first = reshape.args[0] if reshape.args else None
+    `new_shape = (n, per_device) + x.shape[1:]`; also of the function's spelling, `jnp.reshape(x, (n, ...))`."""
+    functional = is_name(s.name(reshape.func), "jax.numpy.reshape", "numpy.reshape", "tensorflow.reshape")
+    first = reshape.args[1 if functional else 0] if len(reshape.args) > functional else None
     for _ in range(4):
         if isinstance(first, ast.Name) and isinstance(s.value(first), (ast.Tuple, ast.List, ast.BinOp)):
             first = s.value(first)
@@ -194,7 +195,7 @@ def leading_axis(s: Script, reshape: ast.Call) -> ast.AST | None:
     return first
 
 
-def _stacked_by(s: Script, function: ast.FunctionDef, params: set[str]) -> str | None:
+def stacked_by(s: Script, function: ast.FunctionDef, params: set[str]) -> str | None:
     """How a function of the script stacks its rows per device by one of `params`: 'split' (`jnp.split(x, n)`),
     'reshape' (a leading axis `n`), through a shape tuple held in a name; None if it does neither."""
     for node in ast.walk(function):
@@ -223,7 +224,7 @@ def _stacking_helpers(s: Script) -> Iterator[tuple[ast.Call, ast.AST, str, str]]
         params = [a.arg for a in function.args.args]
         for i, a in enumerate(call.args[1:len(params)], start=1):
             whose = device_count_of(s, a)
-            how = _stacked_by(s, function, {params[i]}) if whose else None
+            how = stacked_by(s, function, {params[i]}) if whose else None
             if how:
                 yield call, a, whose, how
                 break
@@ -334,21 +335,34 @@ def stacks_per_local_device(s: Script, function: ast.AST) -> bool:
 
 def project_stacking_helper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`data_utils.shard(batch)`: a function of the script's project, read to its body, that stacks the rows it is
-    handed one slice per local device (the leading axis pmap strips)."""
-    if not _pmap_era(s) or not s.folder.stackers:
+    handed one slice per local device (the leading axis pmap strips), also when the script hands it on
+    (`ds.map(split_batch)`) or hands it the device count it stacks by (`shard_batch(batch, n_devices)`)."""
+    if not _pmap_era(s) or not s.folder.stackers | s.folder.count_stackers:
         return
-    for call in s.calls:
-        root = call.func
+    by_count = dict(s.folder.count_stackers)
+    handed_on = {a for c in s.calls for a in c.args if isinstance(a, ast.Name)}
+    for node in [*s.calls, *handed_on]:
+        called = node.func if isinstance(node, ast.Call) else node
+        root = called
         while isinstance(root, ast.Attribute):
             root = root.value
         module = s.names.alias.get(root.id, "") if isinstance(root, ast.Name) else ""
-        short = code_of(call.func).rsplit(".", 1)[-1]
-        if module and module.split(".")[0] not in LIBRARY_ROOTS and short in s.folder.stackers and call.args:
-            yield (call, "local-batch",
-                   f"{code_of(call.func)}(...) (in the project) stacks the rows it is handed one slice per local "
-                   "device, the leading axis pmap strips",
-                   "no stacking: pass the host's rows as they are to jax.make_array_from_process_local_data("
-                   f"NamedSharding(mesh, P({MESH_AXES})), rows), and JAX splits them over the devices")
+        short = code_of(called).rsplit(".", 1)[-1]
+        if not module or module.split(".")[0] in LIBRARY_ROOTS or short in s.folder.prefetchers:
+            continue  # a loader that prefetches its stacks is flax-prefetch (loader_rules)
+        count = node.args[by_count[short]] if isinstance(node, ast.Call) and short in by_count \
+            and by_count[short] < len(node.args) else None
+        if short in s.folder.stackers and (node in handed_on or node.args):
+            how = "stacks the rows it is handed one slice per local device"
+        elif count is not None and device_count_of(s, count):
+            how = f"stacks the rows it is handed one slice per device (by {code_of(count)}, a device count)"
+        else:
+            continue
+        yield (node, "local-batch",
+               f"{code_of(called)}{'' if node in handed_on else '(...)'} (in the project) {how}, the leading axis "
+               "pmap strips",
+               "no stacking: pass the host's rows as they are to jax.make_array_from_process_local_data("
+               f"NamedSharding(mesh, P({MESH_AXES})), rows), and JAX splits them over the devices")
 
 
 def _handed_a_batch(s: Script, call: ast.Call) -> bool:

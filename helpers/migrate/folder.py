@@ -66,3 +66,4 @@ class Folder:
     host_switches: frozenset[HostSwitch] = frozenset()  # read the process index only in a branch on a parameter
     pmap_runners: frozenset[str] = frozenset()  # their functions that run a pmapped step and return its output
     prefetchers: frozenset[str] = frozenset()  # their functions that prefetch the batches to the local devices
+    count_stackers: frozenset[tuple[str, int]] = frozenset()  # (function, position): stack rows by a count handed

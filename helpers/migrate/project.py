@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 from helpers.migrate.aliases import definitions, expand
-from helpers.migrate.batch_rules import stacks_per_local_device
+from helpers.migrate.batch_rules import stacked_by, stacks_per_local_device
 from helpers.migrate.checkpoint_rules import checkpointers
 from helpers.migrate.copy_rules import mapped_function
 from helpers.migrate.folder import Folder, HostSwitch
@@ -105,6 +105,9 @@ def folder_facts(files: list[Path]) -> Folder:
     pmapped step and hand back its output, and which prefetch their batches to the local devices."""
     handed, axes, copies, pmappers, aliases, read, host_aware, stackers, saving, switches, runners, prefetch = (
         set() for _ in range(12))
+    count_stackers: set[tuple[str, int]] = set()
+    functions: list[ast.FunctionDef] = []
+    steps: set[str] = set()  # the modules' pmapped functions
     for file in files:
         try:
             tree = ast.parse(file.read_text(encoding="utf-8"))
@@ -118,17 +121,56 @@ def folder_facts(files: list[Path]) -> Folder:
         pmappers |= _pmapping_functions(script)
         saving |= checkpointers(script, file.stem)
         runners |= _pmap_runners(script)
+        steps |= _pmapped(script)
         prefetch |= _prefetchers(script)
         for definition in (n for n in ast.walk(script.tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))):
             read.add(definition.name)
             if _host_reads(script, definition):
                 host_aware.add(definition.name)
                 switches |= {s for s in [_host_switch(script, definition)] if s is not None}
-            if isinstance(definition, ast.FunctionDef) and stacks_per_local_device(script, definition):
-                stackers.add(definition.name)
+            if isinstance(definition, ast.FunctionDef):
+                functions.append(definition)
+                if stacks_per_local_device(script, definition):
+                    stackers.add(definition.name)
+                count_stackers |= _stacks_by_a_count(script, definition)
     return Folder(frozenset(handed), frozenset(axes), frozenset(copies), frozenset(pmappers), frozenset(aliases),
-                  frozenset(read), frozenset(host_aware), frozenset(stackers), frozenset(saving),
-                  host_switches=frozenset(switches), pmap_runners=frozenset(runners), prefetchers=frozenset(prefetch))
+                  frozenset(read), frozenset(host_aware), frozenset(_using_stackers(functions, stackers, steps)),
+                  frozenset(saving), host_switches=frozenset(switches), pmap_runners=frozenset(runners),
+                  prefetchers=frozenset(prefetch), count_stackers=frozenset(count_stackers))
+
+
+def _stacks_by_a_count(script: Script, function: ast.FunctionDef) -> set[tuple[str, int]]:
+    """(name, position in a call, self left out) of the parameter by which the function stacks the rows it is handed
+    (`def shard_batch(batch, n_devices): return batch.reshape((n_devices, -1) + batch.shape[1:])`): a call that
+    hands it a device count stacks per device."""
+    positional = [a.arg for a in function.args.posonlyargs + function.args.args]
+    skipped = 1 if positional[:1] in (["self"], ["cls"]) else 0
+    return {(function.name, i - skipped) for i, parameter in enumerate(positional) if i > skipped
+            and stacked_by(script, function, {parameter})}
+
+
+def _using_stackers(functions: list[ast.FunctionDef], stackers: set[str], steps: set[str]) -> set[str]:
+    """The stackers and the project's functions that call one or hand one on (`ds.map(split_batch)`, a loader
+    returning `get_data(...)` whose body reshapes per local device), a few steps on; not one that runs a step on
+    the rows it stacks (calls a pmapped function or a function it is handed): it loads nothing for the script."""
+    found = set(stackers)
+    for _ in range(4):
+        more = {f.name for f in functions if f.name not in found and _names_one(f, found) and not _runs_a_step(f, steps)}
+        if not more:
+            break
+        found |= more
+    return found
+
+
+def _names_one(function: ast.FunctionDef, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names or isinstance(n, ast.Attribute) and n.attr in names
+               for n in ast.walk(function))
+
+
+def _runs_a_step(function: ast.FunctionDef, steps: set[str]) -> bool:
+    parameters = {a.arg for a in function.args.posonlyargs + function.args.args + function.args.kwonlyargs}
+    return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in parameters | steps
+               for c in ast.walk(function))
 
 
 def _prefetchers(script: Script) -> set[str]:
@@ -152,16 +194,26 @@ def _pmap_runners(script: Script) -> set[str]:
     one (or `jax.pmap(f)(x)`) and return what it gave back, through the names, lists and nested functions of their
     bodies (`samples = decode(jax.pmap(f)(x)); return samples`): a script that imports one gets pmap's stacks from
     it. A pmap of a lambda places values (a replicate, a key split), it runs no step."""
-    pmaps = set(script.pmaps())
-    steps = {c for c in pmaps if is_name_call(c) and c.args and not isinstance(c.args[0], ast.Lambda)}
-    pmapped = {f.name for f in ast.walk(script.tree) if isinstance(f, ast.FunctionDef) and any(
-        n in pmaps or is_name(script.name(n), "jax.pmap") for d in f.decorator_list for n in ast.walk(d))}
-    pmapped |= {t.id for n in ast.walk(script.tree) if isinstance(n, ast.Assign) and n.value in steps
-                for t in n.targets if isinstance(t, ast.Name)}
+    steps = _pmap_calls(script)
+    pmapped = _pmapped(script)
     top = {n.name for n in script.tree.body if isinstance(n, ast.FunctionDef)} | {
         t.id for n in script.tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     return (pmapped & top) | {f.name for f in script.tree.body if isinstance(f, ast.FunctionDef)
                               and f.name not in pmapped and _returns_pmap_output(f, pmapped, steps)}
+
+
+def _pmap_calls(script: Script) -> set[ast.Call]:
+    """The module's pmaps of a function (not of a lambda, which places values)."""
+    return {c for c in script.pmaps() if is_name_call(c) and c.args and not isinstance(c.args[0], ast.Lambda)}
+
+
+def _pmapped(script: Script) -> set[str]:
+    """The names of the module's pmapped steps: `@jax.pmap def step`, `p_step = jax.pmap(step)`."""
+    pmaps, steps = set(script.pmaps()), _pmap_calls(script)
+    return {f.name for f in ast.walk(script.tree) if isinstance(f, ast.FunctionDef) and any(
+        n in pmaps or is_name(script.name(n), "jax.pmap") for d in f.decorator_list for n in ast.walk(d))} | {
+        t.id for n in ast.walk(script.tree) if isinstance(n, ast.Assign) and n.value in steps
+        for t in n.targets if isinstance(t, ast.Name)}
 
 
 def _returns_pmap_output(function: ast.FunctionDef, pmapped: set[str], steps: set[ast.Call]) -> bool:
