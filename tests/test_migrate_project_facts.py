@@ -140,3 +140,22 @@ def test_a_package_s_init_re_exports_its_modules_to_the_script(tmp_path):
     script = tmp_path / "train.py"
     script.write_text("from data import create_iterator\n")
     assert [p.name for p in project_modules(script)] == ["__init__.py", "tfds.py"]
+
+
+_STEP_MAKER = ("import jax\n\n\ndef train_step_pmap(tx, loss_fn):\n    def step(state, batch):\n"
+               "        return state, {'loss': loss_fn(state, batch)}\n\n    return jax.pmap(step, axis_name='devices')\n\n\n"
+               "def pad_with_keys(data, key):\n"
+               "    seeds = jax.pmap(lambda k: jax.random.split(k, num=data.shape[1]))(key)\n    return data + seeds\n")
+
+
+def test_a_project_function_that_returns_a_pmap_of_its_own_step_is_a_pmap_and_its_step_pmapped(tmp_path):
+    _write(tmp_path / "proj" / "__init__.py", "")
+    _write(tmp_path / "proj" / "steps.py", _STEP_MAKER)
+    assert folder_facts([tmp_path / "proj" / "steps.py"]).pmappers == {"train_step_pmap"}  # not pad_with_keys
+    script = _write(tmp_path / "train.py",
+                    "import jax\nimport numpy as np\nfrom proj.steps import pad_with_keys, train_step_pmap\n\n"
+                    "p_step = train_step_pmap(tx, loss_fn)\nstate, metrics = p_step(state, pad_with_keys(x, k))\n"
+                    "host = jax.tree.map(lambda x: np.array(x).mean(), metrics)\n")
+    assert "pmap" in _said_on(script, 5)
+    assert "pmap" not in _said_on(script, 6)  # pmaps a lambda of its own: it places values, it wraps no step
+    assert "numpy-of-global" in _said_on(script, 7)  # p_step's output is a per-device stack

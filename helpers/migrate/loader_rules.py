@@ -117,12 +117,15 @@ def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
             loader = _loader_of(s, source)
             if loader is not None and handed_loaded_rows(s, loader) is None:
                 stacked.setdefault(loader, argument)
+    read_stackers = s.folder.stackers | {function for function, _ in s.folder.count_stackers}
     for loader, argument in stacked.items():
         if code_of(loader.func).rsplit(".", 1)[-1] in s.folder.prefetchers:
             yield (loader, "flax-prefetch",
                    f"{code_of(loader.func)}(...) (in the project) stacks this host's batches per local device and "
                    "prefetches them onto the local devices (flax's prefetch_to_device), pmap's stacks",
                    _PREFETCH_INSTEAD)
+        elif code_of(loader.func).rsplit(".", 1)[-1] in read_stackers:
+            continue  # read to its body: batch_rules.project_stacking_helper says how it stacks
         elif not per_device_sizes(s, loader):  # said where the size is: per_device_size_to_a_loader
             yield (loader, "local-batch",
                    f"{code_of(loader.func)}(...) builds this host's batches stacked per local device (its "

@@ -305,9 +305,23 @@ def _parameter_test(test: ast.AST, parameters: set[str]) -> tuple[str, str, str]
 
 def _pmapping_functions(script: Script) -> set[str]:
     """Its functions that pmap a function they are handed (`def dist(f): return jax.pmap(f, ...)`, or a partial of
-    it); a loader that pmaps a lambda of its own to place its rows is not one."""
-    return {f.name for call in script.pmaps() for f in script.enclosing_defs(call) if call.args and any(
-        isinstance(n, ast.Name) and n.id in {a.arg for a in f.args.args} for n in ast.walk(call.args[0]))}
+    it), or return a pmap of a step of their own (`def train_step_pmap(tx, loss_fn): ... return jax.pmap(step)`); a
+    loader that pmaps a lambda of its own to place its rows is not one."""
+    steps = _pmap_calls(script)
+    return {f.name for call in script.pmaps() for f in script.enclosing_defs(call)
+            if call.args and _runs_a_parameter(call.args[0], {a.arg for a in f.args.args})} | {
+        f.name for f in ast.walk(script.tree) if isinstance(f, ast.FunctionDef) and any(
+            isinstance(r, ast.Return) and r.value is not None and script.value(r.value) in steps for r in ast.walk(f))}
+
+
+def _runs_a_parameter(mapped: ast.AST, parameters: set[str]) -> bool:
+    """What pmap is handed is one of the function's parameters, a partial of one, or a lambda calling one; not a
+    lambda of its own that only reads one (`lambda k: jax.random.split(k, num=data.shape[1])`)."""
+    if isinstance(mapped, ast.Name):
+        return mapped.id in parameters
+    if isinstance(mapped, ast.Lambda):
+        return any(isinstance(c, ast.Call) and _runs_a_parameter(c.func, parameters) for c in ast.walk(mapped.body))
+    return isinstance(mapped, ast.Call) and any(_runs_a_parameter(a, parameters) for a in mapped.args)
 
 
 def _mapped_first_copies(script: Script) -> set[tuple[str, str]]:

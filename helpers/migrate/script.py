@@ -299,11 +299,12 @@ class Script:
         short = name.rsplit(".", 1)[-1]
         if call.args and self._names_pmap(call.func) and not is_name(name, "jax.pmap"):
             return True  # `utils.pmap(step)`: a project's pmap, read or not (a partial of jax.pmap, most often)
-        if "." not in name or name.startswith(_LIBRARIES) or short in self.defined \
-                or short in ("grad", "value_and_grad") or "map" in short.lower() or "scan" in short.lower():
+        if "." not in name or name.startswith(_LIBRARIES) or short in self.defined:
             return False
         if short in self.folder.pmappers:
             return True
+        if short in ("grad", "value_and_grad") or "map" in short.lower() or "scan" in short.lower():
+            return False
         return bool(call.args) and self._is_function(call.args[0]) and bool(strings(keyword(call, "axis_name")))
 
     def _is_function(self, node: ast.AST, depth: int = 0) -> bool:
@@ -513,8 +514,8 @@ class Script:
     @once
     def pmapped_names(self) -> set[str]:
         """Names that hold a pmapped function: `f = jax.pmap(g)`, `@jax.pmap def f`, `@nnx.pmap(...) def f`, and
-        `f = make()` where `make` returns one of those."""
-        pmaps = [*self.pmaps(), *self.nnx_pmaps()]
+        `f = make()` where `make` returns one of those, and `f = utils.dist(g)` of a project's wrapper of pmap."""
+        pmaps = [*self.pmaps(), *self.nnx_pmaps(), *self.wrappers]
         found = {name for name, value in self.assigned.items() if isinstance(value, ast.Call) and any(
             any(n is call for n in ast.walk(value)) for call in pmaps)}
         found |= {f.name for f in self.pmapped_functions()}
