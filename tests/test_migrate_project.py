@@ -118,6 +118,19 @@ def test_a_project_function_that_stacks_by_a_count_it_is_handed_or_through_anoth
     assert not any("(in the project)" in f.does for f in migrate.migrate(alone, show=False))
 
 
+
+def test_a_project_loader_read_through_the_stacking_of_its_rows_loads_the_whole_batch_on_every_host(tmp_path):
+    _write(tmp_path / "proj" / "__init__.py", "")
+    _write(tmp_path / "proj" / "pipeline.py", _STACKING_MODULE + "\n\ndef create_loader(args):\n    return read(args)\n")
+    source = ("import jax\nimport numpy as np\nfrom proj.pipeline import create_loader, shard_batch\n\n"
+              "p_step = jax.pmap(train_step, axis_name='b')\nloader = create_loader(args)\n"
+              "for batch in loader:\n    rows = shard_batch(np.asarray(batch), jax.local_device_count())\n"
+              "    state = p_step(state, rows)\n")
+    script = _write(tmp_path / "train.py", source)
+    assert "global-batch-per-host" in _rules_on(script, 6)  # past shard_batch, a transform of the loader's rows
+    assert "global-batch-per-host" not in _rules_on(script, 8)
+
+
 _KFAC_STYLE = ("import functools\nimport jax\nimport jax.tree_util as jtu\n\n"
                "instance = functools.partial(jtu.tree_map, lambda x: x[0])\n"
                "_p_split = jax.pmap(lambda key: tuple(jax.random.split(key)))\n\n\n"

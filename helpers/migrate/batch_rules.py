@@ -371,6 +371,17 @@ def _handed_a_batch(s: Script, call: ast.Call) -> bool:
     return any(batch_source(s, a) not in (None, call) for a in [*call.args, *(k.value for k in call.keywords)])
 
 
+def _first_loader(s: Script, source: ast.Call | None) -> ast.Call | None:
+    """The loader call the rows come from, past the project calls that transform rows another call loaded
+    (`shard_batch(numpy_from_torch(batch), n)` of a batch of `create_loader(...)`)."""
+    for _ in range(4):
+        if source is None or not _handed_a_batch(s, source):
+            return source
+        source = next(filter(None, (batch_source(s, a) for a in [*source.args, *(k.value for k in source.keywords)])),
+                      None)
+    return None
+
+
 def _host_split_off(s: Script, call: ast.Call, named: str) -> str | None:
     """How a call of a project loader that splits by host only in a branch on a parameter (`if is_training:`) turns
     the split off (`is_training is true (here False)`), else None."""
@@ -389,10 +400,10 @@ def shared_project_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if not pmapped_call(call):
             continue
         for argument in [*call.args, *(k.value for k in call.keywords)]:
-            loader = batch_source(s, argument)
+            loader = _first_loader(s, batch_source(s, argument))
             if loader is None or loader in said or host_index_in(s, loader) is not None \
-                    or handed_loaded_rows(s, loader) is not None or _handed_a_batch(s, loader):
-                continue  # a transform of rows another loader read
+                    or handed_loaded_rows(s, loader) is not None:
+                continue
             named = code_of(loader.func).rsplit(".", 1)[-1]
             switched_off = _host_split_off(s, loader, named)
             host_aware = named in s.folder.host_aware and not switched_off
