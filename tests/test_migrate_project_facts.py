@@ -159,3 +159,38 @@ def test_a_project_function_that_returns_a_pmap_of_its_own_step_is_a_pmap_and_it
     assert "pmap" in _said_on(script, 5)
     assert "pmap" not in _said_on(script, 6)  # pmaps a lambda of its own: it places values, it wraps no step
     assert "numpy-of-global" in _said_on(script, 7)  # p_step's output is a per-device stack
+
+
+_TRAINER = ("import jax\n\n\nclass Trainer:\n    def __init__(self, training_step, train_pmap_kwargs):\n"
+            "        self.training_step = training_step\n        self.train_pmap_kwargs = train_pmap_kwargs\n\n"
+            "    def train(self, state, data):\n"
+            "        step = jax.pmap(self.training_step, **self.train_pmap_kwargs)\n"
+            "        for batch in data:\n            state = step(state, batch)\n        return state\n")
+_USES_TRAINER = ("import jax\nfrom speech_jax import training\n\n\ndef training_step(state, batch):\n"
+                 "    grads = jax.grad(loss)(state.params, batch)\n    return jax.lax.pmean(grads, axis_name='batch')\n\n\n"
+                 "trainer = training.Trainer(training_step=training_step,\n"
+                 "                           train_pmap_kwargs={'axis_name': 'batch'})\n"
+                 "state = trainer.train(state, data)\n")
+
+
+def test_a_src_layout_trainer_that_pmaps_the_step_it_is_handed_is_said_where_pmaps_keywords_are(tmp_path):
+    _write(tmp_path / "src" / "speech_jax" / "__init__.py", "")
+    _write(tmp_path / "src" / "speech_jax" / "training.py", _TRAINER)
+    script = _write(tmp_path / "projects" / "finetune.py", _USES_TRAINER)
+    assert tmp_path / "src" / "speech_jax" / "training.py" in project_modules(script)
+    assert "pmap" in _said_on(script, 11) and "pmap" not in _said_on(script, 10)  # the line naming the axis
+    assert "pmap" not in _said_on(script, 12)  # train() runs the pmap the object was handed, it wraps nothing
+    assert "N times too large" in _said_on(script, 7)["pmap-collective"]  # the gradient trap in the handed step
+    alone = _write(tmp_path / "alone" / "finetune.py", _USES_TRAINER)  # out of view: the keywords still say pmap
+    assert "pmap" in _said_on(alone, 11)
+
+
+def test_a_helper_that_puts_keys_split_one_a_device_on_the_devices_is_no_replicate(tmp_path):
+    script = _write(tmp_path / "train.py",
+                    "import jax\n\n\ndef put_keys(key):\n    keys = jax.random.split(key, jax.local_device_count())\n"
+                    "    return jax.device_put_sharded(list(keys), jax.local_devices())\n\n\n"
+                    "def put_copies(x):\n    devices = jax.local_devices()\n"
+                    "    return jax.device_put_sharded(len(devices) * [x], devices)\n\n\n"
+                    "step = jax.pmap(f, axis_name='i')\nstep(put_copies(params), put_keys(key))\n")
+    said = [f.does for f in migrate.migrate(script, show=False) if f.line == 15 and f.rule == "jax-utils-replicate"]
+    assert any("put_copies" in d for d in said) and not any("put_keys" in d for d in said)

@@ -129,8 +129,8 @@ def _pmapped_out_of_view(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for factory, names in pmapped_out_of_view(s).items():
         yield (factory, "pmap",
                f"{code_of(factory.func)}(...) returns a function ({', '.join(sorted(names))}) that this script calls "
-               "with pmap's stacks (a replicated state, keys split one a device): the project pmaps it out of view, "
-               "over this host's devices, and its outputs are per-device stacks of this host's rows",
+               "with pmap's stacks (a replicated state, keys split one a device): the project pmaps it out of view "
+               "(each host feeds its own devices), and its outputs are per-device stacks of this host's rows",
                f"port the project's function: jax.jit(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...)) over a "
                f"{MESH_AXES} mesh (P() for the state, P({MESH_AXES}) for what it splits), or a plain jax.jit on global "
                "arrays; then hand it the state as it is (no replicate) and one key")
@@ -144,14 +144,15 @@ def _pmap_wrapper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         where = ("defined in another file of this folder, calls jax.pmap" if short in s.folder.pmappers
                  else f"handed a function and pmap's keyword axis_name={axis[0]!r}, pmaps it" if axis
                  else "named pmap and defined where the tool cannot read it, pmaps what it is handed")
-        yield (call, "pmap",
-               f"{code_of(call.func)}(...), the project's wrapper {where}: the function it wraps runs under "
-               "pmap over this host's devices, each fed a slice of a per-host stack"
-               + (f" (collectives over {axis[0]!r} inside reach this host's devices only, and the wrapper may "
-                  "gather or unreplicate the result)" if axis else ""),
-               f"port the wrapper itself: jax.jit(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...)) over a "
-               f"{MESH_AXES} mesh with global arrays (P({MESH_AXES}) for what it split, P() for what it replicated), "
-               "or a plain jax.jit of f on the global batch; then its gather over the axis and its [0] go")
+        for said in _pmap_keywords(call) or [call]:  # `train_pmap_kwargs={"axis_name": ...}`: where it is set
+            yield (said, "pmap",
+                   f"{code_of(call.func)}(...), the project's wrapper {where}: the function it wraps runs under "
+                   "pmap, each device fed a slice of its host's stack"
+                   + (f" (collectives over {axis[0]!r} inside span every host's devices, and the wrapper may "
+                      "gather or unreplicate the result)" if axis else ""),
+                   f"port the wrapper itself: jax.jit(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...)) over a "
+                   f"{MESH_AXES} mesh with global arrays (P({MESH_AXES}) for what it split, P() for what it replicated), "
+                   "or a plain jax.jit of f on the global batch; then its gather over the axis and its [0] go")
 
 
 # published libraries' own helpers that run a jax.pmap: -> (rule, what it does, instead)
@@ -174,6 +175,15 @@ def _library_pmaps(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     multi_device=True)`, a pipeline's `jit=True` is process_zero_rules')."""
     yield from s.calls_in(_LIBRARY_PMAPS)
     for call in s.calls:
+        if call not in s.wrappers:  # a wrapper out of view handed pmap's own keywords in a dict
+            for said in _pmap_keywords(call):
+                yield (said, "pmap",
+                       f"{code_of(call.func)}(..., {_said_keyword(call, said)}=...) hands pmap's keywords (its "
+                       "axis_name) to code out of view that runs jax.pmap: the functions it is handed run under pmap, "
+                       "each device fed a slice of its host's stack, their collectives over that axis",
+                       "port what runs the pmap: jax.jit(jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...)) "
+                       f"over a {MESH_AXES} mesh with global arrays, or a plain jax.jit on the global batch; then drop "
+                       "these keywords")
         flag = keyword(call, "multi_device")
         if isinstance(flag, ast.Constant) and flag.value is True:
             yield (flag, "pmap",
@@ -181,6 +191,21 @@ def _library_pmaps(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "devices: its inputs are pmap's per-device stacks and its reductions use pmap's axis",
                    "multi_device=False, and call it inside jax.jit on global arrays (or inside shard_map over the "
                    f"{MESH_AXES} mesh, its axis name the mesh's)")
+
+
+def _pmap_keywords(call: ast.Call) -> list[ast.AST]:
+    """The values of a call's keywords named for pmap's keywords that set its axis (`train_pmap_kwargs={"axis_name":
+    "batch", "donate_argnums": (0, 1)}`, `pmap_kwargs=dict(axis_name="i")`)."""
+    def names_an_axis(value: ast.AST) -> bool:
+        if isinstance(value, ast.Dict):
+            return any(isinstance(k, ast.Constant) and k.value == "axis_name" for k in value.keys)
+        return isinstance(value, ast.Call) and code_of(value.func) == "dict" and any(
+            k.arg == "axis_name" for k in value.keywords)
+    return [k.value for k in call.keywords if k.arg and "pmap" in k.arg.lower() and names_an_axis(k.value)]
+
+
+def _said_keyword(call: ast.Call, value: ast.AST) -> str:
+    return next(k.arg for k in call.keywords if k.value is value)
 
 
 def _shard_prng_key_argument(s: Script, call: ast.Call) -> int | None:

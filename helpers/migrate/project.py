@@ -14,7 +14,8 @@ from helpers.migrate.copy_rules import mapped_function
 from helpers.migrate.folder import Folder, HostSwitch
 from helpers.migrate.script import Script, first_copy, is_name, is_name_call
 
-MOST_MODULES = 40  # a script importing half a monorepo: read the first ones, keep the tool fast
+MOST_MODULES = 40
+_SRC_LEVELS = 3  # how far above the script's top package a src-layout project's root may be  # a script importing half a monorepo: read the first ones, keep the tool fast
 _HOST_NUMBERS = ("process_index", "process_count", "host_id", "host_count")
 
 
@@ -55,9 +56,11 @@ def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
 def _outer_roots(top: Path, dotted: str) -> list[Path]:
     """The folder above the script's top package, or above a folder further up, when an import names that folder:
     `paxml/train.py` importing `paxml.checkpoints`, `chirp/train/classifier.py` importing `chirp.data.utils`, the
-    folders packages without `__init__.py`."""
+    folders packages without `__init__.py`; else the `src` folder of a src-layout project a few folders up that holds
+    the package (`projects/finetune.py` importing `speech_jax`, found in `src/speech_jax`)."""
     head = dotted.split(".")[0]
-    return [folder.parent for folder in (top, *top.parents) if folder.name == head][:1]
+    named = [folder.parent for folder in (top, *top.parents) if folder.name == head][:1]
+    return named or [folder / "src" for folder in (top, *top.parents)[:_SRC_LEVELS] if (folder / "src" / head).is_dir()][:1]
 
 
 def project_modules(script: Path) -> list[Path]:
@@ -305,20 +308,30 @@ def _parameter_test(test: ast.AST, parameters: set[str]) -> tuple[str, str, str]
 
 def _pmapping_functions(script: Script) -> set[str]:
     """Its functions that pmap a function they are handed (`def dist(f): return jax.pmap(f, ...)`, or a partial of
-    it), or return a pmap of a step of their own (`def train_step_pmap(tx, loss_fn): ... return jax.pmap(step)`); a
-    loader that pmaps a lambda of its own to place its rows is not one."""
+    it), or return a pmap of a step of their own (`def train_step_pmap(tx, loss_fn): ... return jax.pmap(step)`), and
+    the classes whose methods pmap a function the object holds (`jax.pmap(self.training_step, **self.pmap_kwargs)`);
+    a loader that pmaps a lambda of its own to place its rows is not one."""
     steps = _pmap_calls(script)
     return {f.name for call in script.pmaps() for f in script.enclosing_defs(call)
             if call.args and _runs_a_parameter(call.args[0], {a.arg for a in f.args.args})} | {
         f.name for f in ast.walk(script.tree) if isinstance(f, ast.FunctionDef) and any(
-            isinstance(r, ast.Return) and r.value is not None and script.value(r.value) in steps for r in ast.walk(f))}
+            isinstance(r, ast.Return) and r.value is not None and script.value(r.value) in steps for r in ast.walk(f))} | {
+        c.name for c in ast.walk(script.tree) if isinstance(c, ast.ClassDef) and any(
+            call.args and _handed_to_the_object(call.args[0], c) for call in script.pmaps()
+            if any(f in c.body for f in script.enclosing_defs(call)))}
+
+
+def _handed_to_the_object(node: ast.AST, cls: ast.ClassDef) -> bool:
+    """`self.training_step` where the class defines no such method: a function the object was handed."""
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" \
+        and not any(isinstance(f, ast.FunctionDef) and f.name == node.attr for f in cls.body)
 
 
 def _runs_a_parameter(mapped: ast.AST, parameters: set[str]) -> bool:
     """What pmap is handed is one of the function's parameters, a partial of one, or a lambda calling one; not a
     lambda of its own that only reads one (`lambda k: jax.random.split(k, num=data.shape[1])`)."""
     if isinstance(mapped, ast.Name):
-        return mapped.id in parameters
+        return mapped.id in parameters - {"self", "cls"}  # `self.step`: what the object was handed (_pmapping_classes)
     if isinstance(mapped, ast.Lambda):
         return any(isinstance(c, ast.Call) and _runs_a_parameter(c.func, parameters) for c in ast.walk(mapped.body))
     return isinstance(mapped, ast.Call) and any(_runs_a_parameter(a, parameters) for a in mapped.args)

@@ -251,11 +251,13 @@ class Script:
         return self.copy_helper(expr) == "unreplicate"
 
     def stacks_copies(self, call: ast.Call) -> bool:
-        """A call that stacks copies of one value, one a device: `device_put_sharded`, `device_put_replicated`,
-        `jax_utils.replicate`, a repeat or broadcast_to over the local devices, `np.stack([x] * len(devices))`."""
+        """A call that stacks copies of one value, one a device: `device_put_sharded(n * [x])` (not of keys split one
+        a device), `device_put_replicated`, `jax_utils.replicate`, a repeat over the local devices, `[x] * n` stacked."""
         name = self.name(call.func)
-        if is_name(name, "device_put_sharded", "device_put_replicated", "flax.jax_utils.replicate"):
+        if is_name(name, "device_put_replicated", "flax.jax_utils.replicate"):
             return True
+        if is_name(name, "device_put_sharded"):
+            return bool(call.args) and self.copy_per_device(call.args[0])
         if is_name(name, "repeat", "broadcast_to", "tile") and any(
                 isinstance(n, ast.Call) and is_name(self.name(n.func), "local_device_count", "local_devices")
                 for a in call.args[1:] for n in ast.walk(a)):
