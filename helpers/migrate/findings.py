@@ -57,7 +57,8 @@ def findings(source: str, path: str = "<script>", *, first_line: int = 1,
     """
     tree = expand(ast.parse(source, filename=path), dict(folder.aliases))
     script = Script(tree, tuple(ast.parse(cell) for cell in earlier), folder)
-    said = [(node.lineno, rule, does, instead) for check in RULES for node, rule, does, instead in _guarded(check, script, path)]
+    said = [(node.lineno, rule, does, instead)
+            for check in RULES for node, rule, does, instead in _guarded(check, script, path)]
     said += [(node.lineno, rule, does, instead) for node, rule, does, instead in said_at_calls(script, said)]
     found = {(line, rule, does): Finding(path, line + first_line - 1, rule, does, instead)
              for line, rule, does, instead in said}

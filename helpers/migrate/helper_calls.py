@@ -27,7 +27,8 @@ def said_at_calls(s: Script, said: Iterable[tuple[int, str, str, str]]) -> Itera
             continue
         rule, does, instead = body
         for call in s.calls:
-            if _calls(call, name) and call.lineno not in spoken and not helper.lineno <= call.lineno <= helper.end_lineno:
+            inside = helper.lineno <= call.lineno <= helper.end_lineno
+            if _calls(call, name) and call.lineno not in spoken and not inside:
                 yield call, rule, f"{name}(...) (line {helper.lineno}) does it here: {does}", instead
 
 

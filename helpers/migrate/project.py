@@ -14,8 +14,8 @@ from helpers.migrate.copy_rules import mapped_function
 from helpers.migrate.folder import Folder, HostSwitch
 from helpers.migrate.script import Script, first_copy, is_name, is_name_call
 
-MOST_MODULES = 40
-_SRC_LEVELS = 3  # how far above the script's top package a src-layout project's root may be  # a script importing half a monorepo: read the first ones, keep the tool fast
+MOST_MODULES = 40  # a script importing half a monorepo: read the first ones, keep the tool fast
+_SRC_LEVELS = 3  # how far above the script's top package a src-layout project's root may be
 _HOST_NUMBERS = ("process_index", "process_count", "host_id", "host_count")
 
 
@@ -60,7 +60,8 @@ def _outer_roots(top: Path, dotted: str) -> list[Path]:
     the package (`projects/finetune.py` importing `speech_jax`, found in `src/speech_jax`)."""
     head = dotted.split(".")[0]
     named = [folder.parent for folder in (top, *top.parents) if folder.name == head][:1]
-    return named or [folder / "src" for folder in (top, *top.parents)[:_SRC_LEVELS] if (folder / "src" / head).is_dir()][:1]
+    return named or [folder / "src" for folder in (top, *top.parents)[:_SRC_LEVELS]
+                     if (folder / "src" / head).is_dir()][:1]
 
 
 def project_modules(script: Path) -> list[Path]:
@@ -158,7 +159,8 @@ def _using_stackers(functions: list[ast.FunctionDef], stackers: set[str], steps:
     the rows it stacks (calls a pmapped function or a function it is handed): it loads nothing for the script."""
     found = set(stackers)
     for _ in range(4):
-        more = {f.name for f in functions if f.name not in found and _names_one(f, found) and not _runs_a_step(f, steps)}
+        more = {f.name for f in functions
+                if f.name not in found and _names_one(f, found) and not _runs_a_step(f, steps)}
         if not more:
             break
         found |= more
