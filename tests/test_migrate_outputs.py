@@ -175,6 +175,37 @@ def test_a_tree_map_of_a_named_function_taking_each_leafs_first_copy_is_an_unrep
     assert 15 not in {line for line, _ in found}
 
 
+OWN_TREE_MAP = """\
+import jax
+
+
+def _tree_map(fn, *trees):
+    if isinstance(trees[0], dict):
+        return {k: _tree_map(fn, *(t[k] for t in trees)) for k in trees[0]}
+    return fn(*trees)
+
+
+def first_replica(tree):
+    return _tree_map(lambda x: x[0], tree)
+
+
+def untouched(tree):
+    return _tree_map(lambda x: x + 1, tree)
+
+
+p_step = jax.pmap(step, axis_name='d')
+params, metrics = p_step(params, batch)
+metrics = first_replica(metrics)
+params = untouched(params)
+"""
+
+
+def test_a_tree_map_of_the_scripts_own_taking_each_leafs_first_copy_is_an_unreplicate():
+    found = rule_set(OWN_TREE_MAP)
+    assert {(11, "jax-utils-replicate"), (20, "jax-utils-replicate")} <= found, found
+    assert not {line for line, _ in found} & {15, 21}, found
+
+
 BATCH_ROWS = """\
 import jax
 from flax import jax_utils

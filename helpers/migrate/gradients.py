@@ -262,7 +262,7 @@ class Gradients:
         return isinstance(self.s.parent.get(function), ast.ClassDef)
 
     def _name(self, name: ast.Name) -> object:
-        loop = self.s.comprehension_binding(name)
+        loop = _comprehension_binding(self.s.parent, name)
         if loop is not None:
             return whole(self._of(loop.iter))
         reaching = self._reaching(name)
@@ -350,6 +350,19 @@ class Gradients:
                 continue
             yield from ((name, i) for i, a in enumerate(call.args) if whole(self.status(a)) != NO)
             yield from ((name, k.arg) for k in call.keywords if k.arg and whole(self.status(k.value)) != NO)
+
+
+def _comprehension_binding(parent: dict, name: ast.Name) -> ast.comprehension | None:
+    """The `for ... in ...` of a comprehension whose target binds this name, if any."""
+    node = parent.get(name)
+    while node is not None and not isinstance(node, ast.stmt):
+        if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            for loop in node.generators:
+                if any(isinstance(t, ast.Name) and t.id == name.id for t in ast.walk(loop.target)) \
+                        and not any(n is name for n in ast.walk(loop.iter)):
+                    return loop
+        node = parent.get(node)
+    return None
 
 
 def _a_loss_function(node: ast.AST) -> bool:

@@ -403,19 +403,10 @@ class Script:
         return False
 
     def is_tree_map(self, call: ast.Call) -> bool:
-        return is_name(self.name(call.func), "jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map")
-
-    def comprehension_binding(self, name: ast.Name) -> ast.comprehension | None:
-        """The `for ... in ...` of a comprehension whose target binds this name, if any."""
-        node = self.parent.get(name)
-        while node is not None and not isinstance(node, ast.stmt):
-            if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-                for loop in node.generators:
-                    if any(isinstance(t, ast.Name) and t.id == name.id for t in ast.walk(loop.target)) \
-                            and not any(n is name for n in ast.walk(loop.iter)):
-                        return loop
-            node = self.parent.get(node)
-        return None
+        """jax's tree map (also the old tree_multimap), or the script's own (`def _tree_map(fn, *trees)`)."""
+        name = self.name(call.func)
+        return is_name(name, "jax.tree.map", "jax.tree_util.tree_map", "jax.tree_map", "jax.tree_multimap") \
+            or name.endswith("tree_map") and name in self.defined
 
     def pmaps_here(self, nnx: bool = True) -> bool:
         """The script pmaps: jax.pmap, a project's wrapper of it (`utils.pmap(step)`, read or not), or (with `nnx`)
