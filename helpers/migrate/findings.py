@@ -15,6 +15,7 @@ from helpers.migrate import (batch_rules, collective_rules, copy_rules, data_rul
                              refusal_rules, save_option_rules, scaling_rules, stack_read_rules, unread,
                              checkpoint_rules)
 from helpers.migrate.aliases import expand
+from helpers.migrate.helper_calls import said_at_calls
 from helpers.migrate.script import Folder, Script
 
 FAMILIES = (jax_rules, collective_rules, copy_rules, process_zero_rules, key_rules, flax_rules, nnx_rules,
@@ -56,8 +57,11 @@ def findings(source: str, path: str = "<script>", *, first_line: int = 1,
     """
     tree = expand(ast.parse(source, filename=path), dict(folder.aliases))
     script = Script(tree, tuple(ast.parse(cell) for cell in earlier), folder)
-    found = {(node.lineno, rule, does): Finding(path, node.lineno + first_line - 1, rule, does, instead)
-             for check in RULES for node, rule, does, instead in _guarded(check, script, path)}
+    said = [(node.lineno, rule, does, instead)
+            for check in RULES for node, rule, does, instead in _guarded(check, script, path)]
+    said += [(node.lineno, rule, does, instead) for node, rule, does, instead in said_at_calls(script, said)]
+    found = {(line, rule, does): Finding(path, line + first_line - 1, rule, does, instead)
+             for line, rule, does, instead in said}
     spoken = {line for line, _, _ in found}
     for node, name in unread.unread_names(script, READ):
         if node.lineno not in spoken:
