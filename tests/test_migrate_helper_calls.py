@@ -37,6 +37,15 @@ for batch in loader:
     state = p_step(state, shard(batch), keys)
     out = gather(state.metrics)
     score = evaluate(state.params, batch)
+    stacked = jax.tree.map(shard, batch)
+    summed = jax.tree.map(sum, batch)
+
+
+def shard_all(tree):
+    return jax.tree.map(shard, tree)
+
+
+rows = shard_all(batch)
 """
 
 
@@ -46,6 +55,8 @@ def _rules_on(line: int) -> set[str]:
 
 def test_a_short_stacking_or_key_helper_is_said_at_each_call():
     assert "per-device-keys" in _rules_on(32)
+    assert "local-batch" in _rules_on(36) and not _rules_on(37)  # a tree map of the helper calls it
+    assert "local-batch" in _rules_on(41) and "local-batch" in _rules_on(44)  # a helper that calls one
     assert "local-batch" in _rules_on(33)
     said = [f.does for f in findings(_SCRIPT) if f.line == 33 and f.rule == "local-batch"]
     assert any("shard(...) (line 4)" in d for d in said)

@@ -10,12 +10,24 @@ from helpers.migrate.script import Script
 
 HELPER_LINES = 8  # a helper: a def this short, or a lambda bound to a name
 _SAID_AT_CALLS = ("local-batch", "per-device-keys")
+_DEPTH = 3  # helpers calling helpers: how many calls deep a finding is carried to the calls
 
 
-def said_at_calls(s: Script, said: Iterable[tuple[int, str, str, str]]) -> Iterator[tuple[ast.AST, str, str, str]]:
+def said_at_calls(s: Script, said: Iterable[tuple[int, str, str, str]]) -> list[tuple[ast.AST, str, str, str]]:
     """(call, rule, does, instead) for each call, on a line with no finding of its own, of a helper whose body has a
-    finding of a rule in _SAID_AT_CALLS (`said`: (line, rule, does, instead) of every finding)."""
-    said = list(said)
+    finding of a rule in _SAID_AT_CALLS (`said`: (line, rule, does, instead) of every finding), also of a helper
+    whose body calls such a helper (`tree_map(split_rows, state)`), a few calls deep."""
+    said, found = list(said), []
+    for _ in range(_DEPTH):
+        new = list(_one_round(s, said))
+        if not new:
+            break
+        found += new
+        said += [(node.lineno, rule, does, instead) for node, rule, does, instead in new]
+    return found
+
+
+def _one_round(s: Script, said: list[tuple[int, str, str, str]]) -> Iterator[tuple[ast.AST, str, str, str]]:
     spoken = {line for line, *_ in said}
     pmapped, pmaps = s.pmapped_names(), set(s.pmaps())
     for name, helper in _helpers(s).items():
@@ -28,7 +40,7 @@ def said_at_calls(s: Script, said: Iterable[tuple[int, str, str, str]]) -> Itera
         rule, does, instead = body
         for call in s.calls:
             inside = helper.lineno <= call.lineno <= helper.end_lineno
-            if _calls(call, name) and call.lineno not in spoken and not inside:
+            if _calls(s, call, name) and call.lineno not in spoken and not inside:
                 yield call, rule, f"{name}(...) (line {helper.lineno}) does it here: {does}", instead
 
 
@@ -44,8 +56,8 @@ def _helpers(s: Script) -> dict[str, ast.AST]:
     return {name: nodes[0] for name, nodes in found.items() if len(nodes) == 1}
 
 
-def _calls(call: ast.Call, name: str) -> bool:
-    """`name(...)`, or `self.name(...)` of a method."""
-    func = call.func
+def _calls(s: Script, call: ast.Call, name: str) -> bool:
+    """`name(...)`, `self.name(...)` of a method, or a tree map of it (`jax.tree.map(name, tree)`)."""
+    func = call.args[0] if s.is_tree_map(call) and call.args else call.func
     return isinstance(func, ast.Name) and func.id == name or isinstance(func, ast.Attribute) and func.attr == name \
         and isinstance(func.value, ast.Name) and func.value.id in ("self", "cls")
