@@ -1,5 +1,5 @@
 """equinox's pmap, the GlobalDeviceArray era, pjit's old keywords on their own lines, device grids laid out by hand for
-one host, and a pmap told this host's devices."""
+one host, a pmap told this host's devices, and a loader's rows put on a sharding split over every host's devices."""
 from tests.migrate_support import rule_set, said
 
 EQUINOX = """\
@@ -170,3 +170,35 @@ def test_what_a_helper_handed_the_loss_function_gives_back_is_never_just_renamed
     unhanded = DERIVATIVES.replace("hessian_helper(key, loss_fn, state.params, batch)",
                                    "hessian_helper(key, state.params, batch)")
     assert "name the mesh axes" in said(unhanded, 8, "pmap-collective")
+
+
+LOADED_ROWS_PUT = """\
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from mylib.dataloaders import TextDataLoader
+
+mesh = Mesh(jax.devices(), ["devices"])
+data_sharding = NamedSharding(mesh, PartitionSpec("devices"))
+train_dl = TextDataLoader(batch_size=64)
+val_dl = TextDataLoader(batch_size=64)
+
+
+def validate(model, loader, sharding):
+    x, y = loader()
+    x = jax.device_put(x.squeeze(), sharding)
+    return model(x, y)
+
+
+for step in range(10):
+    x, y = train_dl()
+    x = jax.device_put(x.squeeze(), data_sharding)
+    params = jax.device_put(params, NamedSharding(mesh, PartitionSpec()))
+    validate(model, val_dl, data_sharding)
+"""
+
+
+def test_a_loaders_rows_put_on_a_split_sharding_are_said_also_through_a_function_handed_both():
+    found = rule_set(LOADED_ROWS_PUT)
+    assert {(13, "local-batch"), (19, "local-batch")} <= found, found
+    assert (20, "local-batch") not in found
+    assert "each host's loader" in said(LOADED_ROWS_PUT, 19, "local-batch")

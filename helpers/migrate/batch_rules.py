@@ -255,8 +255,8 @@ _PASS_ON = ("next", "iter", "tqdm", "enumerate", "list", "asarray", "array", "pr
 
 def batch_source(s: Script, expr: ast.AST, depth: int = 0) -> ast.Call | None:
     """The call of the project's loader the rows of `expr` come from: through names, items, loops, `next`/`iter`,
-    prefetching and tree maps, a function of the script (what it returns, else what it is handed first), and a
-    method of an object the project's loader made (`gen.genDS()`, the call returned)."""
+    prefetching and tree maps, a function of the script (what it returns, else what it is handed first), a
+    method of an object the project's loader made (`gen.genDS()`, the call returned), and that object called."""
     if depth > 12 or expr is None:
         return None
     if isinstance(expr, ast.Subscript):
@@ -279,6 +279,9 @@ def batch_source(s: Script, expr: ast.AST, depth: int = 0) -> ast.Call | None:
         made = expr.func.value if isinstance(expr.func.value, ast.Call) else bound_value(s, expr.func.value)
         if owner is not None:  # `gen.genDS()` of `gen = DataGenerator(...)`: the method makes the batches
             return expr if owner is made and short not in _PASS_ON else owner
+    made = batch_source(s, expr.func, depth + 1) if isinstance(expr.func, ast.Name) else None
+    if made is not None:  # `train_dl()` of `train_dl = DataLoader(...)`, also of a loader a function is handed
+        return made
     if s.is_tree_map(expr) and len(expr.args) == 2:
         return batch_source(s, expr.args[1], depth + 1)
     if short in _PASS_ON and expr.args:

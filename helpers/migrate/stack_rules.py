@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from helpers.migrate.bindings import bound_value, device_count_of, host_index_in
+from helpers.migrate.batch_rules import batch_source
+from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, host_index_in
 from helpers.migrate.data_rules import fed_to_pmap, pmap_era
 from helpers.migrate.jax_rules import count_through_callers
 from helpers.migrate.script import MESH_AXES, Script, code_of, is_name
@@ -169,10 +170,12 @@ def stacked_per_local_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str
 
 
 def _split_sharding(s: Script, node: ast.AST, depth: int = 0) -> bool:
-    """`NamedSharding(mesh, P('i'))` (through names and `self.` attributes): a sharding that splits the leading axis
-    of what it places over a mesh axis."""
+    """`NamedSharding(mesh, P('i'))` (through names, `self.` attributes and what callers hand a parameter): a
+    sharding that splits the leading axis of what it places over a mesh axis."""
     while isinstance(node, (ast.Name, ast.Attribute)) and depth < 6:
         bound = bound_value(s, node)
+        if bound is None and isinstance(node, ast.Name):  # a parameter: what the callers hand it
+            return any(_split_sharding(s, a, depth + 1) for a in arguments_for(s, node))
         if bound is None:
             return False
         node, depth = bound, depth + 1
@@ -194,12 +197,15 @@ def handed_rows_put_on_a_split_sharding(s: Script) -> Iterator[tuple[ast.AST, st
         if not (is_name(s.name(call.func), "jax.device_put") and len(call.args) == 2):
             continue
         put = call.args[0]
-        if not (isinstance(put, ast.Name) and bound_value(s, put) is None and "param" not in put.id.lower()
-                and s.enclosing_function(call) is not s.tree and _split_sharding(s, call.args[1])):
+        handed = isinstance(put, ast.Name) and bound_value(s, put) is None and "param" not in put.id.lower() \
+            and s.enclosing_function(call) is not s.tree
+        loaded = not handed and batch_source(s, put) is not None
+        if not ((handed or loaded) and _split_sharding(s, call.args[1])):
             continue
+        rows = "rows this function is handed" if handed else "rows each host's loader gives"
         yield (call, "local-batch",
-               f"{code_of(call)} places rows this function is handed as the whole global array, split over the "
-               "mesh: on several hosts each host hands its own rows, which device_put takes for everyone's",
+               f"{code_of(call)} places {rows} as the whole global array, split over the mesh: on several hosts "
+               "each host holds its own rows (or all of them, loaded again), which device_put takes for everyone's",
                "jax.make_array_from_process_local_data(sharding, rows): each host's rows become its part of the "
                f"global batch (a mesh over every host's devices, P({MESH_AXES}))")
 
