@@ -202,3 +202,29 @@ def test_a_loaders_rows_put_on_a_split_sharding_are_said_also_through_a_function
     assert {(13, "local-batch"), (19, "local-batch")} <= found, found
     assert (20, "local-batch") not in found
     assert "each host's loader" in said(LOADED_ROWS_PUT, 19, "local-batch")
+
+
+FED_TO_PJIT = """\
+import jax
+from jax.experimental.pjit import pjit
+from jax.sharding import PartitionSpec as P
+
+train_step = pjit(step, in_shardings=(state_spec, P('data')), out_shardings=state_spec)
+eval_step = jax.jit(evaluate, in_shardings=(state_spec, P('data')))
+for epoch in range(3):
+    for batch in train_loader:
+        batch = batch.reshape(-1, 128)
+        state = train_step(state, batch)
+    scores = eval_step(state, next(eval_iter))
+for name, leaves in params.items():
+    params[name] = train_step(state, leaves)
+"""
+
+
+def test_a_loaders_rows_handed_as_they_are_to_a_step_compiled_over_the_mesh_are_local_batch():
+    found = rule_set(FED_TO_PJIT)
+    assert {(10, "local-batch"), (11, "local-batch")} <= found, found
+    assert (13, "local-batch") not in found  # a dict's entries, not a loader's rows
+    assert "Passing non-trivial shardings" in said(FED_TO_PJIT, 10, "local-batch")
+    made_global = FED_TO_PJIT + "rows = jax.make_array_from_process_local_data(sharding, batch)\n"
+    assert not {line for line, rule in rule_set(made_global) if rule == "local-batch"}

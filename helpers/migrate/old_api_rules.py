@@ -199,7 +199,7 @@ def _hand_grid(s: Script, node: ast.AST) -> str:
 
 
 def pjit(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    for call in _pjit_calls(s):
+    for call in pjit_calls(s):
         keywords = _keywords(s, call)
         old = [k.arg for k in keywords if k.arg in _OLD_KEYWORDS]
         handed = _handed_pjit(s, call)
@@ -245,7 +245,7 @@ def _said_at(s: Script, call: ast.Call) -> ast.AST:
 def old_keywords_on_their_lines(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`in_axis_resources=...` on a line of its own in a pjit call written over several lines: the text that raises
     (TypeError), said where it is written; the call's own finding says what pjit becomes."""
-    for call in _pjit_calls(s):
+    for call in pjit_calls(s):
         at = _said_at(s, call).lineno
         for k in (k for k in call.keywords if k.arg in _OLD_KEYWORDS and k.value.lineno != at):
             yield (k.value, "pjit",
@@ -254,7 +254,7 @@ def old_keywords_on_their_lines(s: Script) -> Iterator[tuple[ast.AST, str, str, 
                    "PartitionSpec under jax.set_mesh(mesh))")
 
 
-def _pjit_calls(s: Script) -> Iterator[ast.Call]:
+def pjit_calls(s: Script) -> Iterator[ast.Call]:
     """Calls of pjit: by its name, through a name bound to it (`maybe_pjit = pjit`, `p = partial(pjit, ...)`), a
     `@partial(pjit, ...)` decorator, any call with pjit's own keywords (a pjit handed in as an argument), or a call
     that pjit is handed to with the function and its specs (`timeit("JIT", pjit, f, in_spec, out_spec)`)."""
@@ -370,7 +370,7 @@ def pjit_rows_read_on_host(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]
     an array over every host's devices, picked on the host."""
     made = {}
     for node in ast.walk(s.tree):
-        if isinstance(node, ast.Assign) and node.value in set(_pjit_calls(s)) and (axes := _sharded_out(s, node.value)):
+        if isinstance(node, ast.Assign) and node.value in set(pjit_calls(s)) and (axes := _sharded_out(s, node.value)):
             made.update({code_of(t): axes for t in node.targets if isinstance(t, (ast.Name, ast.Attribute))})
     returners = {}
     for function in (n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)):

@@ -9,6 +9,7 @@ from helpers.migrate.batch_rules import batch_source
 from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, host_index_in
 from helpers.migrate.data_rules import fed_to_pmap, pmap_era
 from helpers.migrate.jax_rules import count_through_callers
+from helpers.migrate.old_api_rules import pjit_calls
 from helpers.migrate.script import MESH_AXES, Script, code_of, is_name
 
 LESSONS: dict[str, tuple[str, str]] = {}
@@ -169,6 +170,10 @@ def stacked_per_local_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str
                f"jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), rows)")
 
 
+_MAKES_GLOBAL = ("make_array_from_process_local_data", "host_local_array_to_global_array",
+                 "make_array_from_single_device_arrays", "make_array_from_callback")
+
+
 def _split_sharding(s: Script, node: ast.AST, depth: int = 0) -> bool:
     """`NamedSharding(mesh, P('i'))` (through names, `self.` attributes and what callers hand a parameter): a
     sharding that splits the leading axis of what it places over a mesh axis."""
@@ -190,8 +195,7 @@ def handed_rows_put_on_a_split_sharding(s: Script) -> Iterator[tuple[ast.AST, st
     """`jax.device_put(data, NamedSharding(mesh, P('i')))` of what the function is handed (a host's loaded rows, not
     a value it makes), in a script that never assembles a global array from each host's part: device_put reads its
     input as the whole global array, the same on every host, but each host hands its own rows."""
-    if any(is_name(s.name(c.func), "make_array_from_process_local_data", "host_local_array_to_global_array",
-                   "make_array_from_single_device_arrays", "make_array_from_callback") for c in s.calls):
+    if any(is_name(s.name(c.func), *_MAKES_GLOBAL) for c in s.calls):
         return
     for call in s.calls:
         if not (is_name(s.name(call.func), "jax.device_put") and len(call.args) == 2):
@@ -199,7 +203,7 @@ def handed_rows_put_on_a_split_sharding(s: Script) -> Iterator[tuple[ast.AST, st
         put = call.args[0]
         handed = isinstance(put, ast.Name) and bound_value(s, put) is None and "param" not in put.id.lower() \
             and s.enclosing_function(call) is not s.tree
-        loaded = not handed and batch_source(s, put) is not None
+        loaded = not handed and _loaded_rows(s, put)
         if not ((handed or loaded) and _split_sharding(s, call.args[1])):
             continue
         rows = "rows this function is handed" if handed else "rows each host's loader gives"
@@ -210,4 +214,74 @@ def handed_rows_put_on_a_split_sharding(s: Script) -> Iterator[tuple[ast.AST, st
                f"global batch (a mesh over every host's devices, P({MESH_AXES}))")
 
 
-RULES = (batched_per_device, rows_of_every_host, stacked_per_local_device, handed_rows_put_on_a_split_sharding)
+_SHARDING_KEYWORDS = ("in_shardings", "out_shardings", "in_axis_resources", "out_axis_resources")
+
+
+def _sharded_steps(s: Script) -> set[str]:
+    """What the script calls its steps compiled over a mesh: the names (and `self.` attributes) bound to a pjit, or to
+    a jax.jit or nnx.jit given shardings, one alias on (`self._p_step = p_step`), and functions decorated so."""
+    compiled = set(pjit_calls(s)) | {c for c in s.calls if is_name(s.name(c.func), "jax.jit", "flax.nnx.jit")
+                                     and any(k.arg in _SHARDING_KEYWORDS for k in c.keywords)}
+    names = {code_of(t) for node in ast.walk(s.tree) if isinstance(node, ast.Assign) and node.value in compiled
+             for t in node.targets}
+    names |= {f.name for f in ast.walk(s.tree) if isinstance(f, ast.FunctionDef) and compiled & set(f.decorator_list)}
+    return names | {code_of(t) for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
+                    and isinstance(node.value, (ast.Name, ast.Attribute)) and code_of(node.value) in names
+                    for t in node.targets}
+
+
+_READS_ROWS = ("asarray", "array", "numpy", "squeeze", "detach", "cpu", "astype", "reshape")
+
+
+def _loaded_rows(s: Script, node: ast.AST, depth: int = 0) -> bool:
+    """Rows a loader gives this host: from the project's loader, `next(...)` of an iterator, or a loop over one (not a
+    range), through names, items and the calls that only convert them (`jnp.array(batch.numpy())`)."""
+    if depth > 8 or batch_source(s, node) is not None:
+        return depth <= 8
+    if isinstance(node, ast.Subscript):
+        return _loaded_rows(s, node.value, depth + 1)
+    if isinstance(node, ast.Call):
+        short = s.name(node.func).rsplit(".", 1)[-1]
+        if short == "next":
+            return True
+        function = s.name(node.func).startswith(("numpy.", "jax.numpy.", "torch.")) or isinstance(node.func, ast.Name)
+        inner = (node.args[0] if node.args else None) if function else getattr(node.func, "value", None)
+        return short in _READS_ROWS and inner is not None and _loaded_rows(s, inner, depth + 1)
+    if not isinstance(node, ast.Name):
+        return False
+    bound = bound_value(s, node)
+    if bound is None:
+        return False
+    holder = s.parent.get(bound)
+    if isinstance(holder, ast.Call) and getattr(holder.func, "id", "") in ("enumerate", "zip", "tqdm"):
+        holder = s.parent.get(holder)
+    if isinstance(holder, ast.For):  # a loop over a loader, not over a range or a dict's entries
+        return not (isinstance(bound, ast.Call) and (getattr(bound.func, "id", "") == "range" or isinstance(
+            bound.func, ast.Attribute) and bound.func.attr in ("items", "values", "keys")))
+    return _loaded_rows(s, bound, depth + 1)
+
+
+def rows_fed_to_a_sharded_step(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    """`state, metrics = p_step(state, next(loader))` where `p_step = pjit(...)` (or a jax.jit given shardings): a
+    host's loaded rows handed to a step compiled over every host's devices, in a script that never makes a global
+    array from them. pjit before jax.Array took them as this host's part; jit takes a numpy input as the whole value
+    (and raises for one split over several processes)."""
+    if any(is_name(s.name(c.func), *_MAKES_GLOBAL) for c in s.calls):
+        return
+    steps = _sharded_steps(s)
+    for call in s.calls:
+        if code_of(call.func) not in steps:
+            continue
+        fed = next((a for a in call.args if "param" not in code_of(a).lower() and _loaded_rows(s, a)), None)
+        if fed is not None:
+            yield (call, "local-batch",
+                   f"{code_of(call.func)}(...) is handed {code_of(fed)}, rows this host's loader gives, as they are: "
+                   "pjit before jax 0.4.1 took them as this host's part of the batch; jax.jit (pjit today) takes a numpy "
+                   "input as the whole global value, and with several processes raises ValueError for one whose "
+                   "in_shardings split it ('Passing non-trivial shardings for numpy inputs is not allowed')",
+                   "batch = jax.make_array_from_process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows) "
+                   "before the call: each host's rows become its part of one global batch")
+
+
+RULES = (batched_per_device, rows_of_every_host, stacked_per_local_device, handed_rows_put_on_a_split_sharding,
+         rows_fed_to_a_sharded_step)
