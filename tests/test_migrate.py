@@ -1093,3 +1093,36 @@ def test_a_rule_that_fails_is_said_and_the_other_rules_still_read_the_file(monke
     said = capsys.readouterr().err
     assert said.startswith("migrate: train.py: the rule test_migrate.broken failed on this code (IndexError at ")
     assert "a bug of helpers.migrate" in said
+
+
+PARAMETER_AVERAGE = """\
+import jax
+import optax
+from jax import lax
+
+
+def make_step(loss_fn, tx, axis='batch'):
+    grad_fn = jax.grad(loss_fn)
+
+    def apply(grads, opt_state, params):
+        updates, opt_state = tx.update(grads, opt_state, params)
+        new_params = optax.apply_updates(params, updates)
+        new_params = lax.pmean(new_params, axis_name=axis)
+        return new_params, opt_state
+
+    def step(params, opt_state, batch):
+        grads = grad_fn(params, batch)
+        sgd = jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+        sgd = lax.pmean(sgd, axis)
+        return apply(grads, opt_state, params), sgd
+
+    return jax.pmap(step, axis_name=axis)
+"""
+
+
+def test_a_pmean_of_parameters_each_device_updated_with_its_gradients_is_the_trap_not_a_rename():
+    found = findings(PARAMETER_AVERAGE, "t.py")
+    for line in (12, 18):
+        (said,) = [f for f in found if f.line == line and f.rule == "pmap-collective"]
+        assert "the gradient mean in another form" in said.does and "renaming the axis is not enough" in said.instead
+    assert not [f for f in found if f.rule == "unreduced-gradients"]  # the average reduces them

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
+from helpers.migrate.collective_rules import updated_by_gradients
 from helpers.migrate.script import MESH_AXES, Script, code_of, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
@@ -76,8 +77,8 @@ def _reduces_gradients(s: Script, reach: list[ast.AST]) -> bool:
     for call in calls:
         op = s.name(call.func).rsplit(".", 1)[-1]
         handed = [*call.args, *(k.value for k in call.keywords)]
-        if op in _REDUCE and any(s.gradient_status(a) != "no" for a in handed):
-            return True
+        if op in _REDUCE and any(s.gradient_status(a) != "no" or updated_by_gradients(s, a) for a in handed):
+            return True  # the gradients, or parameters each device updated with them (averaged: the same step)
         if keyword(call, "axis_name") is not None and (
                 op in _TRANSFORMS or any(s.gradient_status(a) != "no" for a in handed)):
             return True
