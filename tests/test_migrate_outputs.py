@@ -225,3 +225,33 @@ def test_device_zeros_entry_of_a_loaders_batch_is_its_rows_not_a_copy():
     assert {(7, "local-batch"), (8, "local-batch")} <= found, found
     assert not {(7, "jax-utils-replicate"), (8, "jax-utils-replicate")} & found
     assert (10, "jax-utils-replicate") in found
+
+
+MERGED_BY_HAND = """\
+import jax
+import numpy as np
+
+p_eval = jax.pmap(evaluate, axis_name='i')
+outputs = []
+for batch in loader:
+    outputs.append(p_eval(params, batch))
+logits = np.concatenate(outputs)
+logits = np.reshape(logits, (-1,) + logits.shape[2:])
+flat = jax.tree.map(lambda x: x.reshape((x.shape[0] * x.shape[1], *x.shape[2:])), stacked)
+
+
+def body(x):
+    return x.reshape((-1,) + x.shape[2:])
+
+
+p_body = jax.pmap(body)
+"""
+
+
+def test_host_code_merging_the_two_leading_axes_in_a_pmap_script_is_local_batch_not_code_pmap_runs():
+    found = rule_set(MERGED_BY_HAND)
+    assert {(9, "local-batch"), (10, "local-batch")} <= found, found
+    assert (14, "local-batch") not in found  # inside the pmapped function: its own rows
+    without_pmap = MERGED_BY_HAND.replace("jax.pmap(evaluate, axis_name='i')", "jax.jit(evaluate)").replace(
+        "jax.pmap(body)", "jax.jit(body)")
+    assert not {line for line, rule in rule_set(without_pmap) if rule == "local-batch"}

@@ -264,7 +264,7 @@ def host_rows_by_size(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{code_of(call)} reshapes pmap's output to this host's {code_of(first)} rows; after the port the "
                    "output is one global array over every host's rows, and a reshape to one host's count fails "
                    "(or mixes hosts' rows)",
-                   f"{_THIS_HOSTS_ROWS}, then the reshape; every host's: multihost_utils.process_allgather(out)")
+                   f"{THIS_HOSTS_ROWS}, then the reshape; every host's: multihost_utils.process_allgather(out)")
 
 
 def _counts_per_host(s: Script, size: ast.AST) -> bool:
@@ -303,13 +303,13 @@ def host_rows_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{code_of(reader.func)}({code_of(owner)}.reshape(...)) reads pmap's per-example output as this "
                    "host's rows; after the port the output is one global array over every host's rows, and "
                    f"{code_of(reader.func)} of it raises on several hosts (other hosts hold part of it)",
-                   f"{_THIS_HOSTS_ROWS}; every host's: multihost_utils.process_allgather(out)")
+                   f"{THIS_HOSTS_ROWS}; every host's: multihost_utils.process_allgather(out)")
         else:
             yield (call, "local-batch",
                    f"{code_of(call)} folds pmap's leading axis of local devices into this host's rows; after the port "
                    "the output has no device axis (its first axis already is every host's rows), so the merge takes "
                    "the wrong axes, and this host's positions (a permutation, an index) no longer pick its own rows",
-                   f"drop the merge; {_THIS_HOSTS_ROWS}; or keep the computation global and index with global "
+                   f"drop the merge; {THIS_HOSTS_ROWS}; or keep the computation global and index with global "
                    "positions")
 
 
@@ -399,7 +399,7 @@ def global_read_whole(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    f"{code_of(call.func)}(...) reads {code_of(output)}, a pmap output, whole on this host; after "
                    "the port a per-device output is one global array over every host's devices, and reading it "
                    "whole raises on several hosts (other hosts hold part of it)",
-                   f"{_THIS_HOSTS_ROWS}; every host's: multihost_utils.process_allgather(out); a P() output (a "
+                   f"{THIS_HOSTS_ROWS}; every host's: multihost_utils.process_allgather(out); a P() output (a "
                    "pmean) reads as it is")
         elif stacked is not None:
             yield (call, "numpy-of-global",
@@ -537,11 +537,21 @@ def masked_rows_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "mask's values, which the host must read whole; after the port the output and the mask are global "
                    "arrays over every host's devices, which no host holds whole (it raises on several hosts)",
                    "reduce with the mask instead of selecting (jnp.where(mask, x, 0).sum() / mask.sum(), in the step "
-                   f"or under jit); or select on {_THIS_HOSTS_ROWS}")
+                   f"or under jit); or select on {THIS_HOSTS_ROWS}")
 
 
-_THIS_HOSTS_ROWS = ("this host's rows: jax.experimental.multihost_utils.global_array_to_host_local_array(out, mesh, "
+THIS_HOSTS_ROWS = ("this host's rows: jax.experimental.multihost_utils.global_array_to_host_local_array(out, mesh, "
                     f"P({MESH_AXES}))")
+
+
+def merged_in_a_said_tree_map(s: Script, call: ast.Call) -> bool:
+    """The merge is the lambda of a tree map that device_axis_merged_in_a_tree_map says (of a pmap output)."""
+    node = s.parent.get(call)
+    while node is not None and not isinstance(node, ast.Lambda):
+        node = s.parent.get(node)
+    mapped = s.parent.get(node) if node is not None else None
+    return isinstance(mapped, ast.Call) and s.is_tree_map(mapped) and len(mapped.args) == 2 \
+        and mapped.args[0] is node and _through_host_copies(s, mapped.args[1], _pmap_outputs_by_scope(s), _pmapped(s))
 
 
 RULES = (pmap_over_hosts, numpy_of_global, host_rows_of_global, host_rows_by_size, leaves_read_on_host,
