@@ -9,7 +9,7 @@ import ast
 import re
 from typing import Iterator
 
-from helpers.migrate.bindings import bound_value
+from helpers.migrate.gradient_rules import updated_by_gradients
 from helpers.migrate.gradients import Parts, whole
 from helpers.migrate.bodies import collective_axes
 from helpers.migrate.reach import pmapped_out_of_view, runs_under_pmap
@@ -185,26 +185,6 @@ def applied_as_gradients(s: Script, call: ast.Call) -> bool:
         return holder.arg in ("grads", "gradients", "grad")
     return isinstance(holder, ast.Call) and holder.args[:1] == [call] and len(holder.args) >= 2 \
         and isinstance(holder.func, ast.Attribute) and holder.func.attr == "update"
-
-
-_UPDATES = ("apply_updates", "apply_gradients", "apply_gradient")  # optax's, a TrainState's, flax.optim's
-
-
-def updated_by_gradients(s: Script, expr: ast.AST, depth: int = 0) -> bool:
-    """Parameters a step updated with what may be gradients (`new_params = optax.apply_updates(params, updates)` of
-    `updates, _ = tx.update(grads, ...)`, a state's `apply_gradients(grads=grads)`, `p - lr * g` in a tree map),
-    through names: averaging them over the devices stands in for averaging the gradients (LABELLING.md rule 19)."""
-    value = bound_value(s, expr) if isinstance(expr, (ast.Name, ast.Attribute)) and depth < 4 else expr
-    if isinstance(value, (ast.Name, ast.Attribute)) and value is not expr:
-        return updated_by_gradients(s, value, depth + 1)
-    if not isinstance(value, ast.Call):
-        return False
-    handed = [*value.args, *(k.value for k in value.keywords)]
-    if s.name(value.func).rsplit(".", 1)[-1] in _UPDATES:
-        return any(s.gradient_status(a) != "no" for a in handed)
-    return s.is_tree_map(value) and bool(value.args) and isinstance(value.args[0], ast.Lambda) \
-        and isinstance(value.args[0].body, ast.BinOp) and isinstance(value.args[0].body.op, ast.Sub) \
-        and any(s.gradient_status(a) == "yes" for a in value.args[1:])
 
 
 def named_for_gradients(expr: ast.AST) -> bool:

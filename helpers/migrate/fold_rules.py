@@ -8,7 +8,7 @@ import re
 from typing import Iterator
 
 from helpers.migrate.bindings import bound_value
-from helpers.migrate.host_read_rules import THIS_HOSTS_ROWS, merged_in_a_said_tree_map, said_fold
+from helpers.migrate.host_read_rules import THIS_HOSTS_ROWS, pmap_output_on_host, said_fold
 from helpers.migrate.reach import runs_under_pmap
 from helpers.migrate.script import Script, code_of, is_name
 
@@ -37,9 +37,11 @@ def leading_axes_merged(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         return
     for call in s.calls:
         operand = _merged_operand(s, call)
-        if operand is None or runs_under_pmap(s, call) or said_fold(s, call) or merged_in_a_said_tree_map(s, call) \
-                or _made_here(s, _tree_mapped(s, call) or operand):
+        if operand is None or runs_under_pmap(s, call) or said_fold(s, call):
             continue
+        tree = _tree_mapped(s, call)
+        if tree is not None and pmap_output_on_host(s, tree) or _made_here(s, tree or operand):
+            continue  # a tree map of a pmap output: device_axis_merged_in_a_tree_map says it
         yield (call, "local-batch",
                f"{code_of(call)} merges the two leading axes of {code_of(operand)}: in a pmap script, pmap's axis of "
                "local devices folded into the rows (of a stack of outputs, or of a batch); after the port an array has "

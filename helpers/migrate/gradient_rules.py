@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from helpers.migrate.collective_rules import updated_by_gradients
+from helpers.migrate.bindings import bound_value
 from helpers.migrate.script import MESH_AXES, Script, code_of, keyword
 
 # rule -> (notebook, section heading without its number): where the course teaches the fix
@@ -101,11 +101,33 @@ def _applies_own_gradient(s: Script, call: ast.Call) -> str:
             and (isinstance(call.args[0], ast.Lambda) or s.gradients.callees(
                 ast.Call(func=call.args[0], args=[], keywords=[]))):
         return "of old flax.optim takes this device's own gradient of the loss and applies it"
-    if s.is_tree_map(call) and call.args and isinstance(call.args[0], ast.Lambda) \
-            and isinstance(call.args[0].body, ast.BinOp) and isinstance(call.args[0].body.op, ast.Sub) \
-            and any(s.gradient_status(a) == "yes" for a in call.args[1:]):
+    if _steps_by_gradients(s, call):
         return "steps the parameters by this device's own gradients"
     return ""
+
+
+def _steps_by_gradients(s: Script, call: ast.Call) -> bool:
+    """`jax.tree.map(lambda p, g: p - lr * g, params, grads)`: parameters stepped by gradients, by hand."""
+    return s.is_tree_map(call) and bool(call.args) and isinstance(call.args[0], ast.Lambda) \
+        and isinstance(call.args[0].body, ast.BinOp) and isinstance(call.args[0].body.op, ast.Sub) \
+        and any(s.gradient_status(a) == "yes" for a in call.args[1:])
+
+
+_UPDATES = ("apply_updates", "apply_gradients", "apply_gradient")  # optax's, a TrainState's, flax.optim's
+
+
+def updated_by_gradients(s: Script, expr: ast.AST, depth: int = 0) -> bool:
+    """Parameters a step updated with what may be gradients (`new_params = optax.apply_updates(params, updates)` of
+    `updates, _ = tx.update(grads, ...)`, a state's `apply_gradients(grads=grads)`, `p - lr * g` in a tree map),
+    through names: averaging them over the devices stands in for averaging the gradients (LABELLING.md rule 19)."""
+    value = bound_value(s, expr) if isinstance(expr, (ast.Name, ast.Attribute)) and depth < 4 else expr
+    if isinstance(value, (ast.Name, ast.Attribute)) and value is not expr:
+        return updated_by_gradients(s, value, depth + 1)
+    if not isinstance(value, ast.Call):
+        return False
+    if s.name(value.func).rsplit(".", 1)[-1] in _UPDATES:
+        return any(s.gradient_status(a) != "no" for a in [*value.args, *(k.value for k in value.keywords)])
+    return _steps_by_gradients(s, value)
 
 
 RULES = (unreduced_gradients,)

@@ -544,14 +544,9 @@ THIS_HOSTS_ROWS = ("this host's rows: jax.experimental.multihost_utils.global_ar
                     f"P({MESH_AXES}))")
 
 
-def merged_in_a_said_tree_map(s: Script, call: ast.Call) -> bool:
-    """The merge is the lambda of a tree map that device_axis_merged_in_a_tree_map says (of a pmap output)."""
-    node = s.parent.get(call)
-    while node is not None and not isinstance(node, ast.Lambda):
-        node = s.parent.get(node)
-    mapped = s.parent.get(node) if node is not None else None
-    return isinstance(mapped, ast.Call) and s.is_tree_map(mapped) and len(mapped.args) == 2 \
-        and mapped.args[0] is node and _through_host_copies(s, mapped.args[1], _pmap_outputs_by_scope(s), _pmapped(s))
+def pmap_output_on_host(s: Script, expr: ast.AST) -> bool:
+    """A pmap output, or its copy on the host (`jax.device_get(out)`), as these rules follow them."""
+    return _through_host_copies(s, expr, _pmap_outputs_by_scope(s), _pmapped(s))
 
 
 RULES = (pmap_over_hosts, numpy_of_global, host_rows_of_global, host_rows_by_size, leaves_read_on_host,

@@ -236,8 +236,10 @@ _READS_ROWS = ("asarray", "array", "numpy", "squeeze", "detach", "cpu", "astype"
 def _loaded_rows(s: Script, node: ast.AST, depth: int = 0) -> bool:
     """Rows a loader gives this host: from the project's loader, `next(...)` of an iterator, or a loop over one (not a
     range), through names, items and the calls that only convert them (`jnp.array(batch.numpy())`)."""
-    if depth > 8 or batch_source(s, node) is not None:
-        return depth <= 8
+    if depth > 8:
+        return False
+    if batch_source(s, node) is not None:
+        return True
     if isinstance(node, ast.Subscript):
         return _loaded_rows(s, node.value, depth + 1)
     if isinstance(node, ast.Call):
@@ -279,7 +281,7 @@ def rows_fed_to_a_sharded_step(s: Script) -> Iterator[tuple[ast.AST, str, str, s
                    "pjit before jax 0.4.1 took them as this host's part of the batch; jax.jit (pjit today) takes a numpy "
                    "input as the whole global value, and with several processes raises ValueError for one whose "
                    "in_shardings split it ('Passing non-trivial shardings for numpy inputs is not allowed')",
-                   "batch = jax.make_array_from_process_local_data(NamedSharding(mesh, P(('host', 'device'))), rows) "
+                   f"batch = jax.make_array_from_process_local_data(NamedSharding(mesh, P({MESH_AXES})), rows) "
                    "before the call: each host's rows become its part of one global batch")
 
 
