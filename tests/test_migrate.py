@@ -342,6 +342,11 @@ CASES = {
          "                                 batch_stats=vs['batch_stats'])\n", 7,
          "import jax\n@jax.jit\ndef step(state, x):\n    new, vs = apply(state, x)\n"
          "    return state.apply_gradients(grads=g, batch_stats=vs['batch_stats'])\n"),
+        ("import jax\ndef step(state, x):\n    new, vs = apply(state, x)\n"  # an entry of a pmean is averaged
+         "    return state.apply_gradients(grads=g, batch_stats=vs['batch_stats'])\np = jax.pmap(step, 'b')\n", 4,
+         "import jax\ndef step(state, x):\n    new, vs = apply(state, x)\n"
+         "    return state.apply_gradients(grads=g, batch_stats=jax.lax.pmean(vs, 'b')['batch_stats'])\n"
+         "p = jax.pmap(step, 'b')\n"),
     ],
     "per-device-keys": [
         ("import jax\nstep = jax.pmap(f)\nkey = utils.make_different_rng_key_on_all_devices(key)\n", 3,

@@ -110,3 +110,27 @@ def test_a_data_loader_with_no_sampler_loads_the_whole_dataset_on_every_host():
     assert (6, "global-batch-per-host") not in rule_set(sampled)
     ranked = DATA_LOADER.replace("train_set,", "shard(train_set, jax.process_index()),")
     assert (6, "global-batch-per-host") not in rule_set(ranked)
+
+
+LOCAL_COUNT = """\
+import jax
+import loaders
+
+
+class Trainer:
+    def __init__(self):
+        self.num_devices = jax.local_device_count()
+        self.step = jax.pmap(train_step, axis_name='b')
+
+    def batches(self, ds, size):
+        return loaders.stream(ds, size,
+                              num_devices=self.num_devices)
+"""
+
+
+def test_a_loader_told_this_hosts_device_count_stacks_per_device():
+    assert (12, "local-batch") in rule_set(LOCAL_COUNT)
+    assert "one slice per local device" in said(LOCAL_COUNT, 12, "local-batch")
+    assert (12, "local-batch") not in rule_set(LOCAL_COUNT.replace("jax.local_device_count()", "cfg.shards"))
+    everyone = rule_set(LOCAL_COUNT.replace("jax.local_device_count()", "jax.device_count()"))
+    assert (12, "global-batch-per-host") in everyone and (12, "local-batch") not in everyone

@@ -255,3 +255,28 @@ def test_host_code_merging_the_two_leading_axes_in_a_pmap_script_is_local_batch_
     without_pmap = MERGED_BY_HAND.replace("jax.pmap(evaluate, axis_name='i')", "jax.jit(evaluate)").replace(
         "jax.pmap(body)", "jax.jit(body)")
     assert not {line for line, rule in rule_set(without_pmap) if rule == "local-batch"}
+
+
+FORWARDED = """\
+import jax
+
+
+class Trainer:
+    def __init__(self):
+        self.p_step = jax.pmap(self.train_step, axis_name='b')
+
+    def one_step(self, state, batch):
+        new_state, loss = self.p_step(state, batch)
+        return new_state, loss
+
+    def epoch(self, state, batches):
+        for batch in batches:
+            state, loss = self.one_step(state, batch)
+        return state.step[0]
+"""
+
+
+def test_a_method_that_hands_back_a_pmapped_calls_output_hands_back_pmaps_stacks():
+    assert (15, "jax-utils-replicate") in rule_set(FORWARDED)
+    made_from = FORWARDED.replace("return new_state, loss", "return unreplicate_all(new_state), loss.mean()")
+    assert (15, "jax-utils-replicate") not in rule_set(made_from)

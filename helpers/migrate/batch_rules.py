@@ -64,14 +64,23 @@ def global_count_over_local_devices(s: Script) -> Iterator[tuple[ast.AST, str, s
 
 def device_count_handed_to_a_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`DataGenerator(..., num_devices=jax.device_count())`: the project's loader told to make a batch for every
-    device of every host, on each host."""
+    device of every host, on each host; told this host's count (`num_devices=jax.local_device_count()`), to stack
+    its rows one slice per local device."""
     if not _pmap_era(s):
         return
     for call in s.calls:
         if not project_call(s, call):
             continue
         for k in call.keywords:
-            if k.arg and "device" in k.arg.lower() and device_count_of(s, k.value) == "every":
+            count = device_count_of(s, k.value) if k.arg and "device" in k.arg.lower() else None
+            if count == "local":
+                yield (k.value, "local-batch",
+                       f"{code_of(call.func)}(..., {k.arg}={code_of(k.value)}) has the project's loader stack each "
+                       f"batch one slice per local device ({code_of(k.value)} counts them), the leading axis pmap "
+                       "strips",
+                       "no stacking: pass the host's rows as they are to jax.make_array_from_process_local_data("
+                       f"NamedSharding(mesh, P({MESH_AXES})), rows), and JAX splits them over the devices")
+            if count == "every":
                 yield (k.value, "global-batch-per-host",
                        f"{code_of(call.func)}(..., {k.arg}={code_of(k.value)}) has the project's loader build batches "
                        f"for every host's devices ({code_of(k.value)} counts them all): every host loads the whole "

@@ -9,6 +9,7 @@ import ast
 import re
 from typing import Iterator
 
+from helpers.migrate.across_hosts import in_pmap_over_hosts
 from helpers.migrate.gradient_rules import updated_by_gradients
 from helpers.migrate.gradients import Parts, whole
 from helpers.migrate.bodies import collective_axes
@@ -61,7 +62,7 @@ def _collective(s: Script, call: ast.Call, pmaps: set[ast.AST]) -> Iterator[tupl
                "scale, keep its finiteness check global yourself)")
         return
     if set(s.axis_names(axis)) & s.pmap_axes and not (op in COLLECTIVES and is_name(name, f"jax.lax.{op}")) \
-            and call not in pmaps and not s.in_pmap_over_hosts(call):
+            and call not in pmaps and not in_pmap_over_hosts(s, call):
         yield _handed_axis(s, call, axis)
         return
     named = keyword(call, "pmap_axis_name")  # `pmap_axis_name=constants.PMAP_AXIS_NAME`, defined out of view
@@ -79,7 +80,7 @@ def _collective(s: Script, call: ast.Call, pmaps: set[ast.AST]) -> Iterator[tupl
                f"pass axis_name={MESH_AXES}: the mesh axes reach every device of every host")
         return
     flax = is_name(name, *FLAX_COLLECTIVES)
-    if not flax and (op not in COLLECTIVES or not is_name(name, f"jax.lax.{op}")) or s.in_pmap_over_hosts(call):
+    if not flax and (op not in COLLECTIVES or not is_name(name, f"jax.lax.{op}")) or in_pmap_over_hosts(s, call):
         return
     axis = argument(call, 0 if op == "axis_index" else 1, "axis_name")
     if flax:  # old Flax's pmean(tree, axis_name='batch'): a psum over 'batch' divided by its size
@@ -159,7 +160,7 @@ def _handed_by_position(s: Script, call: ast.Call, pmaps: set[ast.AST]) -> ast.A
     finding), nor a function of the script (its body is read)."""
     name = s.name(call.func) or ""
     short = name.rsplit(".", 1)[-1]
-    if call in pmaps or short in s.defined or name.startswith("jax.") or s.in_pmap_over_hosts(call):
+    if call in pmaps or short in s.defined or name.startswith("jax.") or in_pmap_over_hosts(s, call):
         return None
     s = getattr(s, "script", s)  # the names as written, no parameter's default read
     held = _axis_variables(s, pmaps)

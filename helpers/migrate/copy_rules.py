@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from typing import Callable, Iterator
 
+from helpers.migrate.across_hosts import in_pmap_over_hosts
 from helpers.migrate.bindings import a_loaders_batch, batch_rows, bound_value, device_count_of, reaches
 from helpers.migrate.device_rows import holds_rows
 from helpers.migrate.jax_rules import counts_devices
@@ -55,7 +56,7 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     stacked = lambda held: isinstance(held, ast.Name) and (  # noqa: E731
         held.id in stacks or entry_in_comprehension(s, held, outputs)) or pmapped_call(held)
     for node in ast.walk(s.tree):
-        if first_copy_of(node, stacked) and not s.in_pmap_over_hosts(node) \
+        if first_copy_of(node, stacked) and not in_pmap_over_hosts(s, node) \
                 and not _not_yet_an_output(s, node, stacks, pmapped_call) \
                 and not _a_parameter_under_pmap(s, node, stacks):
             held = node.value if isinstance(node.value, ast.Name) else None
@@ -78,7 +79,7 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
             continue
         params = {a.arg for a in mapped.args.args}
         first = next((n for body in _bodies(mapped) for n in ast.walk(body) if first_copy(n, params)), None)
-        if first is None or s.in_pmap_over_hosts(call):
+        if first is None or in_pmap_over_hosts(s, call):
             continue
         if len(call.args) > 1 and a_loaders_batch(s, call.args[1]):
             yield (call, "local-batch", *batch_rows(f"{code_of(first)} of each leaf of {code_of(call.args[1])}"))

@@ -187,8 +187,11 @@ def _pmapped_steps(s: Script) -> set[ast.FunctionDef]:
 
 
 def _averaged(s: Script, stats: ast.AST) -> bool:
-    """The statistics went through a pmean or psum: `jax.lax.pmean(stats, 'batch')`, or a name bound to one."""
+    """The statistics went through a pmean or psum: `jax.lax.pmean(stats, 'batch')`, an entry of one
+    (`pmean(new_state, 'batch')['batch_stats']`), or a name bound to one."""
     value = s.value(stats) if isinstance(stats, ast.Name) else stats
+    while isinstance(value, (ast.Subscript, ast.Attribute)):
+        value = value.value
     return isinstance(value, ast.Call) and s.name(value.func).rsplit(".", 1)[-1] in ("pmean", "psum")
 
 

@@ -10,6 +10,7 @@ import ast
 import re
 from typing import Iterator
 
+from helpers.migrate.across_hosts import pmaps_over_hosts
 from helpers.migrate.bindings import bound_value
 from helpers.migrate.data_rules import traced as _traced
 from helpers.migrate.jax_rules import holds_pmap_stacks, pmapped_out_of_view
@@ -24,7 +25,7 @@ LESSONS: dict[str, tuple[str, str]] = {
 
 
 def pmap_over_hosts(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    for call in s.pmaps_over_hosts():
+    for call in pmaps_over_hosts(s):
         yield (call, "pmap-over-hosts",
                f"jax.pmap(..., devices={code_of(keyword(call, 'devices'))}) maps over one device per host to "
                "combine each host's values: a pmap across processes, which the port to a mesh drops",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
+from helpers.migrate.across_hosts import pmaps_over_hosts
 from helpers.migrate.batch_rules import shares_a_global_count
 from helpers.migrate.bindings import (a_loaders_batch, arguments_for, batch_rows, bound_value, device_count_of, reaches,
                                       this_hosts_devices)
@@ -33,7 +34,7 @@ _TO_GLOBAL = {"jax.make_array_from_process_local_data",
 
 def _pmap(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     for call in s.pmaps():
-        if call in s.pmaps_over_hosts():  # host_read_rules says what replaces it
+        if call in pmaps_over_hosts(s):  # host_read_rules says what replaces it
             continue
         devices = keyword(call, "devices")
         local = this_hosts_devices(s, devices)  # mesh_rules says more
@@ -291,6 +292,9 @@ def _old_calls(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         for arg in call.args:
             name = s.name(arg) if isinstance(arg, (ast.Name, ast.Attribute)) else ""
             yield from ((arg, *said) for old, said in _OLD_CALLS.items() if is_name(name, old))
+    for node in getattr(s.tree, "body", ()):  # `replicate = flax.jax_utils.replicate`: the call by another name
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute):
+            yield from ((node.value, *said) for old, said in _OLD_CALLS.items() if is_name(s.name(node.value), old))
 
 
 def experimental_shard_map(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:

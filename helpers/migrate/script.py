@@ -6,6 +6,7 @@ import ast
 from typing import Callable, Iterator
 
 from helpers.migrate.folder import Folder
+from helpers.migrate.forwarders import forwarders
 from helpers.migrate.gradients import Gradients, whole
 from helpers.migrate.once import once
 
@@ -27,6 +28,10 @@ class Names:
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 for a in node.names:
                     self.alias[a.asname or a.name] = f"{node.module}.{a.name}"
+        for node in (n for tree in trees for n in getattr(tree, "body", ())):  # `replicate = jax_utils.replicate`
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                    and isinstance(node.value, ast.Attribute) and root_name(node.value) in self.alias:
+                self.alias[node.targets[0].id] = self.of(node.value) or node.targets[0].id
 
     def of(self, node: ast.AST) -> str:
         """The dotted name an expression stands for ('' if it is not a name)."""
@@ -133,8 +138,8 @@ def _zero(node: ast.AST | None, or_none: bool = False) -> bool:
 
 
 def _returned_expressions(function: ast.AST) -> list[ast.AST]:
-    """What a function returns, and the values of the names it returns assigned in its own body (`x = f(); return
-    x`), nested functions left out: a helper whose result is the copy, not a long function that makes one."""
+    """What a function returns, and the values its own body assigns to names it returns as they are (`x = f();
+    return x`), nested functions left out: a helper whose result is the copy, not a long function that makes one."""
     if isinstance(function, ast.Lambda):
         return [function.body]
     returns, assigned, todo = [], {}, list(ast.iter_child_nodes(function))
@@ -148,7 +153,8 @@ def _returned_expressions(function: ast.AST) -> list[ast.AST]:
                     assigned.setdefault(name.id, []).append(node.value)
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             todo += ast.iter_child_nodes(node)
-    through = [v for r in returns for n in ast.walk(r) if isinstance(n, ast.Name) for v in assigned.get(n.id, [])]
+    as_is = [n for r in returns for n in (r.elts if isinstance(r, ast.Tuple) else [r]) if isinstance(n, ast.Name)]
+    through = [v for n in as_is for v in assigned.get(n.id, [])]  # not `return unreplicate(x)` of `x = replicate(v)`
     return returns + through
 
 
@@ -534,46 +540,19 @@ class Script:
         pmaps = {*self.pmaps(), *self.nnx_pmaps()}
         methods = {t.attr for node in ast.walk(self.tree) if isinstance(node, ast.Assign) and node.value in pmaps
                    for t in node.targets if isinstance(t, ast.Attribute)}
-        return lambda value: isinstance(value, ast.Call) and (
+        direct = lambda value: isinstance(value, ast.Call) and (  # noqa: E731
             isinstance(value.func, ast.Name) and value.func.id in pmapped
             or isinstance(value.func, ast.Attribute) and value.func.attr in methods)
+        handing = forwarders(self.tree, direct) - pmapped  # `def step(self, s, b): return self.p_step(s, b)`
+        return lambda value: direct(value) or isinstance(value, ast.Call) and (
+            isinstance(value.func, ast.Name) and value.func.id in handing
+            or isinstance(value.func, ast.Attribute) and value.func.attr in handing)
 
     def _unpacked_from(self, names: set[str]) -> set[str]:
         """The names a tuple target takes from one of `names`: `state, loss = outputs`."""
         return {n.id for node in ast.walk(self.tree) if isinstance(node, ast.Assign)
                 and isinstance(node.value, ast.Name) and node.value.id in names
                 for t in node.targets if isinstance(t, ast.Tuple) for n in t.elts if isinstance(n, ast.Name)}
-
-    def pmaps_over_hosts(self) -> list[ast.Call]:
-        """pmaps over devices picked one per host (`devices=[one per host]`): a map across hosts."""
-        return [call for call in self.pmaps() if keyword(call, "devices") is not None
-                and self._one_per_host(keyword(call, "devices"))]
-
-    def _one_per_host(self, devices: ast.AST) -> bool:
-        """The devices are evidently one per host: values of a dict keyed by process_index
-        (`{d.process_index: d for d in jax.devices()}`), or a comprehension with one loop, over the processes."""
-        for node in self._reached(devices):
-            if isinstance(node, ast.DictComp) and "process_index" in code_of(node.key):
-                return True
-            if isinstance(node, (ast.ListComp, ast.GeneratorExp)) and len(node.generators) == 1 \
-                    and "process_count" in code_of(node.generators[0].iter):
-                return True
-        return False
-
-    def _reached(self, expr: ast.AST, depth: int = 3) -> Iterator[ast.AST]:
-        """The nodes of an expression and of what the names it reads hold, a few names deep."""
-        for node in ast.walk(expr):
-            yield node
-            held = self.value(node) if isinstance(node, ast.Name) and depth else node
-            if held is not node:
-                yield from self._reached(held, depth - 1)
-
-    def in_pmap_over_hosts(self, node: ast.AST) -> bool:
-        """The node is inside a function that builds a pmap across hosts (a port replaces it as a whole)."""
-        scopes = {self.enclosing_function(call) for call in self.pmaps_over_hosts()} - {self.tree}
-        while node not in scopes and node in self.parent:
-            node = self.parent[node]
-        return node in scopes
 
     @once
     def nnx_pmaps(self) -> Iterator[ast.Call]:
