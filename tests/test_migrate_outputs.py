@@ -280,3 +280,32 @@ def test_a_method_that_hands_back_a_pmapped_calls_output_hands_back_pmaps_stacks
     assert (15, "jax-utils-replicate") in rule_set(FORWARDED)
     made_from = FORWARDED.replace("return new_state, loss", "return unreplicate_all(new_state), loss.mean()")
     assert (15, "jax-utils-replicate") not in rule_set(made_from)
+
+
+def test_a_fold_in_a_script_whose_pmapped_step_lives_in_its_project_is_local_batch():
+    source = ("import flax\nfrom models import train_step\n\nstate = flax.jax_utils.replicate(state)\n"
+              "for batch in loader:\n    state = train_step(state, batch)\n"
+              "    shown = batch.reshape((-1, *batch.shape[2:]))\n")
+    assert (7, "local-batch") in rule_set(source)
+    no_pmap_era = source.replace("flax.jax_utils.replicate(state)", "init(state)")
+    assert (7, "local-batch") not in rule_set(no_pmap_era)
+
+
+KEYS_BACK = """\
+import jax
+
+p_step = jax.pmap(step, axis_name='b')
+keys = jax.random.split(rng, jax.local_device_count())
+state, keys = p_step(state, keys)
+image = render(params, keys[0])
+"""
+
+
+def test_device_0s_entry_of_the_keys_a_pmapped_step_hands_back_is_a_per_device_key():
+    found = rule_set(KEYS_BACK)
+    assert (6, "per-device-keys") in found and (6, "jax-utils-replicate") not in found
+    counted = KEYS_BACK.replace("keys = jax.random.split(rng, jax.local_device_count())",
+                                "n_local = jax.local_device_count()\nkeys = jax.random.split(rng, n_local)")
+    assert (7, "per-device-keys") in rule_set(counted)  # the count through a name that does not say "device"
+    copies = rule_set(KEYS_BACK.replace("jax.random.split(rng, jax.local_device_count())", "stack_copies(rng)"))
+    assert (6, "jax-utils-replicate") in copies and (6, "per-device-keys") not in copies

@@ -11,10 +11,11 @@ from helpers.migrate.across_hosts import in_pmap_over_hosts
 from helpers.migrate.bindings import a_loaders_batch, batch_rows, bound_value, device_count_of, reaches
 from helpers.migrate.device_rows import holds_rows
 from helpers.migrate.jax_rules import counts_devices
+from helpers.migrate.key_rules import splits_per_device
 from helpers.migrate.reach import runs_under_pmap
-from helpers.migrate.script import Script, code_of, first_copy, first_copy_of, is_name, root_name
+from helpers.migrate.script import MESH_AXES, Script, code_of, first_copy, first_copy_of, is_name, root_name
 
-LESSONS: dict[str, tuple[str, str]] = {}  # jax-utils-replicate and process-zero-save: jax_rules' and process_zero_rules'
+LESSONS: dict[str, tuple[str, str]] = {}  # jax-utils-replicate, process-zero-save, per-device-keys: other families'
 
 
 def entries_of(s: Script, stacks: set[str]) -> set[str]:
@@ -67,6 +68,13 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                        "host's rows, and [0] would take its first row",
                        "this host's rows: multihost_utils.global_array_to_host_local_array(out, mesh, P(('host', "
                        "'device'))), then any row of it; or every host's with multihost_utils.process_allgather(out)")
+                continue
+            if held is not None and _a_key_stack(s, held):
+                yield (node, "per-device-keys",
+                       f"{code_of(node)} takes device 0's key of {held.id}, keys split one a local device (each device's "
+                       "differs: no copy); after the port there is one key, and [0] would index into it",
+                       "the one key itself (jax.random.split(key) for a fresh one on the host); inside shard_map, "
+                       f"jax.random.fold_in(key, jax.lax.axis_index({MESH_AXES})) for each device's")
                 continue
             yield (node, "jax-utils-replicate",
                    f"{code_of(node)} takes device 0's entry of pmap's per-device output; after the port it is "
@@ -125,6 +133,14 @@ def _maps_a_parameter(s: Script, call: ast.Call) -> bool:
     params = {a.arg for a in ast.walk(function.args) if isinstance(a, ast.arg)}
     return any(isinstance(n, ast.Name) and n.id in params and bound_value(s, n) is None
                for a in call.args[1:] for n in ast.walk(a))
+
+
+def _a_key_stack(s: Script, held: ast.Name) -> bool:
+    """Its function also binds the name to keys split one a local device (`keys = random.split(rng, n_devices)`,
+    handed through the pmapped step and back): device 0's entry of it is a key, not a copy."""
+    return any(isinstance(node, ast.Assign) and splits_per_device(s, node.value) and any(
+        isinstance(n, ast.Name) and n.id == held.id for target in node.targets for n in ast.walk(target))
+        for node in ast.walk(s.scope(held)))
 
 
 def _not_yet_an_output(s: Script, node: ast.AST, stacks: set[str],

@@ -1,6 +1,6 @@
-"""Host code of a pmap script that merges an array's two leading axes by hand (`np.reshape(x, (-1,) + x.shape[2:])`):
-pmap's axis of local devices folded into the rows, said even where the array's history is out of the rules' reach
-(outputs gathered in a list and concatenated, a helper's parameter)."""
+"""Host code of a pmap-era script that merges an array's two leading axes by hand (`np.reshape(x, (-1,) +
+x.shape[2:])`): pmap's axis of local devices folded into the rows, said even where the array's history is out of the
+rules' reach (outputs gathered in a list and concatenated, a helper's parameter, a step pmapped in another module)."""
 from __future__ import annotations
 
 import ast
@@ -8,6 +8,7 @@ import re
 from typing import Iterator
 
 from helpers.migrate.bindings import bound_value
+from helpers.migrate.bodies import pmap_era
 from helpers.migrate.host_read_rules import THIS_HOSTS_ROWS, pmap_output_on_host, said_fold
 from helpers.migrate.reach import runs_under_pmap
 from helpers.migrate.script import Script, code_of, is_name
@@ -30,10 +31,10 @@ def _merged_operand(s: Script, call: ast.Call) -> ast.AST | None:
 
 
 def leading_axes_merged(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """In a pmap script, host code that merges an array's two leading axes (`x.reshape((-1,) + x.shape[2:])`): pmap's
+    """In a pmap-era script, host code that merges an array's two leading axes (`x.reshape((-1,) + x.shape[2:])`): pmap's
     axis of local devices folded into the rows, whatever the array's history (a list of outputs concatenated, a
     helper's parameter). Said where no rule that follows pmap's outputs says it."""
-    if not s.pmaps_here():
+    if not pmap_era(s):  # also a script whose pmapped step a project module makes
         return
     for call in s.calls:
         operand = _merged_operand(s, call)

@@ -10,7 +10,7 @@ import ast
 import re
 from typing import Iterator
 
-from helpers.migrate.bindings import bound_value, host_index_in, reaches
+from helpers.migrate.bindings import bound_value, device_count_of, host_index_in, reaches
 from helpers.migrate.reach import pmapped_bodies, pmapped_out_of_view, run_under_pmap
 from helpers.migrate.script import MESH_AXES, Script, argument, code_of, is_name, keyword
 
@@ -29,7 +29,8 @@ def splits_per_device(s: Script, call: ast.AST) -> bool:
     if count is None or isinstance(count, ast.BinOp):
         return False  # `n_devices * num_envs + 1`, `num_envs // n_devices`: keys per environment or row
     return any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.local_device_count", "jax.device_count")
-               for n in ast.walk(count)) or bool(re.search(r"dev", code_of(count)))
+               for n in ast.walk(count)) or bool(re.search(r"dev", code_of(count))) \
+        or device_count_of(s, count) is not None  # a name bound to a count (`n_local = jax.local_device_count()`)
 
 
 def _less_a_constant(count: ast.AST | None) -> ast.AST | None:
