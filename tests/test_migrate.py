@@ -587,6 +587,15 @@ def test_gradients_from_dynamic_scale_and_nnx_grad_are_gradients():
     assert "N times too large" in _said(source, 7)[0]
 
 
+def test_a_dynamic_scales_axis_name_is_the_trap_on_the_line_that_names_it():
+    source = ("import jax\ns = jax.pmap(step, axis_name='b')\n\n\ndef step(state, axis):\n"
+              "    grad_fn = dynamic_scale.value_and_grad(\n        loss_fn, has_aux=True, axis_name='b')\n")
+    assert [s for s in _said(source, 7) if "N times too large" in s] and not _said(source, 6)
+    held = source.replace("True, axis_name='b')", "True, axis_name=axis)")  # pmap's axis in a parameter
+    assert [s for s in _said(held, 7) if "N times too large" in s]
+    assert not _said(held.replace("s = jax.pmap(step, axis_name='b')", "s = jax.jit(step)"), 7)
+
+
 def test_gradients_handed_back_by_a_helper_given_a_gradient_transform_are_gradients():
     """`l, g = accumulate(jax.value_and_grad(loss_fn), ...)`: g holds gradients, so its pmean is the trap."""
     source = ("import jax\ndef step(params, batch):\n"

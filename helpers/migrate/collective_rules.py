@@ -12,7 +12,7 @@ from typing import Iterator
 from helpers.migrate.across_hosts import in_pmap_over_hosts
 from helpers.migrate.gradient_rules import updated_by_gradients
 from helpers.migrate.gradients import Parts, whole
-from helpers.migrate.bodies import collective_axes
+from helpers.migrate.bodies import collective_axes, pmap_era
 from helpers.migrate.reach import pmapped_out_of_view, runs_under_pmap
 from helpers.migrate.script import MESH_AXES, Script, argument, code_of, is_name, keyword, pmap_axis, strings
 
@@ -53,8 +53,8 @@ def _collective(s: Script, call: ast.Call, pmaps: set[ast.AST]) -> Iterator[tupl
     name = s.name(call.func)
     op = name.rsplit(".", 1)[-1]
     axis = _axis_keyword(s, call)
-    if op == "value_and_grad" and set(s.axis_names(axis)) & s.pmap_axes:
-        yield (call, "pmap-collective",
+    if op == "value_and_grad" and (set(s.axis_names(axis)) & s.pmap_axes or _unresolved(s, axis) and pmap_era(s)):
+        yield (axis, "pmap-collective",  # said where the axis is: the keyword the port drops
                f"{code_of(call.func)}(..., axis_name={code_of(axis)}) averages the gradients over pmap's axis "
                "itself (a pmean inside); under shard_map with check_vma the gradient of P() parameters is "
                "already summed over the devices, so a renamed axis here makes it N times too large",
