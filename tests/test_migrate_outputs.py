@@ -309,3 +309,11 @@ def test_device_0s_entry_of_the_keys_a_pmapped_step_hands_back_is_a_per_device_k
     assert (7, "per-device-keys") in rule_set(counted)  # the count through a name that does not say "device"
     copies = rule_set(KEYS_BACK.replace("jax.random.split(rng, jax.local_device_count())", "stack_copies(rng)"))
     assert (6, "jax-utils-replicate") in copies and (6, "per-device-keys") not in copies
+
+
+def test_numpys_reshape_function_folding_a_pmap_output_is_a_fold_like_the_method():
+    source = ("import jax\nimport jax.numpy as jnp\np_sample = jax.pmap(sample, axis_name='b')\n"
+              "img = p_sample(params, keys)\nimg = jnp.reshape(img, (-1, 32, 32, 3))\n")
+    assert (5, "local-batch") in rule_set(source)
+    assert (5, "local-batch") not in rule_set(source.replace("(-1, 32, 32, 3)", "(8, -1)"))
+    assert (5, "local-batch") not in rule_set(source.replace("p_sample(params, keys)", "make_grid(params)"))

@@ -280,12 +280,23 @@ def _counts_per_host(s: Script, size: ast.AST) -> bool:
     return False
 
 
-def _flattens_devices(call: ast.Call) -> bool:
-    """`out.reshape((-1, d))` or `out.reshape(-1, d)`: the leading (device) axes merged into rows."""
-    first = call.args[0] if call.args else None
+def _flattens_devices(call: ast.Call, shape: list[ast.AST] | None = None) -> bool:
+    """`out.reshape((-1, d))` or `out.reshape(-1, d)` (or a new `shape` given apart): the leading (device) axes
+    merged into rows."""
+    shape = call.args if shape is None else shape
+    first = shape[0] if shape else None
     if isinstance(first, ast.Tuple) and first.elts:
         first = first.elts[0]
     return isinstance(first, ast.UnaryOp) and isinstance(first.op, ast.USub) and isinstance(first.operand, ast.Constant)
+
+
+def _reshaped(s: Script, call: ast.Call) -> tuple[ast.AST | None, list[ast.AST]]:
+    """The array a reshape reshapes and the arguments of its new shape: `x.reshape(...)`, `jnp.reshape(x, ...)`."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr == "reshape"):
+        return None, []
+    if is_name(s.name(call.func), "numpy.reshape", "jax.numpy.reshape"):
+        return (call.args[0], call.args[1:]) if call.args else (None, [])
+    return call.func.value, call.args
 
 
 def host_rows_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -294,14 +305,14 @@ def host_rows_of_global(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     pmapped = _pmapped(s)
     outputs = _pmap_outputs_by_scope(s)
     for call in s.calls:
-        owner = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "reshape" else None
-        if not (_is_pmap_output(s, owner, outputs, pmapped) and _flattens_devices(call)):
+        owner, shape = _reshaped(s, call)
+        if not (_is_pmap_output(s, owner, outputs, pmapped) and _flattens_devices(call, shape)):
             continue
         reader = s.parent.get(call)
         if isinstance(reader, ast.Call) and reader.args[:1] == [call] and (
                 _numpy_call(s, reader) or is_name(s.name(reader.func), "jax.device_get")):
             yield (reader, "numpy-of-global",
-                   f"{code_of(reader.func)}({code_of(owner)}.reshape(...)) reads pmap's per-example output as this "
+                   f"{code_of(reader.func)}({code_of(call)}) reads pmap's per-example output as this "
                    "host's rows; after the port the output is one global array over every host's rows, and "
                    f"{code_of(reader.func)} of it raises on several hosts (other hosts hold part of it)",
                    f"{THIS_HOSTS_ROWS}; every host's: multihost_utils.process_allgather(out)")
