@@ -141,3 +141,26 @@ def test_objax_parallel_splits_the_host_rows_itself_so_its_inputs_are_no_stacks(
     assert (8, "local-batch") not in rule_set(OBJAX)
     assert (8, "local-batch") in rule_set(OBJAX.replace("objax.Parallel(evaluate, model.vars())",
                                                         "jax.pmap(evaluate)").replace("import objax", "import jax"))
+
+
+REARRANGED = """\
+import functools
+import einops
+import jax
+
+n_devices = jax.local_device_count()
+p_step = jax.pmap(step, axis_name='d')
+x = einops.rearrange(rows, "(device batch) ... -> device batch ...", device=n_devices)
+split = functools.partial(einops.rearrange, pattern="(d b) n -> d b n", d=n_devices)
+state = p_step(state, split(tokens))
+"""
+
+
+def test_an_einops_pattern_that_splits_rows_over_the_devices_is_pmaps_stack():
+    found = rule_set(REARRANGED)
+    assert {(7, "local-batch"), (8, "local-batch"), (9, "local-batch")} <= found, found
+    assert "leading axis of devices" in first_said(REARRANGED, 7, "local-batch")
+    by_rows = REARRANGED.replace("device=n_devices", "device=4").replace("d=n_devices", "b=n_devices")
+    assert not {line for line, rule in rule_set(by_rows) if rule == "local-batch"} & {7, 8, 9}
+    no_pmap = REARRANGED.replace("jax.pmap(step, axis_name='d')", "jax.jit(step)")
+    assert not {line for line, rule in rule_set(no_pmap) if rule == "local-batch"} & {7, 8, 9}
