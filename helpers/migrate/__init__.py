@@ -31,7 +31,10 @@ The package, one module a job:
   save_option_rules, refusal_rules  saves on process 0 unless an option says; a refusal to run on several hosts
   host_zero  which code runs on process 0 only (an if, a name holding the test, the other hosts' early return)
   process_zero_rules  work on process 0 only (a collective, a step's outputs, a stack reduced, a save)
-  host_read_rules  a step's results read on the host (numpy of a global output, a pmap across hosts)
+  host_read_rules  a step's results read on the host (numpy of a global output, a pmap across hosts);
+             forwarders  functions that hand a pmapped call's output back; across_hosts  pmaps over one
+             device a host
+  fold_rules, einops_rules  pmap's device axis merged or split by hand (a reshape, an einops pattern)
   gradient_rules  a pmapped step that applies each device's own gradient, unreduced
   scaling_rules  a loss divided by the device count whose gradients are psum'd (a pmean in disguise)
   unread     no false all-clear: a parallel API no rule reads is said as "not read"
