@@ -415,13 +415,8 @@ def _saves_stacks_out_of_view(s: Script, call: ast.Call) -> bool:
 
 def _stack_attributes(s: Script) -> set[str]:
     """`self._state` where the script assigns it the result of a pmapped function or method."""
-    pmaps = {*s.pmaps(), *s.nnx_pmaps()}
-    methods = {code_of(t) for node in ast.walk(s.tree) if isinstance(node, ast.Assign) and node.value in pmaps
-               for t in node.targets if isinstance(t, ast.Attribute)}
-    pmapped = s.pmapped_names()
-    return {code_of(n) for node in ast.walk(s.tree) if isinstance(node, ast.Assign)
-            and isinstance(node.value, ast.Call) and (code_of(node.value.func) in methods or isinstance(
-                node.value.func, ast.Name) and node.value.func.id in pmapped)
+    pmapped_call = s.pmapped_call_test()
+    return {code_of(n) for node in ast.walk(s.tree) if isinstance(node, ast.Assign) and pmapped_call(node.value)
             for t in node.targets for n in ([t] if isinstance(t, ast.Attribute) else getattr(t, "elts", []))
             if isinstance(n, ast.Attribute)}
 

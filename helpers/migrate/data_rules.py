@@ -488,7 +488,8 @@ def _reads_by_index(loop: ast.AST, index: str) -> list[ast.Subscript]:
 
 def _pmapped_calls(s: Script) -> list[ast.Call]:
     """Calls of a pmapped function: `p_step(...)`, or `self.p_step(...)` where the script binds `self.p_step =
-    jax.pmap(...)`."""
+    jax.pmap(...)`; not of a function that hands a pmapped call's output back (Script.pmapped_call_test's too):
+    what that one is handed is not fed to pmap as it is."""
     names = s.pmapped_names()
     pmaps = {*s.pmaps(), *s.nnx_pmaps()}
     attributes = {t.attr for node in ast.walk(s.tree) if isinstance(node, ast.Assign) and node.value in pmaps
