@@ -24,7 +24,8 @@ The package, one module a job:
   copy_rules  pmap's copies taken apart or made by hand (x[0], get_first, stacks of copies)
   key_rules  per-device randomness (keys split per local device, draws inside the step)
   data_rules, batch_rules, loader_rules, stack_rules  what each host loads: shuffles, global batch sizes,
-             project loaders, datasets batched per device
+             project loaders, datasets batched per device; feeds  what the script hands its pmapped functions
+  helper_calls  a helper's stack, keys or copy said again at each of its calls
   mesh_rules  a mesh of one host's devices     negatives_rules  a contrastive loss with its own negatives
   flax_rules, old_api_rules, keyword_rules  Flax's linen-era helpers; xmap, pjit, removed APIs and keywords
   jit_collective_rules  the gradient trap in a jit/pjit step with no pmap

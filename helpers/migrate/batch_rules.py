@@ -20,6 +20,7 @@ from helpers.migrate.aliases import LIBRARY_ROOTS
 from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, host_index_in, loop_items
 from helpers.migrate.data_rules import (global_sizes as _global_sizes, pmap_era as _pmap_era,
                                         reads_by_index as _reads_by_index, reads_host_number as _reads_host_number)
+from helpers.migrate.key_rules import splits_per_device
 from helpers.migrate.loader_rules import handed_loaded_rows, project_call
 from helpers.migrate.script import MESH_AXES, Script, code_of, is_name
 
@@ -370,11 +371,24 @@ def project_stacking_helper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
             how = f"stacks the rows it is handed one slice per device (by {code_of(count)}, a device count)"
         else:
             continue
+        if isinstance(node, ast.Call) and _split_keys(s, node.args[0] if node.args else None):
+            yield (node, "per-device-keys",
+                   f"{code_of(called)}(...) (in the project) places keys split one a device on this host's devices, "
+                   "one key a device for pmap",
+                   "one key, and inside shard_map jax.random.fold_in(key, jax.lax.axis_index("
+                   f"{MESH_AXES})): a different stream on every device of every host")
+            continue
         yield (node, "local-batch",
                f"{code_of(called)}{'' if node in handed_on else '(...)'} (in the project) {how}, the leading axis "
                "pmap strips",
                "no stacking: pass the host's rows as they are to jax.make_array_from_process_local_data("
                f"NamedSharding(mesh, P({MESH_AXES})), rows), and JAX splits them over the devices")
+
+
+def _split_keys(s: Script, handed: ast.AST | None) -> bool:
+    """Keys split one a device (`key = random.split(key, cfg.num_devices)`), as handed or through the name."""
+    value = bound_value(s, handed) if isinstance(handed, ast.Name) else handed
+    return isinstance(value, ast.Call) and splits_per_device(s, value)
 
 
 def _handed_a_batch(s: Script, call: ast.Call) -> bool:

@@ -217,6 +217,8 @@ def _devices_of(s: Script, node: ast.AST, depth: int) -> str | None:
         return None
     while isinstance(node, ast.Subscript) or isinstance(node, ast.Call) and s.name(node.func) == "list" and node.args:
         node = node.value if isinstance(node, ast.Subscript) else node.args[0]
+    if isinstance(node, ast.BoolOp):  # `devices = devices or jax.local_devices()`
+        return next(filter(None, (_devices_of(s, v, depth + 1) for v in node.values)), None)
     if isinstance(node, ast.Call):
         name = s.name(node.func)
         return ("local" if "local" in name else "every") if is_name(name, "jax.local_devices", "jax.devices") else None

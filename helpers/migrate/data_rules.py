@@ -10,6 +10,7 @@ import re
 from typing import Iterator
 
 from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, host_index_in, loop_items, reaches
+from helpers.migrate.feeds import fed_to_pmap
 from helpers.migrate.key_rules import splits_per_device
 from helpers.migrate.script import Script, argument, code_of, is_name, keyword
 
@@ -484,23 +485,6 @@ def _reads_by_index(loop: ast.AST, index: str) -> list[ast.Subscript]:
                        for n in ast.walk(c.target) if isinstance(n, ast.Name)}
     return [n for statement in loop.body for n in ast.walk(statement) if isinstance(n, ast.Subscript)
             and any(isinstance(i, ast.Name) and i.id in names for i in ast.walk(n.slice))]
-
-
-def _pmapped_calls(s: Script) -> list[ast.Call]:
-    """Calls of a pmapped function: `p_step(...)`, or `self.p_step(...)` where the script binds `self.p_step =
-    jax.pmap(...)`; not of a function that hands a pmapped call's output back (Script.pmapped_call_test's too):
-    what that one is handed is not fed to pmap as it is."""
-    names = s.pmapped_names()
-    pmaps = {*s.pmaps(), *s.nnx_pmaps()}
-    attributes = {t.attr for node in ast.walk(s.tree) if isinstance(node, ast.Assign) and node.value in pmaps
-                  for t in node.targets if isinstance(t, ast.Attribute)}
-    return [c for c in s.calls if isinstance(c.func, ast.Name) and c.func.id in names
-            or isinstance(c.func, ast.Attribute) and c.func.attr in attributes]
-
-
-def fed_to_pmap(s: Script) -> list[ast.AST]:
-    """The arguments of every call of a pmapped function."""
-    return [a for c in _pmapped_calls(s) for a in [*c.args, *(k.value for k in c.keywords)]]
 
 
 _NOT_DRAWS = ("split", "fold_in", "key", "PRNGKey", "key_data", "wrap_key_data", "clone", "permutation", "shuffle")

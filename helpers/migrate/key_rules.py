@@ -11,6 +11,7 @@ import re
 from typing import Iterator
 
 from helpers.migrate.bindings import bound_value, device_count_of, host_index_in, reaches
+from helpers.migrate.feeds import fed_to_pmap
 from helpers.migrate.reach import pmapped_bodies, pmapped_out_of_view, run_under_pmap
 from helpers.migrate.script import MESH_AXES, Script, argument, code_of, is_name, keyword
 
@@ -60,9 +61,27 @@ def _split_count(s: Script, call: ast.Call) -> ast.AST | None:
     return next((k.value for k in call.keywords if k.arg in ("num", "n", "count", "num_keys")), None)
 
 
+def _splits_fed_to_pmap(s: Script) -> set[ast.Call]:
+    """Splits to a count named otherwise (`split(key, num=DEVICE_COUNT)`, DEVICE_COUNT = 8) whose keys a pmapped call
+    takes whole, as its argument or through a name last bound to one (and the name's other splits in its function,
+    as a loop splits its keys again): pmap strips their leading axis, so there is one key a local device."""
+    def split(value: ast.AST | None) -> bool:
+        return isinstance(value, ast.Call) and _split_count(s, value) is not None
+
+    found = set()
+    for fed in fed_to_pmap(s):
+        if split(fed):
+            found.add(fed)
+        elif isinstance(fed, ast.Name) and split(bound_value(s, fed)):
+            found |= {node.value for node in ast.walk(s.scope(fed)) if isinstance(node, ast.Assign)
+                      and [code_of(t) for t in node.targets] == [fed.id] and split(node.value)}
+    return found
+
+
 def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    fed = _splits_fed_to_pmap(s)
     for call in s.calls:
-        if splits_per_device(s, call):
+        if splits_per_device(s, call) or call in fed:
             count = _split_count(s, call)
             every = any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.device_count")
                         for n in ast.walk(s.value(count)))

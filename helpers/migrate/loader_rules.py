@@ -10,7 +10,8 @@ import sys
 from typing import Iterator
 
 from helpers.migrate.bindings import arguments_for, bound_value, device_count_of
-from helpers.migrate.data_rules import fed_to_pmap, pmap_era, splits_by_host
+from helpers.migrate.data_rules import pmap_era, splits_by_host
+from helpers.migrate.feeds import fed_to_pmap
 from helpers.migrate.script import MESH_AXES, Script, code_of, is_name
 
 LESSONS: dict[str, tuple[str, str]] = {}  # local-batch: jax_rules'
@@ -115,11 +116,11 @@ def project_stacked_batches(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
     for argument in fed_to_pmap(s):
         for source in _each_caller_s(s, argument):
             loader = _loader_of(s, source)
-            if loader is not None and handed_loaded_rows(s, loader) is None:
-                stacked.setdefault(loader, argument)
+            if loader is not None and (handed_loaded_rows(s, loader) is None or _prefetches(s, loader)):
+                stacked.setdefault(loader, argument)  # a transform of loaded rows that prefetches them stacks too
     read_stackers = s.folder.stackers | {function for function, _ in s.folder.count_stackers}
     for loader, argument in stacked.items():
-        if code_of(loader.func).rsplit(".", 1)[-1] in s.folder.prefetchers:
+        if _prefetches(s, loader):
             yield (loader, "flax-prefetch",
                    f"{code_of(loader.func)}(...) (in the project) stacks this host's batches per local device and "
                    "prefetches them onto the local devices (flax's prefetch_to_device), pmap's stacks",
@@ -192,17 +193,29 @@ def per_device_size_to_a_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, 
 
 def batch_dims_per_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`batch_dims = [jax.local_device_count(), per_device]` in a script that pmaps: the dimensions a loader is told
-    to batch by, one batch per local device stacked (a call's own shape argument is jax_rules')."""
+    to batch by, one batch per local device stacked (a call's own shape argument is jax_rules'); by
+    `jax.device_count()`, one batch for every device of every host, which each host loads."""
     if not s.pmaps_here():
         return
     for node in ast.walk(s.tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple)) \
-                and len(node.value.elts) > 1 and device_count_of(s, node.value.elts[0]) == "local" \
-                and any("batch" in code_of(t).lower() for t in node.targets):
+                and len(node.value.elts) > 1 and any("batch" in code_of(t).lower() for t in node.targets):
             count = node.value.elts[0]
-            yield (count, "local-batch",
-                   f"{code_of(node.value)} batches by {code_of(count)} first: one batch per local device stacked, "
-                   "the leading axis pmap strips", _UNSTACKED)
+            counted = device_count_of(s, count)
+            if counted == "local":
+                yield (count, "local-batch",
+                       f"{code_of(node.value)} batches by {code_of(count)} first: one batch per local device stacked, "
+                       "the leading axis pmap strips", _UNSTACKED)
+            elif counted == "every":
+                yield (count, "local-batch",
+                       f"{code_of(node.value)} batches by {code_of(count)} first: a stack with a batch for each "
+                       "device, the leading axis pmap strips (one that must equal this host's device count)",
+                       _UNSTACKED)
+                yield (count, "global-batch-per-host",
+                       f"{code_of(node.value)} counts every host's devices ({code_of(count)}): each host's loader "
+                       "makes the batches of all of them, the whole global batch on every host",
+                       "each host loads its part: global_batch // jax.process_count() rows, and "
+                       "jax.make_array_from_process_local_data assembles the global batch")
 
 
 def unsampled_data_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
@@ -229,6 +242,11 @@ def _each_caller_s(s: Script, argument: ast.AST) -> list[ast.AST]:
     if isinstance(argument, ast.Name) and bound_value(s, argument) is None:
         return list(arguments_for(s, argument)) or [argument]
     return [argument]
+
+
+def _prefetches(s: Script, loader: ast.Call) -> bool:
+    """A call of a project function that puts its batches on the local devices (`prefetch_to_device`)."""
+    return code_of(loader.func).rsplit(".", 1)[-1] in s.folder.prefetchers
 
 
 def handed_loaded_rows(s: Script, call: ast.Call) -> ast.Call | None:

@@ -71,6 +71,7 @@ _XLA_BRIDGE = {  # jax.lib.xla_bridge: not in jax 0.12 (ImportError, on the pinn
 
 
 def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
+    private_lines = set()  # one finding a line for names of jax._src
     for node, name, imported in s.used_names():
         if name in _ENTERED_ONLY and _entered_by_with(s, node):
             continue  # with_mesh says what replaces `with maps.mesh(...):`; a Mesh class built there is both
@@ -95,6 +96,15 @@ def old_names(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "drop the internal and do with public APIs what it did: jax.jit's in_shardings/out_shardings with "
                    "NamedSharding(mesh, P(...)) for pjit's axis resources, jax.shard_map over a mesh for xmap's "
                    "named axes; for a library, a release that no longer reaches it")
+        elif (name == "jax._src" or name.startswith("jax._src.")) and node.lineno not in private_lines \
+                and not (isinstance(node, ast.ImportFrom) and name == node.module):  # its names say more
+            private_lines.add(node.lineno)
+            yield (node, "removed-internals",
+                   f"{name} is in jax._src, JAX's private package: no part of its API, moved or deleted between "
+                   "releases without notice (jax._src.lib.xla_bridge and xla_extension are gone on jax 0.12)",
+                   "the public API that does the same: jax.distributed.initialize(coordinator_address, "
+                   "num_processes, process_id) to join the hosts into one runtime, jax.devices() and jax.config for "
+                   "backends; nothing that resets or registers JAX's backends by hand")
         elif name.startswith("jax.lib.xla_bridge.") and name.rsplit(".", 1)[-1] in _XLA_BRIDGE and not imported:
             yield (node, "host-count",
                    f"{name}: jax.lib.xla_bridge is not in jax 0.12 (ImportError)", _XLA_BRIDGE[name.rsplit(".", 1)[-1]])

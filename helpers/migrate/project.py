@@ -16,6 +16,7 @@ from helpers.migrate.script import Script, first_copy, is_name, is_name_call
 
 MOST_MODULES = 40  # a script importing half a monorepo: read the first ones, keep the tool fast
 _SRC_LEVELS = 3  # how far above the script's top package a src-layout project's root may be
+_FETCHES = ("jax.device_get", "numpy.asarray", "numpy.array")  # what hands a value back on the host, as it is
 _HOST_NUMBERS = ("process_index", "process_count", "host_id", "host_count")
 
 
@@ -356,7 +357,13 @@ def _mapped_first_copies(script: Script) -> set[tuple[str, str]]:
 
 
 def _maps_a_first_copy(script: Script, function: ast.FunctionDef, returned: ast.AST) -> bool:
-    """A tree map of a function (one nested in `function` first) whose body takes device 0's copy of its leaf."""
+    """A tree map of a function (one nested in `function` first) whose body takes device 0's copy of its leaf, also
+    fetched to the host after (`metrics = tree_map(lambda x: x[0], metrics); return jax.device_get(metrics)`)."""
+    for _ in range(4):
+        returned = script.value(returned)
+        if not (isinstance(returned, ast.Call) and returned.args and is_name(script.name(returned.func), *_FETCHES)):
+            break
+        returned = returned.args[0]
     if not (isinstance(returned, ast.Call) and script.is_tree_map(returned) and returned.args):
         return False
     named = returned.args[0].id if isinstance(returned.args[0], ast.Name) else None

@@ -28,6 +28,10 @@ class Names:
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 for a in node.names:
                     self.alias[a.asname or a.name] = f"{node.module}.{a.name}"
+        stars = any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names)
+                    for tree in trees for n in ast.walk(tree))
+        if stars and "partial" not in self.alias:  # `from .utils import *` of a module that imports functools' partial
+            self.alias["partial"] = "functools.partial"
         for node in (n for tree in trees for n in getattr(tree, "body", ())):  # `replicate = jax_utils.replicate`
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
                     and isinstance(node.value, ast.Attribute) and root_name(node.value) in self.alias:
@@ -366,12 +370,12 @@ class Script:
     def _assignment(self, name: ast.Name) -> ast.AST | None:
         scope = self.scope(name)
         while True:
+            values = self._scoped.get((scope, name.id), [])
+            before = [v for at, v in values if at < (name.lineno, name.col_offset)]
             if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
                     and name.id in {a.arg for a in ast.walk(scope.args) if isinstance(a, ast.arg)}:
-                return None
-            values = self._scoped.get((scope, name.id), [])
+                return before[-1] if before else None  # a parameter, unless the function binds it again first
             if values:
-                before = [v for at, v in values if at < (name.lineno, name.col_offset)]
                 return before[-1] if before else values[-1][1]
             if scope is self.tree:
                 return None

@@ -7,7 +7,8 @@ from typing import Iterator
 
 from helpers.migrate.batch_rules import batch_source
 from helpers.migrate.bindings import arguments_for, bound_value, device_count_of, host_index_in
-from helpers.migrate.data_rules import fed_to_pmap, pmap_era
+from helpers.migrate.data_rules import pmap_era
+from helpers.migrate.feeds import fed_to_pmap
 from helpers.migrate.jax_rules import count_through_callers
 from helpers.migrate.old_api_rules import pjit_calls
 from helpers.migrate.script import MESH_AXES, Script, code_of, is_name
