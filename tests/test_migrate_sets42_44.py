@@ -231,3 +231,35 @@ def test_a_project_spreader_over_the_devices_a_parameter_defaults_to_stacks_rows
     found = {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
     assert (5, "local-batch") in found, found
     assert {(6, "per-device-keys"), (7, "per-device-keys")} <= found and (7, "local-batch") not in found, found
+
+
+_CKPT = """import jax
+from flax.training import checkpoints
+
+
+def save_ckpt(state, path):
+    if jax.process_index() == 0:
+        state = jax.device_get(jax.tree_util.tree_map(lambda x: x[0], state))
+        checkpoints.save_checkpoint(path, state, state.step, overwrite=True)
+"""
+
+
+def test_a_project_checkpointer_that_tests_the_process_index_is_said_to_save_on_process_zero(tmp_path):
+    _write(tmp_path / "utils" / "__init__.py", "")
+    _write(tmp_path / "utils" / "ckpt.py", _CKPT)
+    script = _write(tmp_path / "train.py", "import jax\nfrom utils import ckpt\n\n"
+                    "p_step = jax.pmap(step, axis_name='b')\nstate = p_step(state, batch)\nckpt.save_ckpt(state, 'out')\n")
+    said = {f.rule: f.does for f in migrate.migrate(script, show=False) if f.line == 6}
+    assert "flax-checkpoints" in said and "on every host" not in said["flax-checkpoints"], said
+    assert "tests the process index" in said["process-zero-save"], said
+
+
+def test_a_script_below_its_repositorys_root_reads_the_modules_the_root_holds(tmp_path):
+    _write(tmp_path / "repo" / "utils" / "__init__.py", "")
+    _write(tmp_path / "repo" / "utils" / "ckpt.py", _CKPT)
+    source = ("import jax\nfrom utils import ckpt\n\n"
+              "p_step = jax.pmap(step, axis_name='b')\nstate = p_step(state, batch)\nckpt.save_ckpt(state, 'out')\n")
+    script = _write(tmp_path / "repo" / "scripts" / "train.py", source)
+    assert "flax-checkpoints" not in {f.rule for f in migrate.migrate(script, show=False) if f.line == 6}
+    _write(tmp_path / "repo" / "setup.py", "from setuptools import setup\n\nsetup(name='repo')\n")
+    assert "flax-checkpoints" in {f.rule for f in migrate.migrate(script, show=False) if f.line == 6}

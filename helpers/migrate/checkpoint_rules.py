@@ -337,10 +337,12 @@ def hand_rolled_checkpoints(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
         else:
             said = origin == "here" or kind == "restore" or copies
         if said:
+            tests_the_host = origin == "project" and what.rsplit(".", 1)[-1] in s.folder.host_aware
+            where = "" if node in on_zero else (" (its body, in the project, tests the process index)" if
+                                                tests_the_host else ", on every host into the same path")
             yield (node, "flax-checkpoints",
                    f"{what}(...) {'writes' if kind == 'save' else 'reads'} a hand-rolled checkpoint of one host's "
-                   "copy of the state (a pickle, msgpack bytes or npz of pmap's copies, or of device 0's)"
-                   + ("" if node in on_zero else ", on every host into the same path"),
+                   "copy of the state (a pickle, msgpack bytes or npz of pmap's copies, or of device 0's)" + where,
                    _ADVICE)
         if node in on_zero and kind == "save" and not (isinstance(node, ast.Call) and is_checkpoint_save(s, node)):
             yield (node, "process-zero-save",

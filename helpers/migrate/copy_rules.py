@@ -268,11 +268,13 @@ def copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                    "(pmap's replicate)",
                    "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
         elif _saves_stacks_out_of_view(s, call):
+            short = s.name(call.func).rsplit(".", 1)[-1]
+            whose = ("whose body (in the project) tests the process index: it" if short in s.folder.host_aware
+                     else "whose code is not in this folder: a pmap-era checkpointer")
             yield (call, "process-zero-save",
-                   f"{code_of(call.func)}(...) hands pmap's per-device stacks to the project's checkpointer, whose "
-                   "code is not in this folder: a pmap-era checkpointer takes copy [0] (device_get(x[0])) and "
-                   "writes on process 0 only; after the port the state is global arrays that every host must "
-                   "save its shards of",
+                   f"{code_of(call.func)}(...) hands pmap's per-device stacks to the project's checkpointer, {whose} "
+                   "takes copy [0] (device_get(x[0])) and writes on process 0 only; after the port the state is "
+                   "global arrays that every host must save its shards of",
                    "an orbax.checkpoint.CheckpointManager called on every host with the global state (no [0]); "
                    "Orbax lets process 0 write the shared metadata")
 
@@ -402,7 +404,7 @@ def _repeats_over_local_devices(s: Script, call: ast.Call) -> bool:
 
 def _saves_stacks_out_of_view(s: Script, call: ast.Call) -> bool:
     """`self._checkpointer.maybe_save_checkpoint(self._state, ...)`: a save of the project's own (neither Flax's
-    nor Orbax's, and defined in no file the tool reads) handed a pmap output, in a pmap-era script."""
+    nor Orbax's, nor a copy helper the tool read) handed a pmap output, in a pmap-era script."""
     name = s.name(call.func)
     short = name.rsplit(".", 1)[-1].lower()
     if not ("save" in short and ("checkpoint" in short or "ckpt" in short)) or name.startswith(

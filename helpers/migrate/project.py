@@ -16,6 +16,7 @@ from helpers.migrate.script import Script, first_copy, is_name, is_name_call
 
 MOST_MODULES = 40  # a script importing half a monorepo: read the first ones, keep the tool fast
 _SRC_LEVELS = 3  # how far above the script's top package a src-layout project's root may be
+_ROOT_MARKS = ("setup.py", "pyproject.toml", "setup.cfg", ".git")  # what a repository's root holds
 _FETCHES = ("jax.device_get", "numpy.asarray", "numpy.array")  # what hands a value back on the host, as it is
 _HOST_NUMBERS = ("process_index", "process_count", "host_id", "host_count")
 
@@ -58,11 +59,15 @@ def _outer_roots(top: Path, dotted: str) -> list[Path]:
     """The folder above the script's top package, or above a folder further up, when an import names that folder:
     `paxml/train.py` importing `paxml.checkpoints`, `chirp/train/classifier.py` importing `chirp.data.utils`, the
     folders packages without `__init__.py`; else the `src` folder of a src-layout project a few folders up that holds
-    the package (`projects/finetune.py` importing `speech_jax`, found in `src/speech_jax`)."""
+    the package (`projects/finetune.py` importing `speech_jax`, found in `src/speech_jax`); else the repository's
+    root a folder or two up (it holds setup.py, pyproject.toml or .git) when it holds the module (`scripts/train.py`
+    importing `diffusion.utils`, run from the root)."""
     head = dotted.split(".")[0]
     named = [folder.parent for folder in (top, *top.parents) if folder.name == head][:1]
     return named or [folder / "src" for folder in (top, *top.parents)[:_SRC_LEVELS]
-                     if (folder / "src" / head).is_dir()][:1]
+                     if (folder / "src" / head).is_dir()][:1] or [
+        folder for folder in top.parents[:_SRC_LEVELS - 1] if any((folder / m).exists() for m in _ROOT_MARKS)
+        and ((folder / head).is_dir() or (folder / f"{head}.py").is_file())][:1]
 
 
 def project_modules(script: Path) -> list[Path]:
