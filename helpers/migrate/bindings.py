@@ -161,6 +161,17 @@ def reaches(s: Script, expr: ast.AST, found: Callable[[ast.AST], bool], depth: i
     return None
 
 
+def mapped_tree(s: Script, name: ast.AST) -> ast.AST | None:
+    """The tree a lambda's only parameter stands for the leaves of, where a tree map maps the lambda over one tree
+    (`jax.tree.map(lambda x: x[:, 0], inputs)`: `inputs` for x); None for any other read."""
+    lam = s.scope(name) if isinstance(name, ast.Name) else None
+    call = s.parent.get(lam) if isinstance(lam, ast.Lambda) else None
+    if not (isinstance(call, ast.Call) and s.is_tree_map(call) and len(call.args) == 2 and call.args[0] is lam
+            and [a.arg for a in lam.args.args] == [name.id]):
+        return None
+    return call.args[1]
+
+
 def device_count_of(s: Script, node: ast.AST, depth: int = 0) -> str | None:
     """'local' or 'every' when the expression counts devices, through the names that hold the count:
     jax.local_device_count() or jax.device_count(), the len() of jax.local_devices() or jax.devices() (or of the

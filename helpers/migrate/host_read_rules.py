@@ -11,7 +11,7 @@ import re
 from typing import Iterator
 
 from helpers.migrate.across_hosts import pmaps_over_hosts
-from helpers.migrate.bindings import bound_value
+from helpers.migrate.bindings import bound_value, mapped_tree
 from helpers.migrate.data_rules import traced as _traced
 from helpers.migrate.jax_rules import holds_pmap_stacks, pmapped_out_of_view
 from helpers.migrate.once import once
@@ -505,6 +505,7 @@ def said_fold(s: Script, call: ast.Call) -> bool:
     owner = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "reshape" else None
     if owner is None or not _flattens_devices(call):
         return False
+    owner = mapped_tree(s, owner) or owner  # `tree_map(lambda x: x.reshape(-1, ...), outputs)`: the outputs
     reader = s.parent.get(call)
     if pmap_output(s, owner) or isinstance(reader, ast.Call) and is_name(s.name(reader.func), "jax.device_get") \
             and reader.args[:1] == [call] and _stacked_input(s, call) is not None:

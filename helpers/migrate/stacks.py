@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from helpers.migrate.bindings import bound_value, device_count_of, targets
+from helpers.migrate.bindings import bound_value, device_count_of, mapped_tree, targets
 from helpers.migrate.data_rules import traced
 from helpers.migrate.host_read_rules import pmap_output
 from helpers.migrate.once import once
@@ -42,6 +42,9 @@ def _carries(s: Script, expr: ast.AST | None, keys: frozenset | set, returning: 
         return False
     if isinstance(expr, (ast.Name, ast.Attribute)) and _key(s, expr) in keys or pmap_output(s, expr):
         return True
+    mapped = mapped_tree(s, expr)
+    if mapped is not None:  # `lambda x: x[:, 0]` mapped over a stacked tree: x is each of its stacked leaves
+        return _carries(s, mapped, keys, returning, depth + 1)
     if isinstance(expr, ast.Attribute):  # a field of a stacked container: `out.loss`
         return _carries(s, expr.value, keys, returning, depth + 1)
     if isinstance(expr, ast.Subscript):

@@ -1,8 +1,8 @@
-"""What the blind labels of sets 42-44 found missing: a long function handing back a loader stacked per local device
+"""What the blind labels of sets 42-47 found missing: a long function handing back a loader stacked per local device
 (said at its calls, also on a line with another finding), keys split to a count named otherwise and fed to pmap
 whole, a `partial(jax.pmap, ...)` whose `partial` comes from a star import, a project's helpers that prefetch the rows
 they are handed or fetch device 0's copy to the host, a function that takes device 0's copy of what it is handed
-(said at its calls), and JAX's private package (`jax._src`)."""
+(said at its calls), a cut behind the device axis of a tree map's leaves, and JAX's private package (`jax._src`)."""
 from pathlib import Path
 
 from helpers import migrate
@@ -263,3 +263,19 @@ def test_a_script_below_its_repositorys_root_reads_the_modules_the_root_holds(tm
     assert "flax-checkpoints" not in {f.rule for f in migrate.migrate(script, show=False) if f.line == 6}
     _write(tmp_path / "repo" / "setup.py", "from setuptools import setup\n\nsetup(name='repo')\n")
     assert "flax-checkpoints" in {f.rule for f in migrate.migrate(script, show=False) if f.line == 6}
+
+
+_LEAVES = """import jax
+
+p_step = jax.pmap(step, axis_name='b')
+for batch in loader:
+    state, out = p_step(state, batch)
+    few = jax.tree_util.tree_map(lambda x: x[:, :4], batch)
+    crops = jax.tree_util.tree_map(lambda x: x[:, :4], images)
+"""
+
+
+def test_a_lambda_mapped_over_a_stacked_tree_reads_stacked_leaves():
+    found = rule_set(_LEAVES)
+    assert (6, "local-batch") in found and (7, "local-batch") not in found  # images is no stack
+
