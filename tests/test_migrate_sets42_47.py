@@ -278,4 +278,3 @@ for batch in loader:
 def test_a_lambda_mapped_over_a_stacked_tree_reads_stacked_leaves():
     found = rule_set(_LEAVES)
     assert (6, "local-batch") in found and (7, "local-batch") not in found  # images is no stack
-
