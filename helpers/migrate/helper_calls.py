@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import Iterable, Iterator
 
-from helpers.migrate.script import Script
+from helpers.migrate.script import Script, own_nodes
 
 HELPER_LINES = 8  # a short helper: a def this short, or a lambda bound to a name
 _SAID_AT_CALLS = ("local-batch", "per-device-keys")
@@ -56,9 +56,9 @@ def _carried_lines(helper: ast.AST) -> set[int]:
     `x = x.reshape((n_local, per) + x.shape[1:])` then `return {"image": x}`)."""
     if isinstance(helper, ast.Assign) or helper.end_lineno - helper.lineno + 1 <= HELPER_LINES:
         return set(range(helper.lineno, helper.end_lineno + 1))
-    returns = [node for node in _own_nodes(helper) if isinstance(node, ast.Return) and node.value is not None]
+    returns = [node for node in own_nodes(helper) if isinstance(node, ast.Return) and node.value is not None]
     returned = {n.id for r in returns for n in _handed_back(r.value)}
-    binding = [node for node in _own_nodes(helper) if isinstance(node, ast.Assign) and any(
+    binding = [node for node in own_nodes(helper) if isinstance(node, ast.Assign) and any(
         isinstance(n, ast.Name) and n.id in returned for t in node.targets for n in ast.walk(t))]
     return {line for node in returns + binding for line in range(node.lineno, node.end_lineno + 1)}
 
@@ -84,7 +84,7 @@ def _parameter_lines(helper: ast.AST) -> set[int]:
         return isinstance(node, ast.Name) and node.id in parameters \
             or isinstance(node, ast.Tuple) and any(parameter(e) for e in node.elts)
 
-    return {node.lineno for node in _own_nodes(helper)
+    return {node.lineno for node in own_nodes(helper)
             if isinstance(node, ast.Call) and _takes_first(node) and any(parameter(a) for a in node.args)
             or isinstance(node, ast.Subscript) and parameter(node.value) and _zero(node.slice)}
 
@@ -99,16 +99,6 @@ def _takes_first(call: ast.Call) -> bool:
 
 def _zero(index: ast.AST) -> bool:
     return isinstance(index, ast.Constant) and index.value == 0
-
-
-def _own_nodes(function: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of a function's body, not those of the functions and lambdas defined in it."""
-    todo = list(ast.iter_child_nodes(function))
-    while todo:
-        node = todo.pop()
-        yield node
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            todo += ast.iter_child_nodes(node)
 
 
 def _helpers(s: Script) -> dict[str, ast.AST]:

@@ -499,11 +499,11 @@ def device_axis_merged_on_a_host_copy(s: Script) -> Iterator[tuple[ast.AST, str,
 
 
 def said_fold(s: Script, call: ast.Call) -> bool:
-    """A `.reshape(-1, ...)` these rules say: of a pmap output (host_rows_of_global), of this host's numpy copy
-    of one (device_axis_merged_on_a_host_copy), or read by device_get from a batch flax's shard() stacked
-    (global_read_whole)."""
-    owner = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "reshape" else None
-    if owner is None or not _flattens_devices(call):
+    """A `.reshape(-1, ...)` (or `jnp.reshape(x, (-1, ...))`) these rules say: of a pmap output
+    (host_rows_of_global), of this host's numpy copy of one (device_axis_merged_on_a_host_copy), or read by device_get
+    from a batch flax's shard() stacked (global_read_whole)."""
+    owner, shape = _reshaped(s, call)
+    if owner is None or not _flattens_devices(call, shape):
         return False
     owner = mapped_tree(s, owner) or owner  # `tree_map(lambda x: x.reshape(-1, ...), outputs)`: the outputs
     reader = s.parent.get(call)

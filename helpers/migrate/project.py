@@ -12,7 +12,7 @@ from helpers.migrate.batch_rules import stacked_by, stacks_per_local_device
 from helpers.migrate.checkpoint_rules import checkpointers
 from helpers.migrate.copy_rules import mapped_function
 from helpers.migrate.folder import Folder, HostSwitch
-from helpers.migrate.script import Script, first_copy, is_name, is_name_call
+from helpers.migrate.script import Script, first_copy, is_name, is_name_call, own_nodes
 
 MOST_MODULES = 40  # a script importing half a monorepo: read the first ones, keep the tool fast
 _SRC_LEVELS = 3  # how far above the script's top package a src-layout project's root may be
@@ -381,11 +381,4 @@ def _maps_a_first_copy(script: Script, function: ast.FunctionDef, returned: ast.
 
 def _own_returns(function: ast.FunctionDef) -> list[ast.AST]:
     """What a function's own return statements return, those of its nested functions left out."""
-    found, todo = [], list(function.body)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.Return) and node.value is not None:
-            found.append(node.value)
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-            todo += ast.iter_child_nodes(node)
-    return found
+    return [node.value for node in own_nodes(function) if isinstance(node, ast.Return) and node.value is not None]

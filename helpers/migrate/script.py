@@ -111,6 +111,16 @@ def _assignments(tree: ast.AST) -> Iterator[tuple[str, ast.AST]]:
                 yield from ((t.id, v) for t, v in zip(target.elts, node.value.elts) if isinstance(t, ast.Name))
 
 
+def own_nodes(function: ast.FunctionDef | ast.AsyncFunctionDef) -> Iterator[ast.AST]:
+    """The nodes of a function's body, not those of the functions, lambdas and classes defined in it."""
+    todo = list(function.body)
+    while todo:
+        node = todo.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            todo += ast.iter_child_nodes(node)
+
+
 def first_copy(node: ast.AST, names: set[str]) -> bool:
     """Device 0's copy of one of `names`, taken by hand: `x[0]`, `x.addressable_shards[0]`, `np.asarray(x)[0]`, also
     of a field or entry of one (`state.step[0]`, `metrics['loss'][0]`)."""
