@@ -350,7 +350,7 @@ def project_stacking_helper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
     """`data_utils.shard(batch)`: a function of the script's project, read to its body, that stacks the rows it is
     handed one slice per local device (the leading axis pmap strips), also when the script hands it on
     (`ds.map(split_batch)`) or hands it the device count it stacks by (`shard_batch(batch, n_devices)`)."""
-    if not _pmap_era(s) or not s.folder.stackers | s.folder.count_stackers:
+    if not _pmap_era(s) or not s.folder.stackers | s.folder.count_stackers | s.folder.placers:
         return
     by_count = dict(s.folder.count_stackers)
     handed_on = {a for c in s.calls for a in c.args if isinstance(a, ast.Name)}
@@ -369,6 +369,14 @@ def project_stacking_helper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
             how = "stacks the rows it is handed one slice per local device"
         elif count is not None and device_count_of(s, count):
             how = f"stacks the rows it is handed one slice per device (by {code_of(count)}, a device count)"
+        elif short in s.folder.placers and isinstance(node, ast.Call) and node.args:
+            how = "puts the stack it is handed on this host's devices, one slice a device (a pmap of the identity)"
+            if _placed_copies(s, node.args[0]):
+                yield (node, "jax-utils-replicate",
+                       f"{code_of(node)} (in the project) puts copies of one value on this host's devices, one a "
+                       "device (a pmap of the identity of a stack of copies): pmap's replicate",
+                       "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
+                continue
         else:
             continue
         if isinstance(node, ast.Call) and _split_keys(s, node.args[0] if node.args else None):
@@ -385,9 +393,27 @@ def project_stacking_helper(s: Script) -> Iterator[tuple[ast.AST, str, str, str]
                f"NamedSharding(mesh, P({MESH_AXES})), rows), and JAX splits them over the devices")
 
 
-def _split_keys(s: Script, handed: ast.AST | None) -> bool:
-    """Keys split one a device (`key = random.split(key, cfg.num_devices)`), as handed or through the name."""
+def _placed_copies(s: Script, handed: ast.AST) -> bool:
+    """Copies of one value, one a device: a stack made by a replicate (`tree_map(jnp.zeros_like, params)` of
+    replicated params, through names), or zeros of a bare device count (`jnp.zeros(num_devices)`, an accumulator)."""
     value = bound_value(s, handed) if isinstance(handed, ast.Name) else handed
+    if not isinstance(value, ast.Call):
+        return False
+    if is_name(s.name(value.func), "jax.numpy.zeros", "numpy.zeros", "jax.numpy.ones", "numpy.ones") \
+            and len(value.args) == 1 and device_count_of(s, value.args[0]):
+        return True
+    if s.copy_helper(value) == "replicate" or s.stacks_copies(value):
+        return True
+    return s.is_tree_map(value) and any(isinstance(a, ast.Name) and _placed_copies(s, a) for a in value.args[1:])
+
+
+def _split_keys(s: Script, handed: ast.AST | None, depth: int = 0) -> bool:
+    """Keys split one a device (`key = random.split(key, cfg.num_devices)`), as handed or through the name, also
+    stacked again (`key, *subkeys = split(key, n + 1)`, then `jnp.stack(subkeys)`)."""
+    value = bound_value(s, handed) if isinstance(handed, ast.Name) else handed
+    if isinstance(value, ast.Call) and is_name(s.name(value.func), "jax.numpy.stack", "numpy.stack") \
+            and value.args and depth < 2:
+        return _split_keys(s, value.args[0], depth + 1)
     return isinstance(value, ast.Call) and splits_per_device(s, value)
 
 

@@ -180,9 +180,10 @@ def device_count_of(s: Script, node: ast.AST, depth: int = 0) -> str | None:
         return None
     if isinstance(node, (ast.Name, ast.Attribute)):
         bound = bound_value(s, node)
-        if bound is None:
-            return "local" if isinstance(node, ast.Name) and _splits_rngs_per_device(s, node) else None
-        return device_count_of(s, bound, depth + 1)
+        if bound is None and isinstance(node, ast.Name) and _splits_rngs_per_device(s, node):
+            return "local"
+        counted = device_count_of(s, bound, depth + 1) if bound is not None else None
+        return counted or checked_count(s, node, depth)
     if isinstance(node, ast.IfExp):
         return device_count_of(s, node.body, depth + 1) or device_count_of(s, node.orelse, depth + 1)
     if not isinstance(node, ast.Call):
@@ -194,6 +195,27 @@ def device_count_of(s: Script, node: ast.AST, depth: int = 0) -> str | None:
         return next(filter(None, (device_count_of(s, a, depth + 1) for a in node.args)), None)
     if name == "len" and len(node.args) == 1:
         return _devices_of(s, node.args[0], depth + 1)
+    return None
+
+
+def checked_count(s: Script, read: ast.AST, depth: int = 0) -> str | None:
+    """'local' or 'every' for a count the script stops without (`if num_devices != jax.device_count(): raise`,
+    `assert n == jax.local_device_count()`), checked in the scope it is read in: a flag's value that must equal it."""
+    scope, spelled = s.scope(read), code_of(read)
+    for check in ast.walk(scope):
+        if isinstance(check, ast.If) and any(isinstance(n, ast.Raise) for n in ast.walk(check)):
+            test = check.test
+        elif isinstance(check, ast.Assert):
+            test = check.test
+        else:
+            continue
+        for compare in (n for n in ast.walk(test) if isinstance(n, ast.Compare) and len(n.ops) == 1
+                        and isinstance(n.ops[0], (ast.Eq, ast.NotEq)) and s.scope(n) is scope):
+            sides = (compare.left, compare.comparators[0])
+            for mine, other in (sides, sides[::-1]):
+                counted = device_count_of(s, other, depth + 1) if code_of(mine) == spelled else None
+                if counted:
+                    return counted
     return None
 
 

@@ -254,8 +254,8 @@ def copy_helpers(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         elif kind == "replicate":
             yield (call, "jax-utils-replicate",
                    f"{code_of(call.func)}(...) copies one value to every local device (a project helper that is "
-                   "pmap's replicate: device_put_replicated, or device_put_sharded of len(devices) * [x]): one value "
-                   "replicated, not a batch split",
+                   "pmap's replicate: device_put_replicated, device_put_sharded of len(devices) * [x], or a pmap that "
+                   "hands back one value): one value replicated, not a batch split",
                    "jax.device_put(x, NamedSharding(mesh, P())) once: one global value, on every device")
         elif s.stacks_per_device(call) or _stacks_local_copies(s, call):
             yield (call, "jax-utils-replicate",

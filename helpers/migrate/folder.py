@@ -67,3 +67,5 @@ class Folder:
     pmap_runners: frozenset[str] = frozenset()  # their functions that run a pmapped step and return its output
     prefetchers: frozenset[str] = frozenset()  # their functions that prefetch the batches to the local devices
     count_stackers: frozenset[tuple[str, int]] = frozenset()  # (function, position): stack rows by a count handed
+    placers: frozenset[str] = frozenset()  # their pmaps of the identity (`shard = jax.pmap(lambda x: x)`)
+    torch_loaders: frozenset[str] = frozenset()  # their classes that subclass a DataLoader (`NumpyLoader`)

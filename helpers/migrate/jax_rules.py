@@ -12,8 +12,8 @@ from typing import Iterator
 
 from helpers.migrate.across_hosts import pmaps_over_hosts
 from helpers.migrate.batch_rules import shares_a_global_count
-from helpers.migrate.bindings import (a_loaders_batch, arguments_for, batch_rows, bound_value, device_count_of, reaches,
-                                      this_hosts_devices)
+from helpers.migrate.bindings import (a_loaders_batch, arguments_for, batch_rows, bound_value, checked_count,
+                                      device_count_of, reaches, this_hosts_devices)
 from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, device_grid,
                                     is_name, is_name_call, keyword, pmap_axis, root_name, strings)
 
@@ -466,16 +466,18 @@ def counts_devices(s: Script, node: ast.AST, *, local_only: bool) -> bool:
     """`jax.local_device_count()`, through the names and shape tuples that hold it (`prefix = (n, b)`); with
     `local_only` False also a count of every device (`jax.device_count()`, `xla_bridge.device_count()`), which a
     shape built for pmap meant as this host's."""
+    read = None  # the last name read on the way
     for _ in range(4):  # names and tuples: `shape_prefix` -> `(num_devices, b)` -> `num_devices` -> the call
         if isinstance(node, ast.Name):
-            node = s.value(node)
+            read, node = node, s.value(node)
         elif isinstance(node, (ast.Tuple, ast.List)) and node.elts:
             node = node.elts[0]
     if isinstance(node, ast.Name) and bound_value(s, node) is None:  # a parameter: what its callers hand it
         counted = count_through_callers(s, node)
         return counted == "local" or (not local_only and counted == "every")
-    if not isinstance(node, ast.Call):
-        return False
+    if not isinstance(node, ast.Call):  # a flag the script checks against a count (`if n != jax.device_count()`)
+        counted = checked_count(s, read) if read is not None else None
+        return counted == "local" or (not local_only and counted == "every")
     name = s.name(node.func)
     return is_name(name, "jax.local_device_count") or (not local_only and is_name(name, "device_count"))
 

@@ -219,13 +219,14 @@ def batch_dims_per_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 
 def unsampled_data_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
-    """`DataLoader(train_set, batch_size=b, ...)` (torch's, or a class of that name) in a pmap-era script, with no
-    sampler and nothing on its path reading the process index: every host loads batches of the whole dataset, its
-    own copy of every row (said at the dataset it is handed)."""
+    """`DataLoader(train_set, batch_size=b, ...)` (torch's, a class of that name, or the project's subclass of it:
+    `NumpyLoader`) in a pmap-era script, with no sampler and nothing on its path reading the process index: every
+    host loads batches of the whole dataset, its own copy of every row (said at the dataset it is handed)."""
     if not pmap_era(s):
         return
     for call in s.calls:
-        if s.name(call.func).rsplit(".", 1)[-1].endswith("DataLoader") and call.args \
+        short = s.name(call.func).rsplit(".", 1)[-1]
+        if (short.endswith("DataLoader") or short in s.folder.torch_loaders) and call.args \
                 and not any(k.arg in ("sampler", "batch_sampler") for k in call.keywords) \
                 and not splits_by_host(s, call):
             yield (call.args[0], "global-batch-per-host",

@@ -12,7 +12,7 @@ from helpers.migrate.batch_rules import stacked_by, stacks_per_local_device
 from helpers.migrate.checkpoint_rules import checkpointers
 from helpers.migrate.copy_rules import mapped_function
 from helpers.migrate.folder import Folder, HostSwitch
-from helpers.migrate.script import Script, first_copy, is_name, is_name_call, own_nodes
+from helpers.migrate.script import Script, code_of, first_copy, is_name, is_name_call, own_nodes
 
 MOST_MODULES = 40  # a script importing half a monorepo: read the first ones, keep the tool fast
 _SRC_LEVELS = 3  # how far above the script's top package a src-layout project's root may be
@@ -113,8 +113,8 @@ def folder_facts(files: list[Path]) -> Folder:
     classes read the process index or count (a loader that splits its data by host; `if is_training:` only, the
     switch), which save or restore model state (a pickle, msgpack or npz of it: `save_checkpoint`), which run a
     pmapped step and hand back its output, and which prefetch their batches to the local devices."""
-    handed, axes, copies, pmappers, aliases, read, host_aware, stackers, saving, switches, runners, prefetch = (
-        set() for _ in range(12))
+    handed, axes, copies, pmappers, aliases, read, host_aware, stackers, saving, switches, runners, prefetch, \
+        placers, torch_loaders = (set() for _ in range(14))
     count_stackers: set[tuple[str, int]] = set()
     functions: list[ast.FunctionDef] = []
     steps: set[str] = set()  # the modules' pmapped functions
@@ -133,8 +133,12 @@ def folder_facts(files: list[Path]) -> Folder:
         runners |= _pmap_runners(script)
         steps |= _pmapped(script)
         prefetch |= _prefetchers(script)
+        placers |= _identity_pmaps(script)
         for definition in (n for n in ast.walk(script.tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))):
             read.add(definition.name)
+            if isinstance(definition, ast.ClassDef) and any(code_of(b).endswith("DataLoader")
+                                                            for b in definition.bases):
+                torch_loaders.add(definition.name)
             if _host_reads(script, definition):
                 host_aware.add(definition.name)
                 switches |= {s for s in [_host_switch(script, definition)] if s is not None}
@@ -146,7 +150,8 @@ def folder_facts(files: list[Path]) -> Folder:
     return Folder(frozenset(handed), frozenset(axes), frozenset(copies), frozenset(pmappers), frozenset(aliases),
                   frozenset(read), frozenset(host_aware), frozenset(_using_stackers(functions, stackers, steps)),
                   frozenset(saving), host_switches=frozenset(switches), pmap_runners=frozenset(runners),
-                  prefetchers=frozenset(prefetch), count_stackers=frozenset(count_stackers))
+                  prefetchers=frozenset(prefetch), count_stackers=frozenset(count_stackers),
+                  placers=frozenset(placers), torch_loaders=frozenset(torch_loaders))
 
 
 def _stacks_by_a_count(script: Script, function: ast.FunctionDef) -> set[tuple[str, int]]:
@@ -211,6 +216,25 @@ def _pmap_runners(script: Script) -> set[str]:
         t.id for n in script.tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     return (pmapped & top) | {f.name for f in script.tree.body if isinstance(f, ast.FunctionDef)
                               and f.name not in pmapped and _returns_pmap_output(f, pmapped, steps)}
+
+
+def _identity_pmaps(script: Script) -> set[str]:
+    """The module's names for a pmap of the identity, which puts the stack it is handed on this host's devices, one
+    slice a device: `shard = jax.pmap(lambda x: x)`, or a function that returns `jax.pmap(lambda x: x)(x)`."""
+    def identity(pmap: ast.Call) -> bool:
+        mapped = pmap.args[0] if pmap.args else None
+        return isinstance(mapped, ast.Lambda) and len(mapped.args.args) == 1 \
+            and isinstance(mapped.body, ast.Name) and mapped.body.id == mapped.args.args[0].arg
+
+    found = set()
+    identities = {c for c in script.pmaps() if identity(c)}
+    for node in script.tree.body:
+        if isinstance(node, ast.Assign) and node.value in identities:
+            found |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.FunctionDef) and any(
+                isinstance(r, ast.Call) and r.func in identities for r in _own_returns(node)):
+            found.add(node.name)
+    return found
 
 
 def _pmap_calls(script: Script) -> set[ast.Call]:

@@ -278,11 +278,24 @@ class Script:
             return True
         if is_name(name, "device_put_sharded"):
             return bool(call.args) and self.copy_per_device(call.args[0])
+        if self.broadcasts_a_constant(call):
+            return True
         if is_name(name, "repeat", "broadcast_to", "tile") and any(
                 isinstance(n, ast.Call) and is_name(self.name(n.func), "local_device_count", "local_devices")
                 for a in call.args[1:] for n in ast.walk(a)):
             return True
         return self.stacks_per_device(call)
+
+    def broadcasts_a_constant(self, call: ast.Call) -> bool:
+        """`jax.pmap(lambda _: tree)(jnp.empty(n))`: a pmap of a function that ignores its input, which hands back
+        one copy of `tree` a device."""
+        pmap = call.func
+        if not (isinstance(pmap, ast.Call) and is_name(self.name(pmap.func), "jax.pmap") and pmap.args
+                and isinstance(pmap.args[0], ast.Lambda)):
+            return False
+        mapped = pmap.args[0]
+        given = {a.arg for a in mapped.args.args}
+        return bool(given) and not any(isinstance(n, ast.Name) and n.id in given for n in ast.walk(mapped.body))
 
     def stacks_per_device(self, call: ast.Call) -> bool:
         """`jnp.stack([x] * len(devices))`, `np.stack(n_devices * [x])` or `jnp.array([x] * jax.device_count())`:
@@ -353,8 +366,9 @@ class Script:
             return None
         short = name.rsplit(".", 1)[-1]
         own_call = isinstance(call.func, ast.Name) and short in self._own_copies
-        if short in ("replicate", "unreplicate", "get_metrics") and not own_call:  # flax's own: rules of their own
-            return None
+        imported = isinstance(call.func, ast.Name) and short in dict(self.folder.copies)  # the project's own
+        if short in ("replicate", "unreplicate", "get_metrics") and not own_call and not imported:
+            return None  # flax's own: rules of their own
         if short in self._own_copies or short in self.defined:  # the script's own function: each call replicates
             own = self._own_copies.get(short)  # (or reads device 0's copy) a value of its own
             return own

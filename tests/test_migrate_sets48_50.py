@@ -1,0 +1,101 @@
+"""What the blind labels of sets 48-50 found missing: a device count the script stops without (`if num_devices !=
+jax.device_count(): raise`), and a project's pmaps that place values: `shard = jax.pmap(lambda x: x)`, which puts the
+stack it is handed on this host's devices, and `jax.pmap(lambda _: tree)(dummy)`, a replicate."""
+from pathlib import Path
+
+from helpers import migrate
+from migrate_support import rule_set
+
+_CHECKED = """import jax
+
+num_devices = args.num_devices
+if num_devices != jax.device_count():
+    raise ValueError('expected %d devices' % num_devices)
+x = jax.random.normal(key, (num_devices, batch // num_devices, 3))
+keys = jax.random.split(key, num_devices)
+step = jax.pmap(update, axis_name='p')
+out = step(x, keys)
+"""
+
+
+def test_a_count_the_script_stops_without_counts_devices():
+    found = rule_set(_CHECKED)
+    assert {(6, "local-batch"), (7, "per-device-keys")} <= found, found
+    unchecked = _CHECKED.replace("if num_devices != jax.device_count():", "if num_devices > 64:")
+    assert (6, "local-batch") not in rule_set(unchecked)  # a cap, not a count of devices
+
+
+_UTILS = """import jax
+import jax.numpy as jnp
+
+shard = jax.pmap(lambda x: x)
+
+
+def replicate(pytree, num_devices):
+    dummy = jnp.empty(num_devices)
+    return jax.pmap(lambda _: pytree)(dummy)
+
+
+def scaled(pytree, num_devices):
+    return jax.pmap(lambda x: x * 2)(pytree)
+"""
+
+_TRAIN = """import jax
+import jax.numpy as jnp
+from src.utils import replicate, shard, scaled
+
+n = jax.local_device_count()
+update = jax.pmap(step, axis_name='p')
+params = replicate(params, n)
+x = jax.random.normal(key, (n, 16, 3))
+keys = jax.random.split(key, n)
+x, keys = shard(x), shard(keys)
+grads_acc = shard(jax.tree_util.tree_map(jnp.zeros_like, params))
+rate_acc = shard(jnp.zeros(n))
+y = scaled(x, n)
+params, x = update(params, x, keys, grads_acc, rate_acc, y)
+key, *subkeys = jax.random.split(key, n + 1)
+params, x = update(params, x, shard(jnp.stack(subkeys)), grads_acc, rate_acc, y)
+"""
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_projects_pmaps_that_place_values_are_said_by_what_they_place(tmp_path):
+    _write(tmp_path / "src" / "__init__.py", "")
+    _write(tmp_path / "src" / "utils.py", _UTILS)
+    found = {(f.line, f.rule) for f in migrate.migrate(_write(tmp_path / "train.py", _TRAIN), show=False)}
+    assert (7, "jax-utils-replicate") in found, found  # a pmap of a function that ignores its input
+    assert {(10, "local-batch"), (10, "per-device-keys")} <= found, found  # rows, and keys split one a device
+    assert {(11, "jax-utils-replicate"), (12, "jax-utils-replicate")} <= found, found  # copies and an accumulator
+    assert not {(11, "local-batch"), (12, "local-batch")} & found, found
+    assert not {rule for line, rule in found if line == 13}, found  # a pmap that computes: neither
+    assert (16, "per-device-keys") in found and (16, "local-batch") not in found, found  # split keys, stacked again
+
+
+_LOADER = """import torch.utils.data as data
+
+
+class NumpyLoader(data.DataLoader):
+    def __init__(self, dataset, batch_size=1, shuffle=False):
+        super().__init__(dataset, batch_size=batch_size, shuffle=shuffle)
+"""
+
+
+def test_a_projects_subclass_of_torchs_data_loader_loads_the_whole_batch_on_every_host(tmp_path):
+    _write(tmp_path / "proj" / "__init__.py", "")
+    _write(tmp_path / "proj" / "data.py", _LOADER)
+    script = _write(tmp_path / "train.py", "import jax\nfrom proj.data import NumpyLoader\n\n"
+                    "def train_step(state, batch):\n    return jax.pmap(step, axis_name='b')(state, batch)\n\n\n"
+                    "loader = NumpyLoader(train_ds, batch_size=cfg.batch)\nfor batch in loader:\n"
+                    "    state = train_step(state, batch)\n")
+    found = {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
+    assert (8, "global-batch-per-host") in found, found
+    sampled = script.read_text().replace("batch_size=cfg.batch)", "batch_size=cfg.batch, sampler=DistributedSampler("
+                                         "train_ds, jax.process_count(), jax.process_index()))")
+    found = {(f.line, f.rule) for f in migrate.migrate(_write(script, sampled), show=False)}
+    assert (8, "global-batch-per-host") not in found, found  # each host samples its own rows
