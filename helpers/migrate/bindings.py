@@ -183,6 +183,9 @@ def device_count_of(s: Script, node: ast.AST, depth: int = 0) -> str | None:
         if bound is None and isinstance(node, ast.Name) and _splits_rngs_per_device(s, node):
             return "local"
         counted = device_count_of(s, bound, depth + 1) if bound is not None else None
+        if counted is None and isinstance(bound, ast.Constant):  # `n = jax.local_device_count()` / `else: n = 1`
+            others = _other_branch(s, node, bound)
+            counted = next(filter(None, (device_count_of(s, other, depth + 1) for other in others)), None)
         return counted or checked_count(s, node, depth)
     if isinstance(node, ast.IfExp):
         return device_count_of(s, node.body, depth + 1) or device_count_of(s, node.orelse, depth + 1)
@@ -196,6 +199,18 @@ def device_count_of(s: Script, node: ast.AST, depth: int = 0) -> str | None:
     if name == "len" and len(node.args) == 1:
         return _devices_of(s, node.args[0], depth + 1)
     return None
+
+
+def _other_branch(s: Script, read: ast.AST, value: ast.AST) -> list[ast.AST]:
+    """What the other branch of the `if` that binds `read` to `value` binds it to (`n = 1` in one, `n = count` in the
+    other): the name holds either."""
+    binding = s.parent.get(value)
+    branch = s.parent.get(binding)
+    if not isinstance(binding, ast.Assign) or not isinstance(branch, ast.If):
+        return []
+    other = branch.orelse if binding in branch.body else branch.body
+    return [node.value for node in other if isinstance(node, ast.Assign)
+            and [code_of(t) for t in node.targets] == [code_of(read)]]
 
 
 def checked_count(s: Script, read: ast.AST, depth: int = 0) -> str | None:

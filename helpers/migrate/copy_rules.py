@@ -51,9 +51,11 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     mapped at the tree map's call)."""
     if not s.pmaps_here():
         return
-    stacks = s.pmap_outputs() | entries_of(s, s.pmap_outputs())
-    pmapped_call = s.pmapped_call_test()
-    outputs = s.pmap_outputs()
+    outputs = s.pmap_outputs() | _runner_outputs(s)
+    stacks = outputs | entries_of(s, outputs)
+    in_view = s.pmapped_call_test()
+    pmapped_call = lambda value: in_view(value) or isinstance(value, ast.Call) \
+        and _a_projects_pmap_runner(s, value.func)  # noqa: E731
     stacked = lambda held: isinstance(held, ast.Name) and (  # noqa: E731
         held.id in stacks or entry_in_comprehension(s, held, outputs)) or pmapped_call(held)
     for node in ast.walk(s.tree):
@@ -103,6 +105,26 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                "after the port each leaf is one global value, and [0] would take its first row",
                "nothing: a P() array already is the value (read it on any host, device_get it to save or print); "
                "a leaf sharded over the hosts is read with multihost_utils.process_allgather on every host")
+
+
+def _runner_outputs(s: Script) -> set[str]:
+    """Names bound from a call of the project's pmapped step, or of its function that runs one
+    (`keys, x, rate = src.vmc.sample(...)`): pmap's per-device stacks, made out of view."""
+    return {n.id for node in ast.walk(s.tree) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+            and _a_projects_pmap_runner(s, node.value.func) for t in node.targets for n in ast.walk(t)
+            if isinstance(n, ast.Name)}
+
+
+def _a_projects_pmap_runner(s: Script, func: ast.AST) -> bool:
+    """A pmapped step of the project, or its function that runs one and hands back the output, imported by name
+    (`from src.vmc import sample`) or read from its module (`src.vmc.sample(...)`), not defined here."""
+    if isinstance(func, ast.Name):
+        return func.id in s.folder.pmap_runners and func.id in s.names.alias and func.id not in s.defined
+    root = func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    return isinstance(func, ast.Attribute) and func.attr in s.folder.pmap_runners \
+        and isinstance(root, ast.Name) and root.id in s.names.alias and s.name(func).split(".")[0] not in _NOT_A_PROJECT
 
 
 def mapped_function(s: Script, call: ast.Call) -> ast.Lambda | ast.FunctionDef | None:

@@ -14,6 +14,7 @@ from helpers.migrate.across_hosts import pmaps_over_hosts
 from helpers.migrate.batch_rules import shares_a_global_count
 from helpers.migrate.bindings import (a_loaders_batch, arguments_for, batch_rows, bound_value, checked_count,
                                       device_count_of, reaches, this_hosts_devices)
+from helpers.migrate.key_rules import in_key_split_counts
 from helpers.migrate.script import (MESH_AXES, MESH_MAKERS, SPEC_MAKERS, Script, argument, code_of, device_grid,
                                     is_name, is_name_call, keyword, pmap_axis, root_name, strings)
 
@@ -358,7 +359,10 @@ def is_mesh(s: Script, expr: ast.AST) -> bool:
 def _local_batch(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     seen = set()
     pmap_era = s.pmaps_here()
+    key_counts = in_key_split_counts(s)  # key_rules: keys a device
     for node in ast.walk(s.tree):
+        if node in key_counts:
+            continue
         shaping = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                    and node.func.attr == "reshape") or (
             isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.FloorDiv, ast.Div)))

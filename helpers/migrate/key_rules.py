@@ -24,22 +24,37 @@ LESSONS: dict[str, tuple[str, str]] = {
 
 
 def splits_per_device(s: Script, call: ast.AST) -> bool:
-    """`jax.random.split(key, jax.local_device_count())` (or a count named for the devices), or a project's wrapper
-    of it (`split_key(key, num=n_local_devices)`)."""
+    """`jax.random.split(key, jax.local_device_count())` (or a count named for the devices, or a multiple of it:
+    `n_devices * batch`, `3 + 2 * n_local`, so many keys a device), or a project's wrapper of it
+    (`split_key(key, num=n_local_devices)`)."""
     count = _less_a_constant(_split_count(s, call)) if isinstance(call, ast.Call) else None
-    if count is None or isinstance(count, ast.BinOp):
-        return False  # `n_devices * num_envs + 1`, `num_envs // n_devices`: keys per environment or row
+    if isinstance(count, ast.BinOp) and isinstance(count.op, ast.Mult):
+        return any(_counts_devices(s, side) for side in (count.left, count.right) if not isinstance(side, ast.BinOp))
+    return count is not None and not isinstance(count, ast.BinOp) and _counts_devices(s, count)  # not `envs // n`
+
+
+def in_key_split_counts(s: Script) -> set[ast.AST]:
+    """The nodes of the counts of the script's splits into keys a device (`2 * n_local` in `split(key, 3 + 2 *
+    n_local)`): a count of keys, not of a batch's rows."""
+    return {n for call in s.calls if splits_per_device(s, call) for n in ast.walk(_split_count(s, call))}
+
+
+def _counts_devices(s: Script, count: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.local_device_count", "jax.device_count")
                for n in ast.walk(count)) or bool(re.search(r"dev", code_of(count))) \
         or device_count_of(s, count) is not None  # a name bound to a count (`n_local = jax.local_device_count()`)
 
 
 def _less_a_constant(count: ast.AST | None) -> ast.AST | None:
-    """A split's count without a constant added or taken (`jax.local_device_count() + 1`: a key per device and
-    one to keep)."""
-    while isinstance(count, ast.BinOp) and isinstance(count.op, (ast.Add, ast.Sub)) \
-            and isinstance(count.right, ast.Constant):
-        count = count.left
+    """A split's count without a constant added or taken (`jax.local_device_count() + 1`, `3 + 2 * n_local`: keys
+    per device and some to keep)."""
+    while isinstance(count, ast.BinOp) and isinstance(count.op, (ast.Add, ast.Sub)):
+        if isinstance(count.right, ast.Constant):
+            count = count.left
+        elif isinstance(count.left, ast.Constant) and isinstance(count.op, ast.Add):
+            count = count.right
+        else:
+            break
     return count
 
 

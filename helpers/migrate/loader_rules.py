@@ -12,7 +12,7 @@ from typing import Iterator
 from helpers.migrate.bindings import arguments_for, bound_value, device_count_of
 from helpers.migrate.data_rules import pmap_era, splits_by_host
 from helpers.migrate.feeds import fed_to_pmap
-from helpers.migrate.script import MESH_AXES, Script, code_of, is_name
+from helpers.migrate.script import MESH_AXES, Script, code_of, is_name, keyword
 
 LESSONS: dict[str, tuple[str, str]] = {}  # local-batch: jax_rules'
 
@@ -221,7 +221,8 @@ def batch_dims_per_device(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
 def unsampled_data_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     """`DataLoader(train_set, batch_size=b, ...)` (torch's, a class of that name, or the project's subclass of it:
     `NumpyLoader`) in a pmap-era script, with no sampler and nothing on its path reading the process index: every
-    host loads batches of the whole dataset, its own copy of every row (said at the dataset it is handed)."""
+    host loads batches of the whole dataset, its own copy of every row (said at its batch_size, else at the dataset
+    it is handed)."""
     if not pmap_era(s):
         return
     for call in s.calls:
@@ -229,7 +230,8 @@ def unsampled_data_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
         if (short.endswith("DataLoader") or short in s.folder.torch_loaders) and call.args \
                 and not any(k.arg in ("sampler", "batch_sampler") for k in call.keywords) \
                 and not splits_by_host(s, call):
-            yield (call.args[0], "global-batch-per-host",
+            size = keyword(call, "batch_size")
+            yield (size if size is not None else call.args[0], "global-batch-per-host",
                    f"{code_of(call.func)}({code_of(call.args[0])}, ...) has no sampler, and nothing on its path reads "
                    "jax.process_index(): every host loads batches of the whole dataset (the same rows on each)",
                    "give each host its part: a DistributedSampler(dataset, num_replicas=jax.process_count(), "
