@@ -1,7 +1,16 @@
 """What the migration assistant finds in a test's snippet, for the tests of its rules (tests/test_migrate_*.py)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from helpers.migrate import findings
+
+
+def write(path: Path, text: str) -> Path:
+    """A file of a test's project (its folders made), for the rules that read a script's neighbours."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 def rule_list(source: str) -> list[tuple[int, str]]:

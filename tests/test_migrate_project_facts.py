@@ -5,12 +5,7 @@ from pathlib import Path
 
 from helpers import migrate
 from helpers.migrate.project import folder_facts, project_modules
-
-
-def _write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
+from migrate_support import write
 
 
 def _said_on(script: Path, line: int) -> dict[str, str]:
@@ -24,11 +19,11 @@ _USES_COPY = ("import jax\nfrom {module} import utils\n\nstep = jax.pmap(f, axis
 
 
 def test_a_folder_without_init_named_by_an_import_is_a_root(tmp_path):
-    _write(tmp_path / "proj" / "data" / "utils.py", _COPY)
-    script = _write(tmp_path / "proj" / "train" / "main.py", _USES_COPY.format(module="proj.data"))
+    write(tmp_path / "proj" / "data" / "utils.py", _COPY)
+    script = write(tmp_path / "proj" / "train" / "main.py", _USES_COPY.format(module="proj.data"))
     assert project_modules(script) == [tmp_path / "proj" / "data" / "utils.py"]
     assert "jax-utils-replicate" in _said_on(script, 6)
-    other = _write(tmp_path / "proj" / "train" / "other.py", _USES_COPY.format(module="elsewhere.data"))
+    other = write(tmp_path / "proj" / "train" / "other.py", _USES_COPY.format(module="elsewhere.data"))
     assert project_modules(other) == []  # a folder no ancestor of the script is named for: not the project's
 
 
@@ -41,25 +36,25 @@ _SPLIT_IF_TRAIN_SPLIT = ("import jax\n\n\ndef load(split='train', batch_size=8):
 
 
 def test_a_loader_that_splits_by_host_only_for_training_is_read_as_such(tmp_path):
-    _write(tmp_path / "proj" / "data.py", _SPLIT_IF_TRAINING)
-    _write(tmp_path / "proj" / "tfds.py", _SPLIT_IF_TRAIN_SPLIT)
+    write(tmp_path / "proj" / "data.py", _SPLIT_IF_TRAINING)
+    write(tmp_path / "proj" / "tfds.py", _SPLIT_IF_TRAIN_SPLIT)
     by_split, by_flag = sorted(folder_facts([tmp_path / "proj" / "data.py", tmp_path / "proj" / "tfds.py"]
                                              ).host_switches, key=lambda w: w.test)
     assert (by_split.function, by_split.parameter, by_split.test, by_split.value, by_split.default) == (
         "load", "split", "==", "'train'", "'train'")
     assert (by_flag.function, by_flag.parameter, by_flag.position, by_flag.test) == ("load", "is_training", 1, "true")
-    none = _write(tmp_path / "plain.py", "import jax\n\n\ndef load(n):\n    return read(n, jax.process_index())\n")
+    none = write(tmp_path / "plain.py", "import jax\n\n\ndef load(n):\n    return read(n, jax.process_index())\n")
     assert folder_facts([none]).host_switches == frozenset()  # read whatever it is told: host-aware, no switch
 
 
 def _evaluating(tmp_path: Path, loader: str, *loads: str) -> Path:
     """A script that feeds a pmapped eval step from each of `loads`, calls of the project module `proj/data.py`
     (`loader` its source), one loop a call, from line 5 on, two lines a loop."""
-    _write(tmp_path / "proj" / "__init__.py", "")
-    _write(tmp_path / "proj" / "data.py", loader)
+    write(tmp_path / "proj" / "__init__.py", "")
+    write(tmp_path / "proj" / "data.py", loader)
     loops = "".join(f"for batch in {load}:\n    p_eval(state, batch)\n" for load in loads)
-    return _write(tmp_path / "train.py",
-                  "import jax\nfrom proj import data\n\np_eval = jax.pmap(eval_step, axis_name='b')\n" + loops)
+    return write(tmp_path / "train.py",
+                 "import jax\nfrom proj import data\n\np_eval = jax.pmap(eval_step, axis_name='b')\n" + loops)
 
 
 def test_an_evaluation_call_of_a_loader_split_by_host_only_for_training_loads_everything_on_every_host(tmp_path):
@@ -83,14 +78,14 @@ _SAMPLER = ("import jax\n\n\ndef _decode(x):\n    return x * 2\n\n\ndef sample(s
 
 
 def test_a_project_function_that_returns_a_pmapped_steps_output_hands_back_pmap_stacks(tmp_path):
-    _write(tmp_path / "proj" / "__init__.py", "")
-    models = _write(tmp_path / "proj" / "models.py", _SAMPLER)
+    write(tmp_path / "proj" / "__init__.py", "")
+    models = write(tmp_path / "proj" / "models.py", _SAMPLER)
     assert folder_facts([models]).pmap_runners == {"sample"}  # a pmap of a lambda places values, it runs no step
-    script = _write(tmp_path / "train.py",
-                    "import jax\nfrom proj.models import sample, place, plain\n\n"
-                    "step = jax.pmap(f, axis_name='i')\npredictions = sample(state, batch)\n"
-                    "host = jax.device_get(predictions)\nother = jax.device_get(plain(batch))\n"
-                    "if jax.process_index() == 0:\n    sample(state, batch)\n    plain(batch)\n")
+    script = write(tmp_path / "train.py",
+                   "import jax\nfrom proj.models import sample, place, plain\n\n"
+                   "step = jax.pmap(f, axis_name='i')\npredictions = sample(state, batch)\n"
+                   "host = jax.device_get(predictions)\nother = jax.device_get(plain(batch))\n"
+                   "if jax.process_index() == 0:\n    sample(state, batch)\n    plain(batch)\n")
     assert "numpy-of-global" in _said_on(script, 6)
     assert "numpy-of-global" not in _said_on(script, 7)
     assert "process-zero-collective" in _said_on(script, 9)  # a compiled step on process 0 only
@@ -104,12 +99,12 @@ _NESTED_COPY = ("import jax\n\n\ndef rows_of(tree):\n    def take(leaf):\n      
 
 
 def test_a_helper_that_maps_a_nested_function_taking_device_zeros_copy_is_an_unreplicate(tmp_path):
-    _write(tmp_path / "proj" / "__init__.py", "")
-    utils = _write(tmp_path / "proj" / "utils.py", _NESTED_COPY)
+    write(tmp_path / "proj" / "__init__.py", "")
+    utils = write(tmp_path / "proj" / "utils.py", _NESTED_COPY)
     assert folder_facts([utils]).copies == {("first_of", "unreplicate")}  # each helper's own nested `take`
-    script = _write(tmp_path / "train.py",
-                    "import jax\nfrom proj.utils import first_of, rows_of\n\nstep = jax.pmap(f, axis_name='i')\n"
-                    "out = step(x)\nlog(first_of(out))\nlog(rows_of(out))\n")
+    script = write(tmp_path / "train.py",
+                   "import jax\nfrom proj.utils import first_of, rows_of\n\nstep = jax.pmap(f, axis_name='i')\n"
+                   "out = step(x)\nlog(first_of(out))\nlog(rows_of(out))\n")
     assert "jax-utils-replicate" in _said_on(script, 6)
     assert "jax-utils-replicate" not in _said_on(script, 7)
 
@@ -149,13 +144,13 @@ _STEP_MAKER = ("import jax\n\n\ndef train_step_pmap(tx, loss_fn):\n    def step(
 
 
 def test_a_project_function_that_returns_a_pmap_of_its_own_step_is_a_pmap_and_its_step_pmapped(tmp_path):
-    _write(tmp_path / "proj" / "__init__.py", "")
-    _write(tmp_path / "proj" / "steps.py", _STEP_MAKER)
+    write(tmp_path / "proj" / "__init__.py", "")
+    write(tmp_path / "proj" / "steps.py", _STEP_MAKER)
     assert folder_facts([tmp_path / "proj" / "steps.py"]).pmappers == {"train_step_pmap"}  # not pad_with_keys
-    script = _write(tmp_path / "train.py",
-                    "import jax\nimport numpy as np\nfrom proj.steps import pad_with_keys, train_step_pmap\n\n"
-                    "p_step = train_step_pmap(tx, loss_fn)\nstate, metrics = p_step(state, pad_with_keys(x, k))\n"
-                    "host = jax.tree.map(lambda x: np.array(x).mean(), metrics)\n")
+    script = write(tmp_path / "train.py",
+                   "import jax\nimport numpy as np\nfrom proj.steps import pad_with_keys, train_step_pmap\n\n"
+                   "p_step = train_step_pmap(tx, loss_fn)\nstate, metrics = p_step(state, pad_with_keys(x, k))\n"
+                   "host = jax.tree.map(lambda x: np.array(x).mean(), metrics)\n")
     assert "pmap" in _said_on(script, 5)
     assert "pmap" not in _said_on(script, 6)  # pmaps a lambda of its own: it places values, it wraps no step
     assert "numpy-of-global" in _said_on(script, 7)  # p_step's output is a per-device stack
@@ -174,23 +169,23 @@ _USES_TRAINER = ("import jax\nfrom speech_jax import training\n\n\ndef training_
 
 
 def test_a_src_layout_trainer_that_pmaps_the_step_it_is_handed_is_said_where_pmaps_keywords_are(tmp_path):
-    _write(tmp_path / "src" / "speech_jax" / "__init__.py", "")
-    _write(tmp_path / "src" / "speech_jax" / "training.py", _TRAINER)
-    script = _write(tmp_path / "projects" / "finetune.py", _USES_TRAINER)
+    write(tmp_path / "src" / "speech_jax" / "__init__.py", "")
+    write(tmp_path / "src" / "speech_jax" / "training.py", _TRAINER)
+    script = write(tmp_path / "projects" / "finetune.py", _USES_TRAINER)
     assert tmp_path / "src" / "speech_jax" / "training.py" in project_modules(script)
     assert "pmap" in _said_on(script, 11) and "pmap" not in _said_on(script, 10)  # the line naming the axis
     assert "pmap" not in _said_on(script, 12)  # train() runs the pmap the object was handed, it wraps nothing
     assert "N times too large" in _said_on(script, 7)["pmap-collective"]  # the gradient trap in the handed step
-    alone = _write(tmp_path / "alone" / "finetune.py", _USES_TRAINER)  # out of view: the keywords still say pmap
+    alone = write(tmp_path / "alone" / "finetune.py", _USES_TRAINER)  # out of view: the keywords still say pmap
     assert "pmap" in _said_on(alone, 11)
 
 
 def test_a_helper_that_puts_keys_split_one_a_device_on_the_devices_is_no_replicate(tmp_path):
-    script = _write(tmp_path / "train.py",
-                    "import jax\n\n\ndef put_keys(key):\n    keys = jax.random.split(key, jax.local_device_count())\n"
-                    "    return jax.device_put_sharded(list(keys), jax.local_devices())\n\n\n"
-                    "def put_copies(x):\n    devices = jax.local_devices()\n"
-                    "    return jax.device_put_sharded(len(devices) * [x], devices)\n\n\n"
-                    "step = jax.pmap(f, axis_name='i')\nstep(put_copies(params), put_keys(key))\n")
+    script = write(tmp_path / "train.py",
+                   "import jax\n\n\ndef put_keys(key):\n    keys = jax.random.split(key, jax.local_device_count())\n"
+                   "    return jax.device_put_sharded(list(keys), jax.local_devices())\n\n\n"
+                   "def put_copies(x):\n    devices = jax.local_devices()\n"
+                   "    return jax.device_put_sharded(len(devices) * [x], devices)\n\n\n"
+                   "step = jax.pmap(f, axis_name='i')\nstep(put_copies(params), put_keys(key))\n")
     said = [f.does for f in migrate.migrate(script, show=False) if f.line == 15 and f.rule == "jax-utils-replicate"]
     assert any("put_copies" in d for d in said) and not any("put_keys" in d for d in said)

@@ -121,8 +121,9 @@ def test_a_devices_copy_read_as_a_number_is_an_unreplicate():
     assert (8, "jax-utils-replicate") in _rules(REPLICATED_STATE)
 
 
-def test_an_item_of_the_states_tuples_or_a_per_device_output_is_no_copy():
-    assert (9, "jax-utils-replicate") not in _rules(REPLICATED_STATE)
+def test_an_item_of_the_states_tuples_is_no_copy_but_an_outputs_last_entry_is_read_like_its_first():
+    said = [f.does for f in findings(REPLICATED_STATE, "t.py") if f.line == 9]
+    assert len(said) == 1 and said[0].startswith("loss[-1] takes one device's entry"), said  # as loss[0] (blind set 56)
 
 
 def test_only_the_devices_index_is_said_once_per_read():

@@ -3,10 +3,9 @@
 whole, a `partial(jax.pmap, ...)` whose `partial` comes from a star import, a project's helpers that prefetch the rows
 they are handed or fetch device 0's copy to the host, a function that takes device 0's copy of what it is handed
 (said at its calls), a cut behind the device axis of a tree map's leaves, and JAX's private package (`jax._src`)."""
-from pathlib import Path
 
 from helpers import migrate
-from migrate_support import rule_list, rule_set, said
+from migrate_support import rule_list, rule_set, said, write
 
 _LOADER_AND_KEYS = """import jax
 
@@ -71,12 +70,6 @@ def test_a_partial_of_pmap_named_through_a_star_import_is_a_pmap():
     assert not rule_set(_STAR.replace("from .utils import *\n", ""))  # a `partial` nothing defines: not read
 
 
-def _write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
-
-
 _UTILS = """import jax
 from flax import jax_utils
 from flax.training import common_utils
@@ -112,10 +105,10 @@ for batch in utils.iterate(dataset, 32):
 
 
 def test_a_project_helper_prefetching_loaded_rows_or_fetching_device_zeros_copy_is_said_at_its_call(tmp_path):
-    _write(tmp_path / "proj" / "__init__.py", "")
-    _write(tmp_path / "proj" / "data.py", "class Dataset:\n    def __init__(self, split):\n        self.rows = split\n")
-    _write(tmp_path / "proj" / "utils.py", _UTILS)
-    script = _write(tmp_path / "train.py", _TRAIN)
+    write(tmp_path / "proj" / "__init__.py", "")
+    write(tmp_path / "proj" / "data.py", "class Dataset:\n    def __init__(self, split):\n        self.rows = split\n")
+    write(tmp_path / "proj" / "utils.py", _UTILS)
+    script = write(tmp_path / "train.py", _TRAIN)
     found = {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
     assert (6, "flax-prefetch") in found, found
     assert (8, "jax-utils-replicate") in found, found
@@ -222,12 +215,12 @@ def spread_over_devices(x, devices=None):
 
 
 def test_a_project_spreader_over_the_devices_a_parameter_defaults_to_stacks_rows_and_places_keys(tmp_path):
-    _write(tmp_path / "proj" / "__init__.py", "")
-    _write(tmp_path / "proj" / "utils.py", _SPREAD)
-    script = _write(tmp_path / "run.py", "import jax\nfrom proj.utils import spread_over_devices\n\n"
-                    "run = jax.pmap(search, axis_name='i')\nproblems = spread_over_devices(problems)\n"
-                    "key = jax.random.split(key, cfg.num_devices)\nkey = spread_over_devices(key)\n"
-                    "out = run(problems, key)\n")
+    write(tmp_path / "proj" / "__init__.py", "")
+    write(tmp_path / "proj" / "utils.py", _SPREAD)
+    script = write(tmp_path / "run.py", "import jax\nfrom proj.utils import spread_over_devices\n\n"
+                   "run = jax.pmap(search, axis_name='i')\nproblems = spread_over_devices(problems)\n"
+                   "key = jax.random.split(key, cfg.num_devices)\nkey = spread_over_devices(key)\n"
+                   "out = run(problems, key)\n")
     found = {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
     assert (5, "local-batch") in found, found
     assert {(6, "per-device-keys"), (7, "per-device-keys")} <= found and (7, "local-batch") not in found, found
@@ -245,23 +238,23 @@ def save_ckpt(state, path):
 
 
 def test_a_project_checkpointer_that_tests_the_process_index_is_said_to_save_on_process_zero(tmp_path):
-    _write(tmp_path / "utils" / "__init__.py", "")
-    _write(tmp_path / "utils" / "ckpt.py", _CKPT)
-    script = _write(tmp_path / "train.py", "import jax\nfrom utils import ckpt\n\n"
-                    "p_step = jax.pmap(step, axis_name='b')\nstate = p_step(state, batch)\nckpt.save_ckpt(state, 'out')\n")
+    write(tmp_path / "utils" / "__init__.py", "")
+    write(tmp_path / "utils" / "ckpt.py", _CKPT)
+    script = write(tmp_path / "train.py", "import jax\nfrom utils import ckpt\n\n"
+                   "p_step = jax.pmap(step, axis_name='b')\nstate = p_step(state, batch)\nckpt.save_ckpt(state, 'out')\n")
     said = {f.rule: f.does for f in migrate.migrate(script, show=False) if f.line == 6}
     assert "flax-checkpoints" in said and "on every host" not in said["flax-checkpoints"], said
     assert "tests the process index" in said["process-zero-save"], said
 
 
 def test_a_script_below_its_repositorys_root_reads_the_modules_the_root_holds(tmp_path):
-    _write(tmp_path / "repo" / "utils" / "__init__.py", "")
-    _write(tmp_path / "repo" / "utils" / "ckpt.py", _CKPT)
+    write(tmp_path / "repo" / "utils" / "__init__.py", "")
+    write(tmp_path / "repo" / "utils" / "ckpt.py", _CKPT)
     source = ("import jax\nfrom utils import ckpt\n\n"
               "p_step = jax.pmap(step, axis_name='b')\nstate = p_step(state, batch)\nckpt.save_ckpt(state, 'out')\n")
-    script = _write(tmp_path / "repo" / "scripts" / "train.py", source)
+    script = write(tmp_path / "repo" / "scripts" / "train.py", source)
     assert "flax-checkpoints" not in {f.rule for f in migrate.migrate(script, show=False) if f.line == 6}
-    _write(tmp_path / "repo" / "setup.py", "from setuptools import setup\n\nsetup(name='repo')\n")
+    write(tmp_path / "repo" / "setup.py", "from setuptools import setup\n\nsetup(name='repo')\n")
     assert "flax-checkpoints" in {f.rule for f in migrate.migrate(script, show=False) if f.line == 6}
 
 

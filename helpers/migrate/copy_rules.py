@@ -59,7 +59,7 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
     stacked = lambda held: isinstance(held, ast.Name) and (  # noqa: E731
         held.id in stacks or entry_in_comprehension(s, held, outputs)) or pmapped_call(held)
     for node in ast.walk(s.tree):
-        if first_copy_of(node, stacked) and not in_pmap_over_hosts(s, node) \
+        if first_copy_of(node, stacked, last=True) and not in_pmap_over_hosts(s, node) \
                 and not _not_yet_an_output(s, node, stacks, pmapped_call) \
                 and not _a_parameter_under_pmap(s, node, stacks):
             held = node.value if isinstance(node.value, ast.Name) else None
@@ -79,8 +79,8 @@ def copy_zero(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                        f"jax.random.fold_in(key, jax.lax.axis_index({MESH_AXES})) for each device's")
                 continue
             yield (node, "jax-utils-replicate",
-                   f"{code_of(node)} takes device 0's entry of pmap's per-device output; after the port it is "
-                   "one global value, and [0] would index into it",
+                   f"{code_of(node)} takes one device's entry of pmap's per-device output; after the port it is "
+                   "one global value, and the index would index into it",
                    "use the value as it is: a P() result is the same on every device")
     said = set()
     for call in s.calls:

@@ -13,7 +13,7 @@ from helpers.migrate import (batch_rules, checkpoint_rules, collective_rules, co
                              flax_rules, fold_rules, gradient_rules, host_read_rules, jax_rules, jit_collective_rules,
                              key_rules, keyword_rules, loader_rules, mesh_rules, negatives_rules, nnx_rules,
                              old_api_rules, process_zero_rules, refusal_rules, save_option_rules, scaling_rules,
-                             stack_read_rules, unread)
+                             sized_loader_rules, stack_read_rules, unread)
 from helpers.migrate.aliases import expand
 from helpers.migrate.helper_calls import said_at_calls
 from helpers.migrate.script import Folder, Script
@@ -21,7 +21,8 @@ from helpers.migrate.script import Folder, Script
 FAMILIES = (jax_rules, collective_rules, copy_rules, process_zero_rules, key_rules, flax_rules, nnx_rules,
             old_api_rules, data_rules, loader_rules, batch_rules, mesh_rules, host_read_rules, gradient_rules,
             negatives_rules, scaling_rules, keyword_rules, jit_collective_rules,
-            save_option_rules, refusal_rules, checkpoint_rules, stack_read_rules, fold_rules, einops_rules)
+            save_option_rules, refusal_rules, checkpoint_rules, stack_read_rules, fold_rules, einops_rules,
+            sized_loader_rules)
 # rule -> (notebook, section heading without its number): a test checks them against the notebooks
 LESSONS: dict[str, tuple[str, str]] = {k: v for family in (*FAMILIES, unread) for k, v in family.LESSONS.items()}
 RULES = tuple(rule for family in FAMILIES for rule in family.RULES)

@@ -69,3 +69,4 @@ class Folder:
     count_stackers: frozenset[tuple[str, int]] = frozenset()  # (function, position): stack rows by a count handed
     placers: frozenset[str] = frozenset()  # their pmaps of the identity (`shard = jax.pmap(lambda x: x)`)
     torch_loaders: frozenset[str] = frozenset()  # their classes that subclass a DataLoader (`NumpyLoader`)
+    pmapping_classes: frozenset[str] = frozenset()  # their classes with a pmapped method (a sampler's `__call__`)

@@ -114,7 +114,7 @@ def folder_facts(files: list[Path]) -> Folder:
     switch), which save or restore model state (a pickle, msgpack or npz of it: `save_checkpoint`), which run a
     pmapped step and hand back its output, and which prefetch their batches to the local devices."""
     handed, axes, copies, pmappers, aliases, read, host_aware, stackers, saving, switches, runners, prefetch, \
-        placers, torch_loaders = (set() for _ in range(14))
+        placers, torch_loaders, pmapping_classes = (set() for _ in range(15))
     count_stackers: set[tuple[str, int]] = set()
     functions: list[ast.FunctionDef] = []
     steps: set[str] = set()  # the modules' pmapped functions
@@ -134,6 +134,9 @@ def folder_facts(files: list[Path]) -> Folder:
         steps |= _pmapped(script)
         prefetch |= _prefetchers(script)
         placers |= _identity_pmaps(script)
+        steps_here = _pmapped(script)
+        pmapping_classes |= {c.name for c in ast.walk(script.tree) if isinstance(c, ast.ClassDef)
+                             and any(isinstance(f, ast.FunctionDef) and f.name in steps_here for f in c.body)}
         for definition in (n for n in ast.walk(script.tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))):
             read.add(definition.name)
             if isinstance(definition, ast.ClassDef) and any(code_of(b).endswith("DataLoader")
@@ -151,7 +154,8 @@ def folder_facts(files: list[Path]) -> Folder:
                   frozenset(read), frozenset(host_aware), frozenset(_using_stackers(functions, stackers, steps)),
                   frozenset(saving), host_switches=frozenset(switches), pmap_runners=frozenset(runners),
                   prefetchers=frozenset(prefetch), count_stackers=frozenset(count_stackers),
-                  placers=frozenset(placers), torch_loaders=frozenset(torch_loaders))
+                  placers=frozenset(placers), torch_loaders=frozenset(torch_loaders),
+                  pmapping_classes=frozenset(pmapping_classes))
 
 
 def _stacks_by_a_count(script: Script, function: ast.FunctionDef) -> set[tuple[str, int]]:

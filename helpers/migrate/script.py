@@ -127,8 +127,10 @@ def first_copy(node: ast.AST, names: set[str]) -> bool:
     return first_copy_of(node, lambda held: isinstance(held, ast.Name) and held.id in names)
 
 
-def first_copy_of(node: ast.AST, stacked: Callable[[ast.AST], bool]) -> bool:
-    """Device 0's copy, taken by hand, of what `stacked` tells is a per-device stack, or of a field or entry of it."""
+def first_copy_of(node: ast.AST, stacked: Callable[[ast.AST], bool], last: bool = False) -> bool:
+    """Device 0's copy (with `last`, or the last's) of what `stacked` tells is a per-device stack, or of its field."""
+    if last and isinstance(node, ast.Subscript) and code_of(node.slice) == "-1":
+        node = ast.Subscript(value=node.value, slice=ast.Constant(0))
     if not (isinstance(node, ast.Subscript) and (_zero(node.slice) or isinstance(node.slice, ast.Slice) and _zero(
             node.slice.lower, True) and isinstance(node.slice.upper, ast.Constant) and node.slice.upper.value == 1
             and node.slice.step is None)):  # `x[0]`, or `x[:1]`: device 0's copy, its leading axis kept

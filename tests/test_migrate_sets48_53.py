@@ -1,10 +1,10 @@
-"""What the blind labels of sets 48-50 found missing: a device count the script stops without (`if num_devices !=
-jax.device_count(): raise`), and a project's pmaps that place values: `shard = jax.pmap(lambda x: x)`, which puts the
-stack it is handed on this host's devices, and `jax.pmap(lambda _: tree)(dummy)`, a replicate."""
-from pathlib import Path
-
+"""What the blind labels of sets 48-53 found missing: a device count the script stops without (`if num_devices !=
+jax.device_count(): raise`) or binds in one branch of two, keys split to a multiple of it, a project's pmaps that
+place values (`shard = jax.pmap(lambda x: x)`, `jax.pmap(lambda _: tree)(dummy)`) or hand back outputs, and a
+project's loaders that load the whole batch on every host: a subclass of torch's DataLoader, or one handed the batch
+size and nothing of the host (said at the size, as a DataLoader without a sampler is)."""
 from helpers import migrate
-from migrate_support import rule_set
+from migrate_support import rule_set, write
 
 _CHECKED = """import jax
 
@@ -59,16 +59,10 @@ params, x = update(params, x, shard(jnp.stack(subkeys)), grads_acc, rate_acc, y)
 """
 
 
-def _write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
 def test_a_projects_pmaps_that_place_values_are_said_by_what_they_place(tmp_path):
-    _write(tmp_path / "src" / "__init__.py", "")
-    _write(tmp_path / "src" / "utils.py", _UTILS)
-    found = {(f.line, f.rule) for f in migrate.migrate(_write(tmp_path / "train.py", _TRAIN), show=False)}
+    write(tmp_path / "src" / "__init__.py", "")
+    write(tmp_path / "src" / "utils.py", _UTILS)
+    found = {(f.line, f.rule) for f in migrate.migrate(write(tmp_path / "train.py", _TRAIN), show=False)}
     assert (7, "jax-utils-replicate") in found, found  # a pmap of a function that ignores its input
     assert {(10, "local-batch"), (10, "per-device-keys")} <= found, found  # rows, and keys split one a device
     assert {(11, "jax-utils-replicate"), (12, "jax-utils-replicate")} <= found, found  # copies and an accumulator
@@ -87,17 +81,17 @@ class NumpyLoader(data.DataLoader):
 
 
 def test_a_projects_subclass_of_torchs_data_loader_loads_the_whole_batch_on_every_host(tmp_path):
-    _write(tmp_path / "proj" / "__init__.py", "")
-    _write(tmp_path / "proj" / "data.py", _LOADER)
-    script = _write(tmp_path / "train.py", "import jax\nfrom proj.data import NumpyLoader\n\n"
-                    "def train_step(state, batch):\n    return jax.pmap(step, axis_name='b')(state, batch)\n\n\n"
-                    "loader = NumpyLoader(train_ds, batch_size=cfg.batch)\nfor batch in loader:\n"
-                    "    state = train_step(state, batch)\n")
+    write(tmp_path / "proj" / "__init__.py", "")
+    write(tmp_path / "proj" / "data.py", _LOADER)
+    script = write(tmp_path / "train.py", "import jax\nfrom proj.data import NumpyLoader\n\n"
+                   "def train_step(state, batch):\n    return jax.pmap(step, axis_name='b')(state, batch)\n\n\n"
+                   "loader = NumpyLoader(train_ds, batch_size=cfg.batch)\nfor batch in loader:\n"
+                   "    state = train_step(state, batch)\n")
     found = {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
     assert (8, "global-batch-per-host") in found, found
     sampled = script.read_text().replace("batch_size=cfg.batch)", "batch_size=cfg.batch, sampler=DistributedSampler("
                                          "train_ds, jax.process_count(), jax.process_index()))")
-    found = {(f.line, f.rule) for f in migrate.migrate(_write(script, sampled), show=False)}
+    found = {(f.line, f.rule) for f in migrate.migrate(write(script, sampled), show=False)}
     assert (8, "global-batch-per-host") not in found, found  # each host samples its own rows
 
 
@@ -112,11 +106,11 @@ def sample_x(keys, x):
 
 
 def test_device_zeros_entry_of_what_a_projects_pmapped_step_hands_back_is_an_unreplicate(tmp_path):
-    _write(tmp_path / "src" / "__init__.py", "")
-    _write(tmp_path / "src" / "vmc.py", _SAMPLER)
-    script = _write(tmp_path / "train.py", "import jax\nimport src.vmc\n\nupdate = jax.pmap(step, axis_name='p')\n"
-                    "keys, x, rate = src.vmc.sample_x(keys, x)\nprint(rate[0])\nstate = src.vmc.load(path)\n"
-                    "print(state[0])\n")
+    write(tmp_path / "src" / "__init__.py", "")
+    write(tmp_path / "src" / "vmc.py", _SAMPLER)
+    script = write(tmp_path / "train.py", "import jax\nimport src.vmc\n\nupdate = jax.pmap(step, axis_name='p')\n"
+                   "keys, x, rate = src.vmc.sample_x(keys, x)\nprint(rate[0])\nstate = src.vmc.load(path)\n"
+                   "print(state[0])\n")
     found = {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
     assert (6, "jax-utils-replicate") in found, found
     assert not {rule for line, rule in found if line in (7, 8)}, found  # the project's other functions: not pmap's
@@ -145,3 +139,53 @@ def test_keys_split_to_a_multiple_of_the_devices_and_a_count_bound_in_one_branch
     assert (6, "local-batch") not in found, found  # a count of keys, not of a batch's rows
     assert (8, "per-device-keys") not in found, found  # keys a row: fewer than the devices
     assert (13, "local-batch") in found, found  # n_devices is the device count on a GPU, 1 elsewhere
+
+
+_DATASETS = """import jax
+import numpy as np
+from functools import partial
+
+
+class Dataset:
+    def __init__(self, path, batch_size):
+        self.rows = np.load(path)
+        self.batch_size = batch_size
+
+
+class BatchSampler:
+    def __init__(self, batch_size):
+        self.batch_size = batch_size
+
+    @partial(jax.pmap, static_broadcasted_argnums=(0,))
+    def sample(self, key):
+        return jax.random.normal(key, (self.batch_size, 3))
+"""
+
+
+def test_a_projects_loader_handed_the_batch_size_and_no_host_loads_the_whole_batch_on_every_host(tmp_path):
+    write(tmp_path / "proj" / "__init__.py", "")
+    write(tmp_path / "proj" / "data.py", _DATASETS)
+    source = ("import jax\nfrom proj.data import BatchSampler, Dataset\n\np_step = jax.pmap(step, axis_name='b')\n"
+              "train = Dataset(\n    'train.npy',\n    batch_size=cfg.batch_size,\n)\n"
+              "evaluate = Dataset('eval.npy', batch_size_per_device)\nstate = run(p_step, train)\n"
+              "sampler = BatchSampler(batch_size=cfg.batch_size)\n")
+    found = {(f.line, f.rule) for f in migrate.migrate(write(tmp_path / "train.py", source), show=False)}
+    assert (7, "global-batch-per-host") in found, found  # said at the size it is handed
+    assert (9, "global-batch-per-host") not in found, found  # a size per device: another rule's
+    assert (11, "global-batch-per-host") not in found, found  # a sampler that draws on each device
+    write(tmp_path / "proj" / "data.py", _DATASETS.replace(
+        "np.load(path)", "np.load(path)[jax.process_index()::jax.process_count()]"))
+    found = {(f.line, f.rule) for f in migrate.migrate(tmp_path / "train.py", show=False)}
+    assert (7, "global-batch-per-host") not in found, found  # its body takes this host's rows
+
+
+def test_a_data_loader_without_a_sampler_is_said_at_its_batch_size():
+    found = rule_set("import jax\nfrom torch.utils.data import DataLoader\n\np_step = jax.pmap(step, axis_name='b')\n"
+                     "loader = DataLoader(\n    train_set,\n    shuffle=True,\n    batch_size=cfg.batch,\n)\n")
+    assert (8, "global-batch-per-host") in found and (6, "global-batch-per-host") not in found, found
+
+
+def test_the_last_devices_entry_of_a_pmap_output_is_an_unreplicate_too():
+    found = rule_set("import jax\n\nstep = jax.pmap(update, axis_name='i')\nstate, loss = step(state, batch)\n"
+                     "print(loss[-1].item())\nhistory = [1, 2]\nprint(history[-1])\n")
+    assert (5, "jax-utils-replicate") in found and not {r for line, r in found if line == 7}, found
