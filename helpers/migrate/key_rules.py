@@ -40,6 +40,7 @@ def in_key_split_counts(s: Script) -> set[ast.AST]:
 
 
 def _counts_devices(s: Script, count: ast.AST) -> bool:
+    """A count of devices: jax's, a name bound to one, or a name that says so (`n_dev`)."""
     return any(isinstance(n, ast.Call) and is_name(s.name(n.func), "jax.local_device_count", "jax.device_count")
                for n in ast.walk(count)) or bool(re.search(r"dev", code_of(count))) \
         or device_count_of(s, count) is not None  # a name bound to a count (`n_local = jax.local_device_count()`)
@@ -113,9 +114,10 @@ def _per_device_keys(s: Script) -> Iterator[tuple[ast.AST, str, str, str]]:
                         "take its own slice, or its devices repeat another host's draws")
             else:
                 said = "; every host splits the same key, so host 1's devices repeat host 0's draws"
+            many = "keys for each" if isinstance(_less_a_constant(count), ast.BinOp) else "one key per"  # `n * envs`
             yield (call, "per-device-keys",
-                   (f"{split} makes one key per device of every host (jax.device_count() counts them all)" if every
-                    else f"{split} makes one key per local device for pmap") + said,
+                   (f"{split} makes {many} device of every host (jax.device_count() counts them all)" if every
+                    else f"{split} makes {many} local device for pmap") + said,
                    "one key, and inside shard_map jax.random.fold_in(key, jax.lax.axis_index("
                    f"{MESH_AXES})): a different stream on every device of every host")
 

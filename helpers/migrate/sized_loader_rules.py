@@ -49,10 +49,10 @@ def batch_sized_project_loader(s: Script) -> Iterator[tuple[ast.AST, str, str, s
     if not pmap_era(s) or reads_host_number(s, s.tree):
         return
     followed = {node for node, *_ in shared_project_loader(s)}
+    not_loaders = s.folder.host_aware | _placing(s)
     for call in s.calls:
         named = code_of(call.func).rsplit(".", 1)[-1]
-        if call in followed or not project_call(s, call) or named not in s.folder.read \
-                or named in s.folder.host_aware | _placing(s) \
+        if call in followed or not project_call(s, call) or named not in s.folder.read or named in not_loaders \
                 or named.endswith("DataLoader") or _told_of_devices(s, call):
             continue  # loader_rules says a DataLoader without a sampler; batch_rules a loader that stacks
         size = _batch_size_handed(call)
