@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from helpers import migrate
 from helpers.migrate import findings
 
 
@@ -11,6 +12,18 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def package(root: Path, name: str, **modules: str) -> None:
+    """A package of a test's project: `root/name/__init__.py`, and a module `name/key.py` for each keyword."""
+    write(root / name / "__init__.py", "")
+    for module, text in modules.items():
+        write(root / name / f"{module}.py", text)
+
+
+def project_rules(script: Path) -> set[tuple[int, str]]:
+    """(line, rule) of every finding in a script, read with its project's modules."""
+    return {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
 
 
 def rule_list(source: str) -> list[tuple[int, str]]:

@@ -5,7 +5,7 @@ they are handed or fetch device 0's copy to the host, a function that takes devi
 (said at its calls), a cut behind the device axis of a tree map's leaves, and JAX's private package (`jax._src`)."""
 
 from helpers import migrate
-from migrate_support import rule_list, rule_set, said, write
+from migrate_support import package, project_rules, rule_list, rule_set, said, write
 
 _LOADER_AND_KEYS = """import jax
 
@@ -105,11 +105,10 @@ for batch in utils.iterate(dataset, 32):
 
 
 def test_a_project_helper_prefetching_loaded_rows_or_fetching_device_zeros_copy_is_said_at_its_call(tmp_path):
-    write(tmp_path / "proj" / "__init__.py", "")
-    write(tmp_path / "proj" / "data.py", "class Dataset:\n    def __init__(self, split):\n        self.rows = split\n")
-    write(tmp_path / "proj" / "utils.py", _UTILS)
+    package(tmp_path, "proj", utils=_UTILS,
+            data="class Dataset:\n    def __init__(self, split):\n        self.rows = split\n")
     script = write(tmp_path / "train.py", _TRAIN)
-    found = {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
+    found = project_rules(script)
     assert (6, "flax-prefetch") in found, found
     assert (8, "jax-utils-replicate") in found, found
     assert (9, "jax-utils-replicate") not in found, found
@@ -215,13 +214,12 @@ def spread_over_devices(x, devices=None):
 
 
 def test_a_project_spreader_over_the_devices_a_parameter_defaults_to_stacks_rows_and_places_keys(tmp_path):
-    write(tmp_path / "proj" / "__init__.py", "")
-    write(tmp_path / "proj" / "utils.py", _SPREAD)
+    package(tmp_path, "proj", utils=_SPREAD)
     script = write(tmp_path / "run.py", "import jax\nfrom proj.utils import spread_over_devices\n\n"
                    "run = jax.pmap(search, axis_name='i')\nproblems = spread_over_devices(problems)\n"
                    "key = jax.random.split(key, cfg.num_devices)\nkey = spread_over_devices(key)\n"
                    "out = run(problems, key)\n")
-    found = {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
+    found = project_rules(script)
     assert (5, "local-batch") in found, found
     assert {(6, "per-device-keys"), (7, "per-device-keys")} <= found and (7, "local-batch") not in found, found
 
@@ -238,10 +236,10 @@ def save_ckpt(state, path):
 
 
 def test_a_project_checkpointer_that_tests_the_process_index_is_said_to_save_on_process_zero(tmp_path):
-    write(tmp_path / "utils" / "__init__.py", "")
-    write(tmp_path / "utils" / "ckpt.py", _CKPT)
+    package(tmp_path, "utils", ckpt=_CKPT)
     script = write(tmp_path / "train.py", "import jax\nfrom utils import ckpt\n\n"
-                   "p_step = jax.pmap(step, axis_name='b')\nstate = p_step(state, batch)\nckpt.save_ckpt(state, 'out')\n")
+                   "p_step = jax.pmap(step, axis_name='b')\nstate = p_step(state, batch)\n"
+                   "ckpt.save_ckpt(state, 'out')\n")
     said = {f.rule: f.does for f in migrate.migrate(script, show=False) if f.line == 6}
     assert "flax-checkpoints" in said and "on every host" not in said["flax-checkpoints"], said
     assert "tests the process index" in said["process-zero-save"], said

@@ -3,8 +3,7 @@ jax.device_count(): raise`) or binds in one branch of two, keys split to a multi
 place values (`shard = jax.pmap(lambda x: x)`, `jax.pmap(lambda _: tree)(dummy)`) or hand back outputs, and a
 project's loaders that load the whole batch on every host: a subclass of torch's DataLoader, or one handed the batch
 size and nothing of the host (said at the size, as a DataLoader without a sampler is)."""
-from helpers import migrate
-from migrate_support import rule_set, write
+from migrate_support import package, project_rules, rule_set, write
 
 _CHECKED = """import jax
 
@@ -60,9 +59,8 @@ params, x = update(params, x, shard(jnp.stack(subkeys)), grads_acc, rate_acc, y)
 
 
 def test_a_projects_pmaps_that_place_values_are_said_by_what_they_place(tmp_path):
-    write(tmp_path / "src" / "__init__.py", "")
-    write(tmp_path / "src" / "utils.py", _UTILS)
-    found = {(f.line, f.rule) for f in migrate.migrate(write(tmp_path / "train.py", _TRAIN), show=False)}
+    package(tmp_path, "src", utils=_UTILS)
+    found = project_rules(write(tmp_path / "train.py", _TRAIN))
     assert (7, "jax-utils-replicate") in found, found  # a pmap of a function that ignores its input
     assert {(10, "local-batch"), (10, "per-device-keys")} <= found, found  # rows, and keys split one a device
     assert {(11, "jax-utils-replicate"), (12, "jax-utils-replicate")} <= found, found  # copies and an accumulator
@@ -81,17 +79,16 @@ class NumpyLoader(data.DataLoader):
 
 
 def test_a_projects_subclass_of_torchs_data_loader_loads_the_whole_batch_on_every_host(tmp_path):
-    write(tmp_path / "proj" / "__init__.py", "")
-    write(tmp_path / "proj" / "data.py", _LOADER)
+    package(tmp_path, "proj", data=_LOADER)
     script = write(tmp_path / "train.py", "import jax\nfrom proj.data import NumpyLoader\n\n"
                    "def train_step(state, batch):\n    return jax.pmap(step, axis_name='b')(state, batch)\n\n\n"
                    "loader = NumpyLoader(train_ds, batch_size=cfg.batch)\nfor batch in loader:\n"
                    "    state = train_step(state, batch)\n")
-    found = {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
+    found = project_rules(script)
     assert (8, "global-batch-per-host") in found, found
     sampled = script.read_text().replace("batch_size=cfg.batch)", "batch_size=cfg.batch, sampler=DistributedSampler("
                                          "train_ds, jax.process_count(), jax.process_index()))")
-    found = {(f.line, f.rule) for f in migrate.migrate(write(script, sampled), show=False)}
+    found = project_rules(write(script, sampled))
     assert (8, "global-batch-per-host") not in found, found  # each host samples its own rows
 
 
@@ -106,12 +103,11 @@ def sample_x(keys, x):
 
 
 def test_device_zeros_entry_of_what_a_projects_pmapped_step_hands_back_is_an_unreplicate(tmp_path):
-    write(tmp_path / "src" / "__init__.py", "")
-    write(tmp_path / "src" / "vmc.py", _SAMPLER)
+    package(tmp_path, "src", vmc=_SAMPLER)
     script = write(tmp_path / "train.py", "import jax\nimport src.vmc\n\nupdate = jax.pmap(step, axis_name='p')\n"
                    "keys, x, rate = src.vmc.sample_x(keys, x)\nprint(rate[0])\nstate = src.vmc.load(path)\n"
                    "print(state[0])\n")
-    found = {(f.line, f.rule) for f in migrate.migrate(script, show=False)}
+    found = project_rules(script)
     assert (6, "jax-utils-replicate") in found, found
     assert not {rule for line, rule in found if line in (7, 8)}, found  # the project's other functions: not pmap's
 
@@ -163,19 +159,18 @@ class BatchSampler:
 
 
 def test_a_projects_loader_handed_the_batch_size_and_no_host_loads_the_whole_batch_on_every_host(tmp_path):
-    write(tmp_path / "proj" / "__init__.py", "")
-    write(tmp_path / "proj" / "data.py", _DATASETS)
+    package(tmp_path, "proj", data=_DATASETS)
     source = ("import jax\nfrom proj.data import BatchSampler, Dataset\n\np_step = jax.pmap(step, axis_name='b')\n"
               "train = Dataset(\n    'train.npy',\n    batch_size=cfg.batch_size,\n)\n"
               "evaluate = Dataset('eval.npy', batch_size_per_device)\nstate = run(p_step, train)\n"
               "sampler = BatchSampler(batch_size=cfg.batch_size)\n")
-    found = {(f.line, f.rule) for f in migrate.migrate(write(tmp_path / "train.py", source), show=False)}
+    found = project_rules(write(tmp_path / "train.py", source))
     assert (7, "global-batch-per-host") in found, found  # said at the size it is handed
     assert (9, "global-batch-per-host") not in found, found  # a size per device: another rule's
     assert (11, "global-batch-per-host") not in found, found  # a sampler that draws on each device
     write(tmp_path / "proj" / "data.py", _DATASETS.replace(
         "np.load(path)", "np.load(path)[jax.process_index()::jax.process_count()]"))
-    found = {(f.line, f.rule) for f in migrate.migrate(tmp_path / "train.py", show=False)}
+    found = project_rules(tmp_path / "train.py")
     assert (7, "global-batch-per-host") not in found, found  # its body takes this host's rows
 
 

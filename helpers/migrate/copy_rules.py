@@ -10,6 +10,7 @@ from typing import Callable, Iterator
 from helpers.migrate.across_hosts import in_pmap_over_hosts
 from helpers.migrate.bindings import a_loaders_batch, batch_rows, bound_value, device_count_of, reaches
 from helpers.migrate.device_rows import holds_rows
+from helpers.migrate.host_read_rules import imported_pmap_runners
 from helpers.migrate.jax_rules import counts_devices
 from helpers.migrate.key_rules import splits_per_device
 from helpers.migrate.reach import runs_under_pmap
@@ -119,12 +120,9 @@ def _a_projects_pmap_runner(s: Script, func: ast.AST) -> bool:
     """A pmapped step of the project, or its function that runs one and hands back the output, imported by name
     (`from src.vmc import sample`) or read from its module (`src.vmc.sample(...)`), not defined here."""
     if isinstance(func, ast.Name):
-        return func.id in s.folder.pmap_runners and func.id in s.names.alias and func.id not in s.defined
-    root = func
-    while isinstance(root, ast.Attribute):
-        root = root.value
+        return func.id in imported_pmap_runners(s)
     return isinstance(func, ast.Attribute) and func.attr in s.folder.pmap_runners \
-        and isinstance(root, ast.Name) and root.id in s.names.alias and s.name(func).split(".")[0] not in _NOT_A_PROJECT
+        and root_name(func) in s.names.alias and s.name(func).split(".")[0] not in _NOT_A_PROJECT
 
 
 def mapped_function(s: Script, call: ast.Call) -> ast.Lambda | ast.FunctionDef | None:
